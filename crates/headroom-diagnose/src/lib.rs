@@ -1,0 +1,1 @@
+//! Failure classification rules (data) and the advice that goes with them.

@@ -1,0 +1,1 @@
+//! Multi-target GPU kernel manifests, toolchains, a content-addressed cache and a runtime resolver.

@@ -1,0 +1,1 @@
+//! Device memory management: backends, pools, scoped buffers, aliases, workspaces, stats and traces.

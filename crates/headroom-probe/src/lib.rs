@@ -1,0 +1,1 @@
+//! Memory readings: process RSS, cgroup v1/v2 usage, limits and OOM events, MemAvailable, PSI, GPU memory.

@@ -1,0 +1,1 @@
+//! The embedded SQLite history of builds and jobs, and the reports rendered from it.

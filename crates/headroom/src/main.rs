@@ -1,0 +1,54 @@
+//! The `headroom` binary: CLI parsing and dispatch only.
+//!
+//! One binary plays two roles. Called as `headroom` it is the CLI below. Called through a
+//! shim link (`g++`, `nvcc`, `headroom-launch`, ...) it is the compiler shim of
+//! `headroom build`, which must stay tiny and never start the CLI machinery.
+
+mod doctor;
+mod kernels;
+mod run;
+mod sim;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for headroom's own failures (bad flags, unreadable files, ...).
+/// A wrapped command's own exit code is passed through unchanged.
+const EXIT_HEADROOM_ERROR: u8 = 2;
+
+#[derive(Parser)]
+#[command(name = "headroom", version, about = "Keep memory-hungry builds and jobs inside the memory the machine really has")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Record memory per stage of a command, classify its failure, walk a fallback ladder.
+    Run(run::RunArgs),
+    /// Check this machine before a big build.
+    Doctor(doctor::DoctorArgs),
+    /// Build, cache, ship and resolve multi-target GPU kernels.
+    Kernels(kernels::KernelsArgs),
+    /// Simulate scheduling policies on recorded build traces.
+    Sim(sim::SimArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Doctor(args) => doctor::main(args),
+        Command::Kernels(args) => kernels::main(args),
+        Command::Sim(args) => sim::main(args),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("headroom: error: {err:#}");
+            ExitCode::from(EXIT_HEADROOM_ERROR)
+        }
+    }
+}
