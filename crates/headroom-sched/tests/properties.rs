@@ -43,8 +43,8 @@ proptest! {
         for _step in 0..10_000 {
             // Jobs arrive a few at a time, as a build system offers them.
             let arrivals = (pick.next().unwrap() % 3).min(jobs.len() - submitted);
-            for id in submitted..submitted + arrivals {
-                scheduler.submit(id as u64, jobs[id].predicted, jobs[id].alone);
+            for (id, job) in jobs.iter().enumerate().skip(submitted).take(arrivals) {
+                scheduler.submit(id as u64, job.predicted, job.alone);
             }
             submitted += arrivals;
 
