@@ -144,8 +144,10 @@ pub fn render_table(report: &Report) -> String {
             peak.rss_at_s
         )];
         facts.extend(peak.pss.map(|b| format!("PSS {}", format_size(b))));
+        // getrusage(RUSAGE_CHILDREN) only ever grows: after the first rung it spans all rungs.
+        let scope = if rung.rung == 0 { "" } else { " so far" };
         facts.push(format!(
-            "largest process (kernel) {}",
+            "largest process{scope} (kernel) {}",
             format_size(peak.kernel.largest_process)
         ));
         facts.extend(

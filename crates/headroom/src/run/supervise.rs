@@ -325,6 +325,11 @@ pub fn run(
         }
     }
     let duration_s = started.elapsed().as_secs_f64();
+    // Samples taken after the tree was gone (between its exit and our reaping it) say nothing
+    // about its memory: the last memory of the last stage is the last sample of a live tree.
+    while watch.samples.len() > 1 && watch.samples.last().is_some_and(|s| s.rss == 0) {
+        watch.samples.pop();
+    }
     // Output written just before exit, and the stage lines in it, still arrive.
     let drain_until = Instant::now() + DRAIN_WAIT;
     while open_streams > 0 {
@@ -406,9 +411,10 @@ impl Watch<'_> {
         let t = self.started.elapsed().as_secs_f64();
         let processes = self.tracker.sample();
         let rss: u64 = processes.iter().map(|p| p.rss_bytes).sum();
-        let pss = if processes.len() <= PSS_MAX_PROCESSES
-            && self.last_pss.map_or(true, |at| at.elapsed() >= PSS_EVERY)
-        {
+        // PSS is read once a second, and whenever RSS reaches a new peak so the PSS peak is
+        // measured at the moment that matters.
+        let due = self.last_pss.map_or(true, |at| at.elapsed() >= PSS_EVERY) || rss > self.peak;
+        let pss = if processes.len() <= PSS_MAX_PROCESSES && due {
             self.last_pss = Some(Instant::now());
             Some(
                 processes
