@@ -3,6 +3,7 @@
 //! The history is what lets `headroom build` predict a job's peak before it runs; the same
 //! records, loaded back as a [`BuildReport`], feed the terminal summary, JSON and HTML reports.
 
+pub mod chart;
 pub mod history;
 pub mod model;
 pub mod summary;
