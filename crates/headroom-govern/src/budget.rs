@@ -37,7 +37,10 @@ pub fn parse_budget(text: &str) -> Result<BudgetSpec, BudgetError> {
         return Ok(BudgetSpec::Auto);
     }
     if let Some(number) = text.strip_suffix('%') {
-        let percent: f64 = number.trim().parse().map_err(|_| BudgetError::Invalid(text.into()))?;
+        let percent: f64 = number
+            .trim()
+            .parse()
+            .map_err(|_| BudgetError::Invalid(text.into()))?;
         if !(percent > 0.0 && percent <= 100.0) {
             return Err(BudgetError::Percent(text.into()));
         }
@@ -59,22 +62,33 @@ pub struct MemoryFacts {
 
 impl MemoryFacts {
     pub fn read() -> Result<MemoryFacts, BudgetError> {
-        let mem_available = read_meminfo().map_err(|e| BudgetError::Unreadable(e.to_string()))?.available;
+        let mem_available = read_meminfo()
+            .map_err(|e| BudgetError::Unreadable(e.to_string()))?
+            .available;
         let cgroup = Cgroup::of_self().ok().flatten().and_then(|cgroup| {
             let limit = cgroup.effective_limit()?;
             Some((limit, cgroup.working_set().unwrap_or(0)))
         });
-        Ok(MemoryFacts { mem_available, cgroup })
+        Ok(MemoryFacts {
+            mem_available,
+            cgroup,
+        })
     }
 
     /// What a new workload can get: the smaller of MemAvailable and the room under the cgroup
     /// limit, with a description of which one it was.
     pub fn room(&self) -> (u64, String) {
-        let system = (self.mem_available, format!("MemAvailable {}", Size(self.mem_available)));
+        let system = (
+            self.mem_available,
+            format!("MemAvailable {}", Size(self.mem_available)),
+        );
         match self.cgroup {
             Some((limit, used)) if limit.saturating_sub(used) < self.mem_available => {
                 let room = limit.saturating_sub(used);
-                (room, format!("cgroup limit {} with {} in use", Size(limit), Size(used)))
+                (
+                    room,
+                    format!("cgroup limit {} with {} in use", Size(limit), Size(used)),
+                )
             }
             _ => system,
         }
@@ -97,7 +111,10 @@ pub fn reserve_for(room: u64) -> u64 {
 pub fn resolve(spec: BudgetSpec, facts: &MemoryFacts) -> Budget {
     let (room, room_source) = facts.room();
     match spec {
-        BudgetSpec::Bytes(bytes) => Budget { bytes, source: format!("--budget {}", Size(bytes)) },
+        BudgetSpec::Bytes(bytes) => Budget {
+            bytes,
+            source: format!("--budget {}", Size(bytes)),
+        },
         BudgetSpec::Percent(percent) => Budget {
             bytes: (room as f64 * percent / 100.0) as u64,
             source: format!("--budget {percent}% of {room_source}"),
@@ -138,15 +155,27 @@ mod tests {
 
     #[test]
     fn auto_takes_the_tighter_of_system_and_cgroup_minus_a_reserve() {
-        let roomy = MemoryFacts { mem_available: 20 * GIB, cgroup: None };
+        let roomy = MemoryFacts {
+            mem_available: 20 * GIB,
+            cgroup: None,
+        };
         assert_eq!(resolve(BudgetSpec::Auto, &roomy).bytes, 18 * GIB);
-        let capped = MemoryFacts { mem_available: 20 * GIB, cgroup: Some((3 * GIB / 2, 0)) };
+        let capped = MemoryFacts {
+            mem_available: 20 * GIB,
+            cgroup: Some((3 * GIB / 2, 0)),
+        };
         let budget = resolve(BudgetSpec::Auto, &capped);
         assert_eq!(budget.bytes, 3 * GIB / 2 - 256 * (1 << 20));
         assert!(budget.source.contains("cgroup limit"), "{}", budget.source);
-        let huge = MemoryFacts { mem_available: 500 * GIB, cgroup: None };
+        let huge = MemoryFacts {
+            mem_available: 500 * GIB,
+            cgroup: None,
+        };
         assert_eq!(resolve(BudgetSpec::Auto, &huge).bytes, 498 * GIB);
-        assert_eq!(resolve(BudgetSpec::Percent(50.0), &capped).bytes, 3 * GIB / 4);
+        assert_eq!(
+            resolve(BudgetSpec::Percent(50.0), &capped).bytes,
+            3 * GIB / 4
+        );
     }
 
     #[test]

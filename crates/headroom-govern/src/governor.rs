@@ -98,7 +98,10 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         signal_hook::flag::register(signal, Arc::clone(&terminate))?;
     }
     let (history, build_id) = open_history(&config);
-    let limits = Limits { budget: config.budget, slots: config.slots };
+    let limits = Limits {
+        budget: config.budget,
+        slots: config.slots,
+    };
     let governor = Arc::new(Governor {
         start: Instant::now(),
         state: Mutex::new(State {
@@ -129,12 +132,16 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
 }
 
 fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>) {
-    let Some(path) = &config.history else { return (None, None) };
+    let Some(path) = &config.history else {
+        return (None, None);
+    };
     let opened = History::open_or_recover(path);
     for warning in &opened.warnings {
         eprintln!("headroom: warning: {warning}");
     }
-    let Some(history) = opened.history else { return (None, None) };
+    let Some(history) = opened.history else {
+        return (None, None);
+    };
     let build = BuildRecord {
         id: 0,
         started_unix_ms: config.started_unix_ms,
@@ -159,7 +166,9 @@ fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>) {
 impl Governor {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panicking connection thread must not take the whole build down: keep going.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn now_ms(&self) -> u64 {
@@ -168,13 +177,20 @@ impl Governor {
 
     fn handle(&self, stream: UnixStream) {
         match read_frame::<Request>(&stream) {
-            Ok(Request::Job { compiler, args, cwd }) => {
+            Ok(Request::Job {
+                compiler,
+                args,
+                cwd,
+            }) => {
                 let id = self.offer(compiler, &args, cwd);
                 if self.supervise(id, &stream).is_err() {
                     self.abandon(id);
                 }
             }
-            Ok(Request::Shutdown { exit_code, kill_jobs }) => self.shut_down(&stream, exit_code, kill_jobs),
+            Ok(Request::Shutdown {
+                exit_code,
+                kill_jobs,
+            }) => self.shut_down(&stream, exit_code, kill_jobs),
             Ok(other) => tracing::warn!("unexpected first message {other:?}"),
             Err(err) => tracing::debug!("connection closed before a request: {err}"),
         }
@@ -184,7 +200,10 @@ impl Governor {
     fn offer(&self, compiler: String, args: &[String], cwd: String) -> JobId {
         let identity = JobIdentity::new(&compiler, args, &cwd);
         let mut state = self.lock();
-        let history_peak = state.history.as_ref().and_then(|h| h.peak_of(&identity.key).ok().flatten());
+        let history_peak = state
+            .history
+            .as_ref()
+            .and_then(|h| h.peak_of(&identity.key).ok().flatten());
         let prediction = state.predictor.predict(history_peak, identity.group);
         let id = state.next_id;
         state.next_id += 1;
@@ -225,11 +244,21 @@ impl Governor {
             write_frame(stream, &Reply::Run { job_id: id, rung })?;
             match read_frame::<Request>(stream)? {
                 Request::Started { pid } => self.started(id, pid),
-                other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{other:?}"))),
+                other => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{other:?}"),
+                    ))
+                }
             }
             let attempt = match read_frame::<Request>(stream)? {
                 Request::Finished(attempt) => attempt,
-                other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{other:?}"))),
+                other => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{other:?}"),
+                    ))
+                }
             };
             let reply = self.finished(id, attempt);
             write_frame(stream, &reply)?;
@@ -246,19 +275,27 @@ impl Governor {
                 return Err(io::Error::other("the governor is shutting down"));
             }
             let ladder = &self.config.ladder;
-            let job = state.jobs.get_mut(&id).expect("a supervised job stays registered");
+            let job = state
+                .jobs
+                .get_mut(&id)
+                .expect("a supervised job stays registered");
             if job.admitted {
                 job.admitted = false;
                 job.attempt_running = true;
                 return Ok(job.rung.checked_sub(1).map(|rung| ladder[rung].clone()));
             }
-            state = self.admitted.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = self
+                .admitted
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
 
     fn started(&self, id: JobId, pid: i32) {
         let mut state = self.lock();
-        let Some(job) = state.jobs.get_mut(&id) else { return };
+        let Some(job) = state.jobs.get_mut(&id) else {
+            return;
+        };
         job.pgid = Some(pid);
         // The scheduler may have acted before the process existed.
         if job.killed_by_governor {
@@ -272,7 +309,10 @@ impl Governor {
     fn finished(&self, id: JobId, attempt: Attempt) -> Reply {
         let mut state = self.lock();
         let shutting_down = state.shutting_down;
-        let job = state.jobs.get_mut(&id).expect("a supervised job stays registered");
+        let job = state
+            .jobs
+            .get_mut(&id)
+            .expect("a supervised job stays registered");
         job.attempt_running = false;
         job.pgid = None;
         job.suspended = false;
@@ -338,7 +378,10 @@ impl Governor {
             suspends: job.suspends,
             requeues: job.requeues,
             oom_retries: job.oom_retries,
-            lowered_flags: job.rung.checked_sub(1).map(|rung| self.config.ladder[rung].describe()),
+            lowered_flags: job
+                .rung
+                .checked_sub(1)
+                .map(|rung| self.config.ladder[rung].describe()),
             over_budget: job.predicted > self.config.budget,
         };
         if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
@@ -367,8 +410,11 @@ impl Governor {
         }
         let now = self.now_ms();
         for action in state.scheduler.decide(machine_left) {
-            let (Action::Start(id) | Action::Suspend(id) | Action::Resume(id) | Action::Kill(id)) = action;
-            let Some(job) = state.jobs.get_mut(&id) else { continue };
+            let (Action::Start(id) | Action::Suspend(id) | Action::Resume(id) | Action::Kill(id)) =
+                action;
+            let Some(job) = state.jobs.get_mut(&id) else {
+                continue;
+            };
             match action {
                 Action::Start(_) => {
                     job.admitted = true;
@@ -413,23 +459,35 @@ impl Governor {
                 self.finish_history(None);
                 std::process::exit(0);
             }
-            let groups: Vec<(JobId, i32)> =
-                self.lock().jobs.iter().filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid))).collect();
-            let readings: Vec<(JobId, u64)> =
-                groups.iter().map(|&(id, pgid)| (id, tree_rss(pgid).unwrap_or(0))).collect();
+            let groups: Vec<(JobId, i32)> = self
+                .lock()
+                .jobs
+                .iter()
+                .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
+                .collect();
+            let readings: Vec<(JobId, u64)> = groups
+                .iter()
+                .map(|&(id, pgid)| (id, tree_rss(pgid).unwrap_or(0)))
+                .collect();
             let machine_left = MemoryFacts::read().ok().map(|facts| facts.room().0);
             let t_ms = self.now_ms();
             let mut state = self.lock();
             let mut total = 0;
             for &(id, bytes) in &readings {
-                let Some(job) = state.jobs.get_mut(&id) else { continue };
+                let Some(job) = state.jobs.get_mut(&id) else {
+                    continue;
+                };
                 if job.pgid.is_none() {
                     continue;
                 }
                 job.peak = job.peak.max(bytes);
                 total += bytes;
                 state.scheduler.observe(id, bytes);
-                state.samples.push(Sample { t_ms, job_id: id, bytes });
+                state.samples.push(Sample {
+                    t_ms,
+                    job_id: id,
+                    bytes,
+                });
             }
             state.peak_total = state.peak_total.max(total);
             self.decide(&mut state, machine_left);

@@ -22,8 +22,9 @@ const FLAGS_WITH_FILE_VALUE: [&str; 4] = ["-o", "-MF", "-MT", "-MQ"];
 /// Dependency-file flags: they change no code generation.
 const DEPENDENCY_FLAGS: [&str; 5] = ["-M", "-MM", "-MD", "-MMD", "-MP"];
 /// Extensions of inputs: the sources a job compiles and the objects it links.
-const INPUT_EXTENSIONS: [&str; 16] =
-    ["c", "cc", "cpp", "cxx", "c++", "C", "cu", "hip", "m", "mm", "rs", "s", "S", "o", "a", "obj"];
+const INPUT_EXTENSIONS: [&str; 16] = [
+    "c", "cc", "cpp", "cxx", "c++", "C", "cu", "hip", "m", "mm", "rs", "s", "S", "o", "a", "obj",
+];
 
 impl JobIdentity {
     pub fn new(compiler: &str, args: &[String], cwd: &str) -> JobIdentity {
@@ -50,12 +51,25 @@ impl JobIdentity {
                 flags.push(arg);
             }
         }
-        let label = output.or(crate_name).or(first_input).unwrap_or(compiler).to_string();
+        let label = output
+            .or(crate_name)
+            .or(first_input)
+            .unwrap_or(compiler)
+            .to_string();
         let flags_text = flags.join("\u{1f}");
         let group = xxh3_64(format!("{compiler}\u{1e}{flags_text}").as_bytes());
-        let key = xxh3_64(format!("{compiler}\u{1e}{label}\u{1e}{flags_text}\u{1e}{cwd}").as_bytes());
-        let command = std::iter::once(compiler).chain(args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ");
-        JobIdentity { key: format!("{key:016x}"), group, label, command }
+        let key =
+            xxh3_64(format!("{compiler}\u{1e}{label}\u{1e}{flags_text}\u{1e}{cwd}").as_bytes());
+        let command = std::iter::once(compiler)
+            .chain(args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        JobIdentity {
+            key: format!("{key:016x}"),
+            group,
+            label,
+            command,
+        }
     }
 }
 
@@ -91,12 +105,19 @@ mod tests {
         let base = identity("-O2 -c a.cpp -o a.o", "/src");
         assert_ne!(base.group, identity("-O3 -c a.cpp -o a.o", "/src").group);
         assert_ne!(base.key, identity("-O2 -c a.cpp -o a.o", "/other").key);
-        assert_eq!(base.key, identity("-O2 -c a.cpp -o a.o", "/src").key, "stable across calls");
+        assert_eq!(
+            base.key,
+            identity("-O2 -c a.cpp -o a.o", "/src").key,
+            "stable across calls"
+        );
     }
 
     #[test]
     fn labels_fall_back_to_crate_then_source() {
-        assert_eq!(identity("--crate-name serde --edition=2021 src/lib.rs", "/").label, "serde");
+        assert_eq!(
+            identity("--crate-name serde --edition=2021 src/lib.rs", "/").label,
+            "serde"
+        );
         assert_eq!(identity("-c kernel.cu", "/").label, "kernel.cu");
         assert_eq!(identity("--version", "/").label, "/usr/bin/g++");
     }

@@ -27,13 +27,17 @@ impl Rung {
         for edit in edits {
             let valid = match edit.strip_prefix('+') {
                 Some(flag) => !flag.is_empty(),
-                None => edit.split_once('=').is_some_and(|(pattern, _)| !pattern.is_empty()),
+                None => edit
+                    .split_once('=')
+                    .is_some_and(|(pattern, _)| !pattern.is_empty()),
             };
             if !valid {
                 return Err(RungError { edit: edit.clone() });
             }
         }
-        Ok(Rung { edits: edits.to_vec() })
+        Ok(Rung {
+            edits: edits.to_vec(),
+        })
     }
 
     /// How the report names this rung.
@@ -44,13 +48,21 @@ impl Rung {
     /// Applies the rung to `args` (the arguments after the compiler). Arguments that are not
     /// UTF-8 never match a pattern and pass through unchanged.
     pub fn apply(&self, args: &[OsString]) -> Vec<OsString> {
-        let replacements: Vec<(&str, &str)> =
-            self.edits.iter().filter(|e| !e.starts_with('+')).filter_map(|e| e.split_once('=')).collect();
+        let replacements: Vec<(&str, &str)> = self
+            .edits
+            .iter()
+            .filter(|e| !e.starts_with('+'))
+            .filter_map(|e| e.split_once('='))
+            .collect();
         let mut out: Vec<OsString> = Vec::with_capacity(args.len());
         for arg in args {
             let replacement = arg
                 .to_str()
-                .and_then(|text| replacements.iter().find(|(pattern, _)| matches(pattern, text)))
+                .and_then(|text| {
+                    replacements
+                        .iter()
+                        .find(|(pattern, _)| matches(pattern, text))
+                })
                 .map(|(_, with)| *with);
             match replacement {
                 Some("") => {}
@@ -58,7 +70,12 @@ impl Rung {
                 None => out.push(arg.clone()),
             }
         }
-        out.extend(self.edits.iter().filter_map(|e| e.strip_prefix('+')).map(OsString::from));
+        out.extend(
+            self.edits
+                .iter()
+                .filter_map(|e| e.strip_prefix('+'))
+                .map(OsString::from),
+        );
         out
     }
 }
@@ -73,7 +90,9 @@ fn matches(pattern: &str, arg: &str) -> bool {
 /// The default ladder for gcc and clang: drop debug info, then optimise less, then the
 /// low-memory settings install guides recommend.
 pub fn default_ladder() -> Vec<Rung> {
-    let rung = |edits: &[&str]| Rung { edits: edits.iter().map(|e| e.to_string()).collect() };
+    let rung = |edits: &[&str]| Rung {
+        edits: edits.iter().map(|e| e.to_string()).collect(),
+    };
     let no_debug = ["-g*=-g0"];
     let less_opt = ["-g*=-g0", "-O2=-O1", "-O3=-O1", "-Ofast=-O1"];
     let minimal = [
@@ -90,7 +109,10 @@ pub fn default_ladder() -> Vec<Rung> {
 
 /// Whether a compiler understands gcc-style flags, so the ladder may edit them.
 pub fn speaks_gcc_flags(compiler: &OsStr) -> bool {
-    let name = std::path::Path::new(compiler).file_name().and_then(OsStr::to_str).unwrap_or("");
+    let name = std::path::Path::new(compiler)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or("");
     ["cc", "c++", "gcc", "g++", "clang", "clang++"]
         .iter()
         .any(|family| name.strip_prefix(family).is_some_and(is_version_suffix))
@@ -99,9 +121,10 @@ pub fn speaks_gcc_flags(compiler: &OsStr) -> bool {
 /// `""`, or a version such as `-12` or `-19.1` that packages append to compiler names.
 pub fn is_version_suffix(suffix: &str) -> bool {
     suffix.is_empty()
-        || suffix
-            .strip_prefix('-')
-            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()) && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        || suffix.strip_prefix('-').is_some_and(|v| {
+            v.starts_with(|c: char| c.is_ascii_digit())
+                && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+        })
 }
 
 #[cfg(test)]

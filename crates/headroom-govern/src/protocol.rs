@@ -15,13 +15,20 @@ const MAX_FRAME: u32 = 16 << 20;
 pub enum Request {
     /// A compiler job asks to run. Arguments are lossy UTF-8: they only name and key the job;
     /// the shim runs the original bytes.
-    Job { compiler: String, args: Vec<String>, cwd: String },
+    Job {
+        compiler: String,
+        args: Vec<String>,
+        cwd: String,
+    },
     /// The admitted job's process started; `pid` is also its process group.
     Started { pid: i32 },
     /// The attempt ended.
     Finished(Attempt),
     /// From the CLI: the build command exited (or was interrupted).
-    Shutdown { exit_code: Option<i32>, kill_jobs: bool },
+    Shutdown {
+        exit_code: Option<i32>,
+        kill_jobs: bool,
+    },
 }
 
 /// How one attempt of a job ended.
@@ -64,7 +71,10 @@ pub fn read_frame<T: DeserializeOwned>(mut reader: impl Read) -> io::Result<T> {
     reader.read_exact(&mut length)?;
     let length = u32::from_le_bytes(length);
     if length > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {length} bytes is too large")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {length} bytes is too large"),
+        ));
     }
     let mut body = vec![0u8; length as usize];
     reader.read_exact(&mut body)?;
@@ -78,7 +88,11 @@ mod tests {
     #[test]
     fn frames_round_trip_and_end_cleanly() {
         let mut wire = Vec::new();
-        let job = Request::Job { compiler: "/usr/bin/g++".into(), args: vec!["-c".into(), "a b.cpp".into()], cwd: "/".into() };
+        let job = Request::Job {
+            compiler: "/usr/bin/g++".into(),
+            args: vec!["-c".into(), "a b.cpp".into()],
+            cwd: "/".into(),
+        };
         write_frame(&mut wire, &job).unwrap();
         write_frame(&mut wire, &Reply::Retry).unwrap();
         let mut reader = wire.as_slice();

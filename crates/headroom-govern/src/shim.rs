@@ -34,15 +34,22 @@ const STDERR_TAIL: usize = 8 << 10;
 /// Process group of the attempt now running, for the signal handler; 0 when none.
 static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
 
-/// Whether the program was called as a shim (any name but `headroom`).
+/// Whether the program was called through a shim link: as the launcher or a compiler name.
 pub fn is_shim(argv0: &OsStr) -> bool {
-    Path::new(argv0).file_name().is_some_and(|name| name != "headroom")
+    let name = Path::new(argv0)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or("");
+    name == LAUNCHER_NAME || crate::shimdir::is_shim_name(name)
 }
 
 /// Runs the shim; never returns.
 pub fn main(argv: Vec<OsString>) -> ! {
     let shim_dir = std::env::var_os(SHIM_DIR_ENV).map(PathBuf::from);
-    let name = Path::new(&argv[0]).file_name().unwrap_or_default().to_os_string();
+    let name = Path::new(&argv[0])
+        .file_name()
+        .unwrap_or_default()
+        .to_os_string();
     let (wanted, args) = if name == LAUNCHER_NAME {
         match argv.get(1) {
             Some(compiler) => (compiler.clone(), argv[2..].to_vec()),
@@ -52,7 +59,13 @@ pub fn main(argv: Vec<OsString>) -> ! {
         (name, argv[1..].to_vec())
     };
     let compiler = find_real_compiler(&wanted, shim_dir.as_deref()).unwrap_or_else(|| {
-        fail(127, &format!("cannot find the real `{}` on PATH (headroom's shim directory is skipped)", wanted.to_string_lossy()))
+        fail(
+            127,
+            &format!(
+                "cannot find the real `{}` on PATH (headroom's shim directory is skipped)",
+                wanted.to_string_lossy()
+            ),
+        )
     });
     let mut command = Command::new(&compiler);
     command.args(&args);
@@ -74,13 +87,21 @@ fn fail(code: i32, message: &str) -> ! {
 /// Replaces this process with the compiler: the ungoverned path, as cheap as a shim can be.
 fn become_compiler(mut command: Command) -> ! {
     let err = command.exec();
-    fail(127, &format!("cannot run `{}`: {err}", command.get_program().to_string_lossy()))
+    fail(
+        127,
+        &format!(
+            "cannot run `{}`: {err}",
+            command.get_program().to_string_lossy()
+        ),
+    )
 }
 
 /// The real compiler for `wanted`: a path is taken as it is, unless it is a shim itself; a
 /// name is looked up on PATH, skipping the shim directory and anything that is this program.
 pub fn find_real_compiler(wanted: &OsStr, shim_dir: Option<&Path>) -> Option<PathBuf> {
-    let me = std::env::current_exe().ok().and_then(|exe| exe.canonicalize().ok());
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok());
     let is_me = |candidate: &Path| me.is_some() && candidate.canonicalize().ok() == me;
     let wanted_path = Path::new(wanted);
     if wanted.as_bytes().contains(&b'/') && !is_me(wanted_path) {
@@ -95,17 +116,24 @@ pub fn find_real_compiler(wanted: &OsStr, shim_dir: Option<&Path>) -> Option<Pat
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
-    a == b || (a.canonicalize().ok().is_some_and(|a| Some(a) == b.canonicalize().ok()))
+    a == b
+        || (a
+            .canonicalize()
+            .ok()
+            .is_some_and(|a| Some(a) == b.canonicalize().ok()))
 }
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// PATH with the shim directory removed, so the compiler's own children are never shims.
 fn path_without(path: &OsStr, shim_dir: &Path) -> OsString {
-    let kept: Vec<PathBuf> = std::env::split_paths(path).filter(|dir| !same_dir(dir, shim_dir)).collect();
+    let kept: Vec<PathBuf> = std::env::split_paths(path)
+        .filter(|dir| !same_dir(dir, shim_dir))
+        .collect();
     std::env::join_paths(kept).unwrap_or_else(|_| path.to_os_string())
 }
 
@@ -114,8 +142,13 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
     install_signal_forwarding();
     let request = Request::Job {
         compiler: compiler.to_string_lossy().into_owned(),
-        args: args.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-        cwd: std::env::current_dir().map(|d| d.to_string_lossy().into_owned()).unwrap_or_default(),
+        args: args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     };
     let replies = match write_frame(&stream, &request).and_then(|()| stream.try_clone()) {
         Ok(reader) => listen(reader),
@@ -142,13 +175,22 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
             stderr_tail: tail(&stderr),
         };
         cpu_before = cpu_now;
-        let interrupted = matches!(status.signal(), Some(libc::SIGINT | libc::SIGTERM | libc::SIGHUP));
-        let reply = write_frame(&stream, &Request::Finished(attempt)).ok().and_then(|()| replies.recv().ok());
+        let interrupted = matches!(
+            status.signal(),
+            Some(libc::SIGINT | libc::SIGTERM | libc::SIGHUP)
+        );
+        let reply = write_frame(&stream, &Request::Finished(attempt))
+            .ok()
+            .and_then(|()| replies.recv().ok());
         if reply == Some(Reply::Retry) && !interrupted {
             continue;
         }
         let _ = std::io::stderr().write_all(&stderr);
-        std::process::exit(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+        std::process::exit(
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        )
     }
 }
 

@@ -43,7 +43,9 @@ pub fn tree_rss(root: i32) -> Option<u64> {
     let mut total = 0;
     let mut found_root = false;
     while let Some(pid) = pending.pop() {
-        let Some(pages) = resident_pages(pid) else { continue };
+        let Some(pages) = resident_pages(pid) else {
+            continue;
+        };
         found_root |= pid == root;
         total += pages * page_size;
         match children_of(pid) {
@@ -69,8 +71,13 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
     let mut children = Vec::new();
     for task in tasks.flatten() {
         match std::fs::read_to_string(task.path().join("children")) {
-            Ok(list) => children.extend(list.split_whitespace().filter_map(|c| c.parse::<i32>().ok())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => return None,
+            Ok(list) => children.extend(
+                list.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
+                return None
+            }
             Err(_) => {}
         }
     }
@@ -121,8 +128,15 @@ mod tests {
         child.wait().unwrap();
         assert_eq!(members.len(), 3, "sh and two sleeps: {members:?}");
         let by_scan: u64 = members.iter().map(|p| p.rss_bytes).sum();
-        assert!(by_children_lists.abs_diff(by_scan) < by_scan / 5, "{by_children_lists} vs {by_scan}");
-        assert_eq!(tree_rss(child.id() as i32), None, "a reaped process has no tree");
+        assert!(
+            by_children_lists.abs_diff(by_scan) < by_scan / 5,
+            "{by_children_lists} vs {by_scan}"
+        );
+        assert_eq!(
+            tree_rss(child.id() as i32),
+            None,
+            "a reaped process has no tree"
+        );
         let pid = child.id() as i32;
         assert!(rss_where(&all, |p| p.pid == pid) > 0);
     }

@@ -51,7 +51,12 @@ pub struct BuildArgs {
     #[arg(long, env = "HEADROOM_LOWER_FLAGS")]
     lower_flags: bool,
     /// Memory sampling interval of running jobs, in milliseconds.
-    #[arg(long, env = "HEADROOM_SAMPLE_INTERVAL_MS", value_name = "MS", hide = true)]
+    #[arg(
+        long,
+        env = "HEADROOM_SAMPLE_INTERVAL_MS",
+        value_name = "MS",
+        hide = true
+    )]
     sample_interval_ms: Option<u64>,
     /// Do not read or write the build history.
     #[arg(long)]
@@ -78,19 +83,31 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     let shim_dir = state_dir().join("shims");
     let path = std::env::var_os("PATH").unwrap_or_default();
-    shimdir::install(&shim_dir, &exe, &shimdir::compiler_names(&path))
-        .with_context(|| format!("cannot create the shim directory {} (set HEADROOM_STATE_DIR to use another place)", shim_dir.display()))?;
+    shimdir::install(&shim_dir, &exe, &shimdir::compiler_names(&path)).with_context(|| {
+        format!(
+            "cannot create the shim directory {} (set HEADROOM_STATE_DIR to use another place)",
+            shim_dir.display()
+        )
+    })?;
 
     let socket = socket_path()?;
-    let listener = UnixListener::bind(&socket).with_context(|| format!("cannot listen on {}", socket.display()))?;
+    let listener = UnixListener::bind(&socket)
+        .with_context(|| format!("cannot listen on {}", socket.display()))?;
     let config = GovernorConfig {
         budget: budget.bytes,
         budget_source: budget.source,
         slots: settings.jobs,
         history: history.clone(),
-        command: args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
         cwd: cwd.to_string_lossy().into_owned(),
-        started_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
         ladder: settings.ladder,
         sample_interval_ms: settings.sample_interval_ms,
     };
@@ -131,7 +148,11 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         ),
         _ => eprintln!("headroom: build finished in {:.1} s (no history, so no report)", start.elapsed().as_secs_f64()),
     }
-    Ok(if was_interrupted { 130 } else { exit_code as u8 })
+    Ok(if was_interrupted {
+        130
+    } else {
+        exit_code as u8
+    })
 }
 
 fn settings(args: &BuildArgs, cwd: &Path) -> Result<BuildSettings> {
@@ -157,10 +178,15 @@ fn settings(args: &BuildArgs, cwd: &Path) -> Result<BuildSettings> {
 fn socket_path() -> Result<PathBuf> {
     let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(runtime) => PathBuf::from(runtime).join("headroom"),
-        None => std::env::temp_dir().join(format!("headroom-{}", rustix::process::getuid().as_raw())),
+        None => {
+            std::env::temp_dir().join(format!("headroom-{}", rustix::process::getuid().as_raw()))
+        }
     };
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
         .with_context(|| format!("cannot create the runtime directory {}", dir.display()))?;
     let meta = std::fs::metadata(&dir)?;
     if meta.uid() != rustix::process::getuid().as_raw() || meta.permissions().mode() & 0o077 != 0 {
@@ -201,7 +227,8 @@ fn start_governor(exe: &Path, listener: &UnixListener, config: &GovernorConfig) 
 /// Entry point of the hidden `headroom __governor`.
 pub fn governor_main() -> Result<u8> {
     let config: GovernorConfig = serde_json::from_str(
-        &std::env::var(GOVERNOR_CONFIG_ENV).context("the governor is started by `headroom build`, not by hand")?,
+        &std::env::var(GOVERNOR_CONFIG_ENV)
+            .context("the governor is started by `headroom build`, not by hand")?,
     )?;
     // If the CLI dies, end too (releasing every stopped job on the way out).
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
@@ -213,12 +240,21 @@ pub fn governor_main() -> Result<u8> {
 
 /// The build command with the shims first on PATH and the launcher and parallelism variables
 /// set, each only where the user has not set it already.
-fn build_command(command: &[OsString], shim_dir: &Path, socket: &Path, path: &OsString, jobs: usize) -> Command {
+fn build_command(
+    command: &[OsString],
+    shim_dir: &Path,
+    socket: &Path,
+    path: &OsString,
+    jobs: usize,
+) -> Command {
     let mut build = Command::new(&command[0]);
     build.args(&command[1..]);
     let mut dirs = vec![shim_dir.to_path_buf()];
     dirs.extend(std::env::split_paths(path));
-    build.env("PATH", std::env::join_paths(dirs).unwrap_or_else(|_| path.clone()));
+    build.env(
+        "PATH",
+        std::env::join_paths(dirs).unwrap_or_else(|_| path.clone()),
+    );
     build.env(SOCKET_ENV, socket).env(SHIM_DIR_ENV, shim_dir);
     let launcher = shim_dir.join(LAUNCHER_NAME);
     let unset = |name: &str| std::env::var_os(name).is_none();
@@ -242,7 +278,10 @@ fn build_command(command: &[OsString], shim_dir: &Path, socket: &Path, path: &Os
         }
     }
     let makeflags = std::env::var("MAKEFLAGS").unwrap_or_default();
-    if !makeflags.split_whitespace().any(|flag| flag.starts_with("-j") || flag.starts_with("--jobs")) {
+    if !makeflags
+        .split_whitespace()
+        .any(|flag| flag.starts_with("-j") || flag.starts_with("--jobs"))
+    {
         build.env("MAKEFLAGS", format!("{makeflags} -j{offered}").trim_start());
     }
     build
@@ -274,14 +313,27 @@ fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitSta
 
 /// The build's exit code, or 128 + signal as shells report it.
 fn exit_code_of(status: ExitStatus) -> i32 {
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// Tells the governor the build is over. `None` when the governor is gone; otherwise the
 /// build's id in the history, if it has one.
-fn shut_down_governor(socket: &Path, exit_code: Option<i32>, kill_jobs: bool) -> Option<Option<i64>> {
+fn shut_down_governor(
+    socket: &Path,
+    exit_code: Option<i32>,
+    kill_jobs: bool,
+) -> Option<Option<i64>> {
     let stream = UnixStream::connect(socket).ok()?;
-    write_frame(&stream, &Request::Shutdown { exit_code, kill_jobs }).ok()?;
+    write_frame(
+        &stream,
+        &Request::Shutdown {
+            exit_code,
+            kill_jobs,
+        },
+    )
+    .ok()?;
     match read_frame::<Reply>(&stream).ok()? {
         Reply::ShutDown { build_id } => Some(build_id),
         _ => None,
@@ -300,10 +352,15 @@ fn report(history: &Path, id: i64, json: Option<&Path>) -> Result<()> {
 
 /// Writes a report atomically: a crash never leaves half a file.
 pub fn write_json_report(report: &BuildReport, path: &Path) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write a report in {}", dir.display()))?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write a report in {}", dir.display()))?;
     serde_json::to_writer_pretty(&mut file, report)?;
     file.write_all(b"\n")?;
-    file.persist(path).with_context(|| format!("cannot write the report {}", path.display()))?;
+    file.persist(path)
+        .with_context(|| format!("cannot write the report {}", path.display()))?;
     Ok(())
 }

@@ -46,7 +46,8 @@ impl FileConfig {
     /// Reads `path`; a missing file is an empty configuration.
     pub fn load(path: &Path) -> Result<FileConfig> {
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text).with_context(|| format!("invalid settings in {}", path.display())),
+            Ok(text) => toml::from_str(&text)
+                .with_context(|| format!("invalid settings in {}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
         }
@@ -54,7 +55,9 @@ impl FileConfig {
 
     /// The nearest `headroom.toml` in `dir` or its parents.
     pub fn find_project(dir: &Path) -> Option<PathBuf> {
-        dir.ancestors().map(|d| d.join(PROJECT_FILE)).find(|p| p.is_file())
+        dir.ancestors()
+            .map(|d| d.join(PROJECT_FILE))
+            .find(|p| p.is_file())
     }
 
     /// `$HEADROOM_CONFIG`, else `$XDG_CONFIG_HOME/headroom/config.toml`, else
@@ -90,30 +93,55 @@ pub struct BuildSettings {
 
 impl BuildSettings {
     /// Merges flags/env over the project file over the user file over the defaults.
-    pub fn merge(flags: &BuildOverrides, project: &FileConfig, user: &FileConfig, cpus: usize) -> Result<Self> {
+    pub fn merge(
+        flags: &BuildOverrides,
+        project: &FileConfig,
+        user: &FileConfig,
+        cpus: usize,
+    ) -> Result<Self> {
         let (project, user) = (&project.build, &user.build);
-        let budget_text = flags.budget.as_ref().or(project.budget.as_ref()).or(user.budget.as_ref());
+        let budget_text = flags
+            .budget
+            .as_ref()
+            .or(project.budget.as_ref())
+            .or(user.budget.as_ref());
         let budget = match budget_text {
             Some(text) => parse_budget(text)?,
             None => BudgetSpec::Auto,
         };
         let jobs = flags.jobs.or(project.jobs).or(user.jobs).unwrap_or(cpus);
-        anyhow::ensure!(jobs > 0, "--jobs must be at least 1 (or leave it out to use the {cpus} CPUs)");
-        let ladder_section = |s: &BuildSection| s.ladder.as_ref();
+        anyhow::ensure!(
+            jobs > 0,
+            "--jobs must be at least 1 (or leave it out to use the {cpus} CPUs)"
+        );
+        let (project_ladder, user_ladder) = (project.ladder.as_ref(), user.ladder.as_ref());
         let enabled = flags.lower_flags
-            || ladder_section(project)
+            || project_ladder
                 .and_then(|l| l.enabled)
-                .or(ladder_section(user).and_then(|l| l.enabled))
+                .or(user_ladder.and_then(|l| l.enabled))
                 .unwrap_or(false);
-        let custom = ladder_section(project).and_then(|l| l.rungs.as_ref()).or(ladder_section(user).and_then(|l| l.rungs.as_ref()));
+        let custom = project_ladder
+            .and_then(|l| l.rungs.as_ref())
+            .or(user_ladder.and_then(|l| l.rungs.as_ref()));
         let ladder = match (enabled, custom) {
             (false, _) => Vec::new(),
             (true, None) => default_ladder(),
-            (true, Some(rungs)) => rungs.iter().map(|edits| Rung::parse(edits)).collect::<Result<_, _>>()?,
+            (true, Some(rungs)) => rungs
+                .iter()
+                .map(|edits| Rung::parse(edits))
+                .collect::<Result<_, _>>()?,
         };
-        let sample_interval_ms =
-            flags.sample_interval_ms.or(project.sample_interval_ms).or(user.sample_interval_ms).unwrap_or(100);
-        Ok(BuildSettings { budget, jobs, ladder, sample_interval_ms })
+        let sample_interval_ms = flags
+            .sample_interval_ms
+            .or(project.sample_interval_ms)
+            .or(user.sample_interval_ms)
+            .unwrap_or(100);
+        Ok(BuildSettings {
+            budget,
+            jobs,
+            ladder,
+            sample_interval_ms,
+        })
     }
 }
 
@@ -134,18 +162,38 @@ mod tests {
         assert_eq!(merged.budget, BudgetSpec::Percent(50.0));
         assert_eq!(merged.jobs, 3);
         assert_eq!(merged.ladder, default_ladder());
-        let flags = BuildOverrides { budget: Some("2G".into()), jobs: Some(1), ..Default::default() };
+        let flags = BuildOverrides {
+            budget: Some("2G".into()),
+            jobs: Some(1),
+            ..Default::default()
+        };
         let merged = BuildSettings::merge(&flags, &project, &user, 8).unwrap();
         assert_eq!(merged.budget, BudgetSpec::Bytes(2 << 30));
         assert_eq!(merged.jobs, 1);
-        let defaults = BuildSettings::merge(&none, &FileConfig::default(), &FileConfig::default(), 8).unwrap();
-        assert_eq!(defaults, BuildSettings { budget: BudgetSpec::Auto, jobs: 8, ladder: vec![], sample_interval_ms: 100 });
+        let defaults =
+            BuildSettings::merge(&none, &FileConfig::default(), &FileConfig::default(), 8).unwrap();
+        assert_eq!(
+            defaults,
+            BuildSettings {
+                budget: BudgetSpec::Auto,
+                jobs: 8,
+                ladder: vec![],
+                sample_interval_ms: 100
+            }
+        );
     }
 
     #[test]
     fn custom_rungs_are_checked() {
-        let project = file("[build.ladder]\nenabled = true\nrungs = [[\"-g*=-g0\"], [\"bogus\"]]\n");
-        let err = BuildSettings::merge(&BuildOverrides::default(), &project, &FileConfig::default(), 2).unwrap_err();
+        let project =
+            file("[build.ladder]\nenabled = true\nrungs = [[\"-g*=-g0\"], [\"bogus\"]]\n");
+        let err = BuildSettings::merge(
+            &BuildOverrides::default(),
+            &project,
+            &FileConfig::default(),
+            2,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("`bogus`"), "{err}");
     }
 
@@ -155,9 +203,16 @@ mod tests {
         let path = dir.path().join(PROJECT_FILE);
         std::fs::write(&path, "[build]\nbudgett = \"6G\"\n").unwrap();
         let err = format!("{:#}", FileConfig::load(&path).unwrap_err());
-        assert!(err.contains("headroom.toml") && err.contains("budgett"), "{err}");
-        let zero = BuildOverrides { jobs: Some(0), ..Default::default() };
-        let err = BuildSettings::merge(&zero, &FileConfig::default(), &FileConfig::default(), 2).unwrap_err();
+        assert!(
+            err.contains("headroom.toml") && err.contains("budgett"),
+            "{err}"
+        );
+        let zero = BuildOverrides {
+            jobs: Some(0),
+            ..Default::default()
+        };
+        let err = BuildSettings::merge(&zero, &FileConfig::default(), &FileConfig::default(), 2)
+            .unwrap_err();
         assert!(err.to_string().contains("--jobs"), "{err}");
     }
 }

@@ -53,7 +53,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.first().is_some_and(|argv0| headroom_govern::shim::is_shim(argv0)) {
+    if argv
+        .first()
+        .is_some_and(|argv0| headroom_govern::shim::is_shim(argv0))
+    {
         headroom_govern::shim::main(argv);
     }
     tracing_subscriber::fmt()

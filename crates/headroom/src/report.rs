@@ -40,9 +40,11 @@ pub fn main(args: ReportArgs) -> Result<u8> {
 
 fn load(which: Option<&str>) -> Result<BuildReport> {
     if let Some(file) = which.filter(|w| w.parse::<i64>().is_err()) {
-        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the report {file}"))?;
-        return serde_json::from_str(&text)
-            .with_context(|| format!("{file} is not a report written by `headroom build --report`"));
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the report {file}"))?;
+        return serde_json::from_str(&text).with_context(|| {
+            format!("{file} is not a report written by `headroom build --report`")
+        });
     }
     let path = History::default_path();
     anyhow::ensure!(
@@ -75,9 +77,15 @@ fn timeline(report: &BuildReport) -> Timeline {
         .filter(|series| !series.points.is_empty())
         .collect();
     Timeline {
-        title: format!("headroom build {}: {}", report.build.id, report.build.command),
+        title: format!(
+            "headroom build {}: {}",
+            report.build.id, report.build.command
+        ),
         series,
-        limit: Some(Limit { label: "budget".into(), bytes: report.build.budget }),
+        limit: Some(Limit {
+            label: "budget".into(),
+            bytes: report.build.budget,
+        }),
         bands: Vec::new(),
     }
 }
