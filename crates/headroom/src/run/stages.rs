@@ -74,7 +74,7 @@ pub const WHOLE_RUN: &str = "(whole run)";
 /// its exit memory.
 pub fn summarise(starts: &[StageStart], samples: &[(f64, u64)], end: f64) -> Vec<StageSummary> {
     let mut spans: Vec<(String, f64)> = Vec::new();
-    if starts.first().map_or(true, |first| first.t > 0.0) {
+    if starts.first().is_none_or(|first| first.t > 0.0) {
         let name = if starts.is_empty() {
             WHOLE_RUN
         } else {

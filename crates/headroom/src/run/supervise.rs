@@ -413,7 +413,7 @@ impl Watch<'_> {
         let rss: u64 = processes.iter().map(|p| p.rss_bytes).sum();
         // PSS is read once a second, and whenever RSS reaches a new peak so the PSS peak is
         // measured at the moment that matters.
-        let due = self.last_pss.map_or(true, |at| at.elapsed() >= PSS_EVERY) || rss > self.peak;
+        let due = self.last_pss.is_none_or(|at| at.elapsed() >= PSS_EVERY) || rss > self.peak;
         let pss = if processes.len() <= PSS_MAX_PROCESSES && due {
             self.last_pss = Some(Instant::now());
             Some(
@@ -597,7 +597,7 @@ fn kernel_log_kill(pids: &HashSet<i32>, started_unix: f64) -> Result<Option<Stri
         .filter(|kill| pids.contains(&kill.pid))
         // Kernel stamps are seconds since boot: keep records from after the run started, with
         // a second of slack for clock granularity.
-        .filter(|kill| boot_unix.map_or(true, |boot| boot + kill.uptime_s >= started_unix - 1.0))
+        .filter(|kill| boot_unix.is_none_or(|boot| boot + kill.uptime_s >= started_unix - 1.0))
         .map(|kill| kill.line)
         .next_back())
 }
