@@ -140,6 +140,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
         rungs: Vec::new(),
         succeeded_rung: None,
         interrupted: false,
+        headroom_cpu_s: 0.0,
     };
     let mut exit_code = 0u8;
     for (index, rung) in rungs.iter().enumerate() {
@@ -217,6 +218,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             );
         }
     }
+    report.headroom_cpu_s = headroom_probe::rusage::self_cpu_seconds();
     eprint!("{}", report::render_table(&report));
     write_outputs(&args, &report)?;
     Ok(exit_code)

@@ -23,6 +23,8 @@ pub struct Report {
     pub succeeded_rung: Option<usize>,
     /// The user interrupted the run (Ctrl-C); the report covers what ran until then.
     pub interrupted: bool,
+    /// CPU time headroom itself used (sampling, output pass-through), for judging its overhead.
+    pub headroom_cpu_s: f64,
 }
 
 /// One rung: a command and how it went.
@@ -459,6 +461,7 @@ mod tests {
             ],
             succeeded_rung: Some(1),
             interrupted: false,
+            headroom_cpu_s: 0.01,
         }
     }
 
