@@ -65,8 +65,9 @@ fn resident_pages(pid: i32) -> Option<u64> {
     statm.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Children of every thread of `pid`; `None` when the kernel has no children lists.
-fn children_of(pid: i32) -> Option<Vec<i32>> {
+/// Children of every thread of `pid`; `None` when the kernel has no children lists (or `pid`
+/// is gone).
+pub fn children_of(pid: i32) -> Option<Vec<i32>> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut children = Vec::new();
     for task in tasks.flatten() {

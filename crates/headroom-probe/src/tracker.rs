@@ -1,16 +1,18 @@
 //! Follows one command's whole process tree from sample to sample, cheaply enough to sample at
-//! 100 Hz: members are re-read each time, but the rest of `/proc` is only listed, and a process
-//! is looked at once to decide whether it belongs.
+//! 100 Hz: the tree is walked through the kernel's children lists, so each sample reads a few
+//! small files per member and never scans all of `/proc`.
 //!
 //! A process belongs when the kernel says so (it is in the command's own cgroup) or, without a
 //! cgroup, when it descends from the tracking process (which should be a child subreaper, so
-//! double-forked daemons are reparented to it instead of to init) or shares the command's session.
+//! double-forked daemons are reparented to it instead of to init). On kernels without children
+//! lists, `/proc` is scanned instead, a process is looked at once to decide whether it belongs,
+//! and sharing the command's session also counts.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::procs::ProcStat;
+use crate::procs::{children_of, ProcStat};
 
 /// How membership is decided.
 #[derive(Debug, Clone)]
@@ -36,6 +38,8 @@ pub struct TreeTracker {
     page_size: u64,
     /// Every pid that was ever a member, for matching kernel OOM-kill records afterwards.
     ever: HashSet<i32>,
+    /// The kernel keeps `/proc/PID/task/TID/children` (CONFIG_PROC_CHILDREN).
+    children_lists: bool,
 }
 
 impl TreeTracker {
@@ -48,6 +52,7 @@ impl TreeTracker {
             strangers_since: Instant::now(),
             page_size: procfs::page_size(),
             ever: HashSet::new(),
+            children_lists: children_of(std::process::id() as i32).is_some(),
         }
     }
 
@@ -74,8 +79,11 @@ impl TreeTracker {
                     }
                 }
             }
+            Scope::Descendants { ancestor, .. } if self.children_lists => {
+                self.walk_children(ancestor, &mut stats);
+            }
             Scope::Descendants { ancestor, session } => {
-                self.discover(ancestor, session, &mut stats);
+                self.scan(ancestor, session, &mut stats);
             }
         }
         self.members = stats.keys().copied().collect();
@@ -85,7 +93,20 @@ impl TreeTracker {
         processes
     }
 
-    fn discover(&mut self, ancestor: i32, session: i32, stats: &mut HashMap<i32, ProcStat>) {
+    fn walk_children(&self, ancestor: i32, stats: &mut HashMap<i32, ProcStat>) {
+        let mut pending = children_of(ancestor).unwrap_or_default();
+        while let Some(pid) = pending.pop() {
+            if self.excluded.contains(&pid) || stats.contains_key(&pid) {
+                continue;
+            }
+            if let Some(stat) = self.read(pid) {
+                stats.insert(pid, stat);
+                pending.extend(children_of(pid).unwrap_or_default());
+            }
+        }
+    }
+
+    fn scan(&mut self, ancestor: i32, session: i32, stats: &mut HashMap<i32, ProcStat>) {
         if self.strangers_since.elapsed() > STRANGER_MEMORY {
             self.strangers.clear();
             self.strangers_since = Instant::now();
@@ -158,9 +179,14 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
-    #[test]
-    fn follows_a_double_forked_daemon_in_the_session() {
-        // The child starts its own session; the grandchild's parent exits, so it is orphaned.
+    /// Starts `sh` in its own session whose background child is orphaned at once (its parent
+    /// subshell exits), and samples the tree while both sleep.
+    fn sample_a_double_fork(children_lists: bool) -> (i32, Vec<ProcStat>) {
+        // As `headroom run` does: orphans of our descendants are reparented to us.
+        // SAFETY: prctl with an integer flag.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
         let mut command = Command::new("sh");
         command.args(["-c", "(sleep 3 &) ; sleep 3"]);
         // SAFETY: setsid is async-signal-safe.
@@ -177,18 +203,46 @@ mod tests {
             ancestor: std::process::id() as i32,
             session: pid,
         });
+        tracker.children_lists &= children_lists;
         let members = tracker.sample();
         let _ = Command::new("kill")
             .args(["--", &format!("-{pid}")])
             .status();
         child.kill().ok();
         child.wait().ok();
+        (pid, members)
+    }
+
+    fn sleeps_in_session(pid: i32, members: &[ProcStat]) -> usize {
         // Other tests in this process start children too; count only this session's sleeps.
-        let sleeps = members
+        members
             .iter()
             .filter(|p| p.comm == "sleep" && p.sid == pid)
-            .count();
-        assert_eq!(sleeps, 2, "both sleeps, the orphan included: {members:?}");
+            .count()
+    }
+
+    #[test]
+    fn follows_a_double_forked_daemon_through_children_lists() {
+        if children_of(std::process::id() as i32).is_none() {
+            eprintln!("skipping: this kernel has no /proc/PID/task/TID/children lists");
+            return;
+        }
+        let (pid, members) = sample_a_double_fork(true);
+        assert_eq!(
+            sleeps_in_session(pid, &members),
+            2,
+            "the orphan included: {members:?}"
+        );
+    }
+
+    #[test]
+    fn follows_a_double_forked_daemon_by_scanning_proc() {
+        let (pid, members) = sample_a_double_fork(false);
+        assert_eq!(
+            sleeps_in_session(pid, &members),
+            2,
+            "the orphan included: {members:?}"
+        );
     }
 
     #[test]
