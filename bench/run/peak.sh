@@ -30,6 +30,7 @@ for _ in $(seq "$RUNS"); do
     error_pct "$scratch/one.json" rusage
 done >"$scratch/one.txt"
 echo "one process, $MIB MiB: sampled - kernel, % of kernel (median of $RUNS): $(cut -d' ' -f1 "$scratch/one.txt" | median)"
+echo "  runs (error %, sampled bytes, kernel bytes):" && sed 's/^/    /' "$scratch/one.txt"
 
 per_child=$((MIB / 8))
 tree="for i in 1 2 3 4 5 6 7 8; do $scratch/alloc $per_child 1.0 & done; wait"
@@ -41,3 +42,4 @@ for _ in $(seq "$RUNS"); do
     error_pct "$scratch/tree.json" cgroup
 done >"$scratch/tree.txt"
 echo "tree of 8 x $per_child MiB: sampled - cgroup peak, % of cgroup peak (median of $RUNS): $(cut -d' ' -f1 "$scratch/tree.txt" | median)"
+echo "  runs (error %, sampled bytes, cgroup bytes):" && sed 's/^/    /' "$scratch/tree.txt"

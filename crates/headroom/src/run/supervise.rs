@@ -30,6 +30,9 @@ const MAX_LINE: usize = 64 * 1024;
 /// PSS costs a page-table walk per process: read it at most this often, and only for small trees.
 const PSS_EVERY: Duration = Duration::from_secs(1);
 const PSS_MAX_PROCESSES: usize = 64;
+/// MemAvailable and PSI describe the whole machine and move slowly (PSI's shortest average is
+/// 10 s): read them at most this often, whatever the interval.
+const MACHINE_EVERY: Duration = Duration::from_millis(200);
 /// How long to wait for output after the command exits (daemons may hold the pipes open).
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
@@ -277,6 +280,7 @@ pub fn run(
         cgroup: cgroup.as_ref(),
         samples: Vec::new(),
         last_pss: None,
+        machine: None,
         peak: 0,
         stage: None,
     };
@@ -402,6 +406,8 @@ struct Watch<'a> {
     cgroup: Option<&'a Cgroup>,
     samples: Vec<Sample>,
     last_pss: Option<Instant>,
+    /// The last machine-wide reading: when, MemAvailable, PSI `some avg10`.
+    machine: Option<(Instant, Option<u64>, Option<f64>)>,
     peak: u64,
     stage: Option<String>,
 }
@@ -438,6 +444,7 @@ impl Watch<'_> {
         by_command.retain(|(_, bytes)| *bytes > 0);
         let pids: HashSet<i32> = processes.iter().map(|p| p.pid).collect();
         let device = devices.read(&pids);
+        let (mem_available, psi_some_avg10) = self.machine_reading();
         self.peak = self.peak.max(rss);
         self.samples.push(Sample {
             t,
@@ -445,12 +452,26 @@ impl Watch<'_> {
             pss,
             processes: processes.len(),
             cgroup_usage: self.cgroup.and_then(|c| c.usage().ok()),
-            mem_available: meminfo::read_meminfo().ok().map(|m| m.available),
-            psi_some_avg10: psi::system_memory_pressure().ok().map(|p| p.some.avg10),
+            mem_available,
+            psi_some_avg10,
             gpu: device.gpu,
             neuron: device.neuron,
             by_command,
         });
+    }
+
+    fn machine_reading(&mut self) -> (Option<u64>, Option<f64>) {
+        match self.machine {
+            Some((at, available, pressure)) if at.elapsed() < MACHINE_EVERY => {
+                (available, pressure)
+            }
+            _ => {
+                let available = meminfo::read_meminfo().ok().map(|m| m.available);
+                let pressure = psi::system_memory_pressure().ok().map(|p| p.some.avg10);
+                self.machine = Some((Instant::now(), available, pressure));
+                (available, pressure)
+            }
+        }
     }
 
     fn show_status(&self, terminal: &Terminal) {
