@@ -159,6 +159,26 @@ const CASES: &[Case] = &[
         expected: Some(Kind::CompilerKilled),
     },
     Case {
+        source: "github.com/microsoft/EVM-for-CCF/issues/15 (clang 8)",
+        output: "clang: error: unable to execute command: Killed\nclang: error: clang frontend command failed due to signal (use -v to see invocation)",
+        expected: Some(Kind::CompilerKilled),
+    },
+    Case {
+        source: "github.com/llvm/llvm-project/issues/85969 (clang crash, not memory)",
+        output: "clang: error: unable to execute command: Segmentation fault\nclang: error: clang frontend command failed due to signal (use -v to see invocation)",
+        expected: None,
+    },
+    Case {
+        source: "github.com/rust-lang/rust/issues/73234 (rustc)",
+        output: "memory allocation of 59768848 bytes failed\n\nCompiler returned: 255",
+        expected: Some(Kind::NativeAllocFailed),
+    },
+    Case {
+        source: "github.com/rust-lang/rust/issues/73202 (rustup on a 2 GB machine, no newline before the shell's message)",
+        output: "42.0 MiB /  60.2 MiB ( 70 %)   8.0 MiB/s in  5s ETA:  2smemory allocation of 166442784 bytes failedsh: line 371: 18018 Aborted",
+        expected: Some(Kind::NativeAllocFailed),
+    },
+    Case {
         source: "github.com/Project-OSRM/osrm-backend/issues/1170",
         output: "[ 21%] Building CXX object CMakeFiles/OSRM.dir/Library/OSRM_impl.cpp.o\nvirtual memory exhausted: Cannot allocate memory\nmake[2]: *** [CMakeFiles/OSRM.dir/Library/OSRM_impl.cpp.o] Error 1",
         expected: Some(Kind::VirtualMemoryExhausted),
@@ -302,8 +322,43 @@ fn non_memory_failures_never_count_as_memory() {
     }
 }
 
+#[test]
+fn every_rule_is_exercised_by_a_real_message() {
+    let used: std::collections::HashSet<&str> = CASES
+        .iter()
+        .filter_map(|case| classify(case.output.as_bytes(), &ExitInfo::exited(1)))
+        .map(|diagnosis| diagnosis.rule)
+        .collect();
+    let unused: Vec<&str> = headroom_diagnose::RULES
+        .iter()
+        .map(|rule| rule.name)
+        .filter(|name| !used.contains(name))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "rules without a real message: {unused:?}"
+    );
+}
+
+#[test]
+fn rust_allocation_failure_numbers() {
+    let diagnosis = classify(
+        b"memory allocation of 59768848 bytes failed",
+        &ExitInfo::exited(1),
+    )
+    .unwrap();
+    assert_eq!(diagnosis.numbers.requested, Some(59_768_848));
+}
+
 fn approx(value: Option<u64>, expected: f64) -> bool {
     value.is_some_and(|v| (v as f64 - expected).abs() <= expected * 1e-3 + 1.0)
+}
+
+/// The message whose source mentions `source`.
+fn case(source: &str) -> &'static str {
+    let matching: Vec<&Case> = CASES.iter().filter(|c| c.source.contains(source)).collect();
+    assert_eq!(matching.len(), 1, "exactly one case from {source}");
+    matching[0].output
 }
 
 fn numbers_of(output: &str) -> headroom_diagnose::OomNumbers {
@@ -314,7 +369,7 @@ fn numbers_of(output: &str) -> headroom_diagnose::OomNumbers {
 
 #[test]
 fn pytorch_1_0_cached_form_numbers() {
-    let n = numbers_of(CASES[1].output);
+    let n = numbers_of(case("pytorch/pytorch/issues/16417 ("));
     assert!(approx(n.requested, 12.5 * MIB));
     assert!(approx(n.capacity, 10.92 * GIB));
     assert!(approx(n.allocated, 8.57 * MIB));
@@ -326,7 +381,7 @@ fn pytorch_1_0_cached_form_numbers() {
 
 #[test]
 fn pytorch_1_x_reserved_form_numbers() {
-    let n = numbers_of(CASES[3].output);
+    let n = numbers_of(case("iPASSR"));
     assert!(approx(n.requested, 10.73 * GIB));
     assert!(approx(n.capacity, 8.0 * GIB));
     assert!(approx(n.allocated, 17.20 * GIB));
@@ -336,7 +391,7 @@ fn pytorch_1_x_reserved_form_numbers() {
 
 #[test]
 fn pytorch_2_1_typo_form_numbers() {
-    let n = numbers_of(CASES[4].output);
+    let n = numbers_of(case("MGFN"));
     assert!(approx(n.requested, 1.70 * GIB));
     assert!(approx(n.capacity, 6.0 * GIB));
     assert_eq!(n.free, Some(0));
@@ -346,7 +401,7 @@ fn pytorch_2_1_typo_form_numbers() {
 
 #[test]
 fn pytorch_2_x_form_numbers_with_other_processes() {
-    let n = numbers_of(CASES[6].output);
+    let n = numbers_of(case("FireRedTTS2"));
     assert!(approx(n.requested, 26.0 * MIB));
     assert!(approx(n.capacity, 11.66 * GIB));
     assert!(approx(n.free, 9.81 * MIB));
@@ -356,8 +411,17 @@ fn pytorch_2_x_form_numbers_with_other_processes() {
 
 #[test]
 fn xla_and_numpy_numbers() {
-    assert_eq!(numbers_of(CASES[12].output).requested, Some(7_406_166_528));
-    assert_eq!(numbers_of(CASES[13].output).requested, Some(20_029_400_304));
-    assert!(approx(numbers_of(CASES[30].output).requested, 58.0 * GIB));
-    assert!(approx(numbers_of(CASES[31].output).requested, 201.0 * GIB));
+    assert_eq!(
+        numbers_of(case("alphafold/issues/1023")).requested,
+        Some(7_406_166_528)
+    );
+    assert_eq!(numbers_of(case("LLNeRF")).requested, Some(20_029_400_304));
+    assert!(approx(
+        numbers_of(case("KeypointFusion")).requested,
+        58.0 * GIB
+    ));
+    assert!(approx(
+        numbers_of(case("numpy/numpy/issues/17595")).requested,
+        201.0 * GIB
+    ));
 }
