@@ -355,7 +355,7 @@ impl Governor {
     fn record(&self, state: &mut State, id: JobId, job: Job, attempt: &Attempt) {
         let succeeded = attempt.exit_code == Some(0);
         if succeeded && job.rung == 0 {
-            state.predictor.learn(job.identity.group, job.peak);
+            learn(state, job.identity.group, job.peak);
         }
         let record = JobRecord {
             job_id: id,
@@ -529,6 +529,20 @@ impl Governor {
         let build_id = self.finish_history(exit_code);
         let _ = write_frame(stream, &Reply::ShutDown { build_id });
         std::process::exit(0);
+    }
+}
+
+/// Teaches the predictor a group's peak, and passes the better guess on to the jobs of that
+/// group that were offered before anything was known about them.
+fn learn(state: &mut State, group: u64, peak: u64) {
+    state.predictor.learn(group, peak);
+    let prediction = state.predictor.predict(None, group);
+    for (&id, job) in state.jobs.iter_mut() {
+        if job.identity.group == group && job.source == PredictionSource::Default {
+            job.predicted = prediction.peak;
+            job.source = prediction.source;
+            state.scheduler.repredict(id, prediction.peak);
+        }
     }
 }
 

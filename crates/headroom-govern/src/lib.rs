@@ -14,5 +14,6 @@ pub mod job;
 pub mod ladder;
 pub mod oom;
 pub mod protocol;
+pub mod session;
 pub mod shim;
 pub mod shimdir;

@@ -47,7 +47,7 @@ enum Command {
     /// Simulate scheduling policies on recorded build traces.
     Sim(sim::SimArgs),
     /// The per-build governor process, started by `headroom build`.
-    #[command(name = "__governor", hide = true)]
+    #[command(name = headroom_govern::session::GOVERNOR_SUBCOMMAND, hide = true)]
     Governor,
 }
 
@@ -67,7 +67,9 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Build(args) => build::main(args),
         Command::Report(args) => report::main(args),
-        Command::Governor => build::governor_main(),
+        Command::Governor => headroom_govern::session::governor_main()
+            .map(|()| 0)
+            .map_err(Into::into),
         Command::Run(args) => run::main(args),
         Command::Doctor(args) => doctor::main(args),
         Command::Kernels(args) => kernels::main(args),

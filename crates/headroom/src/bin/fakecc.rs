@@ -1,10 +1,10 @@
 //! `headroom-fakecc`: a stand-in compiler for tests and benchmarks. It grows to a given amount
 //! of really touched memory over a given time, holds it briefly, and writes its `-o` output.
 //!
-//! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--oom-unless FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
-//! - `--mem-file FILE`: read the MiB from FILE, so a job's flags (and so its identity in the
-//!   history) stay the same while its memory changes between builds;
-//! - `--oom-unless FLAG`: print gcc's "virtual memory exhausted" and exit 1 unless FLAG is
+//! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
+//! - `--mem-file FILE`: read `MIB [MILLIS]` from FILE, so a job's flags (and so its identity
+//!   in the history) stay the same while its memory and time change between builds;
+//! - `--oom-unless=FLAG`: print gcc's "virtual memory exhausted" and exit 1 unless FLAG is
 //!   among the arguments (to exercise the lower-memory flag ladder);
 //! - `--fail-once MARKER`: the first run (when MARKER does not exist) creates MARKER and dies
 //!   like a kernel OOM kill (SIGKILL on itself) once it reached its memory.
@@ -28,16 +28,26 @@ fn main() {
                 .unwrap_or_else(|_| usage(&format!("{flag} takes a whole number, not `{v}`")))
         })
     };
-    let from_file = value("--mem-file").map(|file| {
+    let from_file: Option<Vec<u64>> = value("--mem-file").map(|file| {
         let text = std::fs::read_to_string(file)
             .unwrap_or_else(|e| usage(&format!("cannot read {file}: {e}")));
-        text.trim()
-            .parse::<u64>()
-            .unwrap_or_else(|_| usage(&format!("{file} must hold a whole number of MiB")))
+        let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse).collect();
+        numbers
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| usage(&format!("{file} must hold `MIB [MILLIS]`")))
     });
-    let mem_mib = from_file.or_else(|| number("--mem")).unwrap_or(16);
-    let millis = number("--ms").unwrap_or(100);
-    if let Some(flag) = value("--oom-unless") {
+    let mem_mib = from_file
+        .as_ref()
+        .map(|n| n[0])
+        .or_else(|| number("--mem"))
+        .unwrap_or(16);
+    let millis = from_file
+        .as_ref()
+        .and_then(|n| n.get(1).copied())
+        .or_else(|| number("--ms"))
+        .unwrap_or(100);
+    if let Some(flag) = args.iter().find_map(|a| a.strip_prefix("--oom-unless=")) {
         if !args.iter().any(|a| a == flag) {
             eprintln!(
                 "cc1plus: out of memory allocating 1048576 bytes after a total of {mem_mib} MiB"
