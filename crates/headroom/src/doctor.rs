@@ -110,6 +110,9 @@ pub struct OomKills {
     pub total: usize,
     /// The most recent kills, newest last.
     pub recent: Vec<OomKill>,
+    /// Seconds since boot now, to tell how long ago each kill was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uptime_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -182,12 +185,15 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
             error: None,
             total: kills.len(),
             recent: kills[kills.len().saturating_sub(RECENT_KILLS)..].to_vec(),
+            uptime_s: read("/proc/uptime")
+                .and_then(|text| text.split_whitespace().next()?.parse().ok()),
         },
         Err(e) => OomKills {
             readable: false,
             error: Some(e.to_string()),
             total: 0,
             recent: Vec::new(),
+            uptime_s: None,
         },
     };
     let facts = MemoryFacts::read().context("cannot work out a build budget")?;
@@ -401,11 +407,11 @@ pub fn render(findings: &Findings) -> String {
     if kills.readable {
         let _ = writeln!(out, "  OOM kills  {} in the kernel log", kills.total);
         for kill in &kills.recent {
-            let _ = writeln!(
-                out,
-                "             at {:.0}s after boot: {} (pid {})",
-                kill.uptime_s, kill.comm, kill.pid
-            );
+            let when = match kills.uptime_s {
+                Some(now) => ago(now - kill.uptime_s),
+                None => format!("at {:.0}s after boot", kill.uptime_s),
+            };
+            let _ = writeln!(out, "             {when}: {} (pid {})", kill.comm, kill.pid);
         }
     } else {
         let _ = writeln!(
@@ -460,11 +466,30 @@ pub fn render(findings: &Findings) -> String {
     out
 }
 
+/// `42 s ago`, `17 min ago`, `5.2 h ago`, `3.0 days ago`.
+fn ago(seconds: f64) -> String {
+    let seconds = seconds.max(0.0);
+    match seconds {
+        s if s < 120.0 => format!("{s:.0} s ago"),
+        s if s < 7200.0 => format!("{:.0} min ago", s / 60.0),
+        s if s < 172_800.0 => format!("{:.1} h ago", s / 3600.0),
+        s => format!("{:.1} days ago", s / 86_400.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn ages_read_naturally() {
+        assert_eq!(ago(42.0), "42 s ago");
+        assert_eq!(ago(1500.0), "25 min ago");
+        assert_eq!(ago(18_000.0), "5.0 h ago");
+        assert_eq!(ago(3.0 * 86_400.0), "3.0 days ago");
+    }
 
     #[test]
     fn jobs_are_bounded_by_memory_and_cpus() {
@@ -541,6 +566,7 @@ mod tests {
                     uptime_s: 758.2,
                     line: "Out of memory: Killed process 4242 (cc1plus)".into(),
                 }],
+                uptime_s: Some(758.2 + 1500.0),
             },
             budget: Recommendation {
                 bytes: 13 * GIB,
@@ -602,6 +628,7 @@ mod tests {
             error: Some("cannot read the kernel log (…)".into()),
             total: 0,
             recent: vec![],
+            uptime_s: None,
         };
         findings.warnings = warnings(&findings, None);
         assert!(render(&findings).contains("OOM kills  unknown: cannot read the kernel log"));

@@ -131,3 +131,33 @@ fn ctrl_c_is_forwarded_and_a_partial_report_is_written() {
     );
     let _ = std::io::stderr().flush();
 }
+
+#[test]
+fn a_terminal_gets_a_live_status_line() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipping: `script` (util-linux) is not installed to provide a terminal");
+        return;
+    }
+    let scratch = Scratch::new();
+    let headroom = env!("CARGO_BIN_EXE_headroom");
+    // `script` gives headroom a pseudo-terminal for stdout and stderr and copies what it shows.
+    let output = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{headroom} run -- sh -c 'echo \"##headroom stage settle\"; sleep 1'"),
+            "/dev/null",
+        ])
+        .current_dir(scratch.dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    assert!(
+        shown.contains("\r\x1b[2Kheadroom: "),
+        "status line drawn: {shown:?}"
+    );
+    assert!(
+        shown.contains("peak") && shown.contains("stage settle"),
+        "{shown:?}"
+    );
+}

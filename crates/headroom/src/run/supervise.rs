@@ -155,6 +155,9 @@ struct Terminal {
     lock: Mutex<()>,
     status_visible: AtomicBool,
     status_enabled: bool,
+    /// CMD's last output ended a line. The status line is drawn only then, so it never erases
+    /// a partial line such as CMD's own `\r` progress bar.
+    at_line_start: AtomicBool,
 }
 
 impl Terminal {
@@ -231,6 +234,7 @@ pub fn run(
         lock: Mutex::new(()),
         status_visible: AtomicBool::new(false),
         status_enabled: std::io::stderr().is_terminal(),
+        at_line_start: AtomicBool::new(true),
     });
     let (events, received) = mpsc::channel();
     let stdout_tail = Arc::new(Mutex::new(Vec::new()));
@@ -323,7 +327,10 @@ pub fn run(
             forward(signal, child_pid, cgroup.as_ref());
         }
         exit = reap(child_pid);
-        if terminal.status_enabled && Instant::now() >= next_status {
+        if terminal.status_enabled
+            && terminal.at_line_start.load(Ordering::SeqCst)
+            && Instant::now() >= next_status
+        {
             watch.show_status(&terminal);
             next_status = Instant::now() + STATUS_EVERY;
         }
@@ -534,6 +541,9 @@ fn spawn_pump(
                     let _ = stdout.write_all(chunk);
                     let _ = stdout.flush();
                 }
+                terminal
+                    .at_line_start
+                    .store(chunk.ends_with(b"\n"), Ordering::SeqCst);
             }
             if let Ok(mut tail) = tail.lock() {
                 tail.extend_from_slice(chunk);
