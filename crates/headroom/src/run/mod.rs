@@ -166,7 +166,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
                 return Ok(2);
             }
         };
-        let stages = stages::summarise(
+        let mut stages = stages::summarise(
             &outcome.stage_starts,
             &outcome
                 .samples
@@ -175,6 +175,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
                 .collect::<Vec<_>>(),
             outcome.duration_s,
         );
+        for stage in &mut stages {
+            let inside = || {
+                outcome
+                    .samples
+                    .iter()
+                    .filter(|s| s.t >= stage.start_s && s.t <= stage.end_s)
+            };
+            stage.gpu_peak_bytes = inside().filter_map(|s| s.gpu).max();
+            stage.neuron_peak_bytes = inside().filter_map(|s| s.neuron).max();
+        }
         let succeeded = outcome.exit.success();
         let diagnosis =
             classify(&outcome.output_tail, &outcome.exit).map(|diagnosis| StagedDiagnosis {

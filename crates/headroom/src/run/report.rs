@@ -121,22 +121,50 @@ pub fn render_table(report: &Report) -> String {
             rung.outcome(),
             rung.duration_s
         );
+        // Device columns only where a device was read.
+        let gpu = rung.stages.iter().any(|s| s.gpu_peak_bytes.is_some());
+        let neuron = rung.stages.iter().any(|s| s.neuron_peak_bytes.is_some());
+        let device_column = |shown: bool, value: Option<u64>| {
+            if shown {
+                format!(" {:>11}", value.map_or("-".to_string(), format_size))
+            } else {
+                String::new()
+            }
+        };
         let _ = writeln!(
             out,
-            "  {:<24} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11}",
-            "stage", "start", "end", "duration", "entry", "peak", "exit"
+            "  {:<24} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11}{}{}",
+            "stage",
+            "start",
+            "end",
+            "duration",
+            "entry",
+            "peak",
+            "exit",
+            if gpu {
+                format!(" {:>11}", "GPU peak")
+            } else {
+                String::new()
+            },
+            if neuron {
+                format!(" {:>11}", "Neuron peak")
+            } else {
+                String::new()
+            },
         );
         for stage in &rung.stages {
             let _ = writeln!(
                 out,
-                "  {:<24} {:>8.2}s {:>8.2}s {:>8.2}s {:>11} {:>11} {:>11}",
+                "  {:<24} {:>8.2}s {:>8.2}s {:>8.2}s {:>11} {:>11} {:>11}{}{}",
                 truncate(&stage.name, 24),
                 stage.start_s,
                 stage.end_s,
                 stage.duration_s,
                 format_size(stage.entry_bytes),
                 format_size(stage.peak_bytes),
-                format_size(stage.exit_bytes)
+                format_size(stage.exit_bytes),
+                device_column(gpu, stage.gpu_peak_bytes),
+                device_column(neuron, stage.neuron_peak_bytes),
             );
         }
         let peak = &rung.peak;
@@ -380,6 +408,8 @@ mod tests {
             exit_bytes: exit * MIB,
             peak_bytes: peak * MIB,
             peak_at_s: start,
+            gpu_peak_bytes: None,
+            neuron_peak_bytes: None,
         }
     }
 

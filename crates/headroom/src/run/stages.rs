@@ -62,6 +62,12 @@ pub struct StageSummary {
     pub peak_bytes: u64,
     /// Seconds since start when the peak was sampled.
     pub peak_at_s: f64,
+    /// GPU memory peak of the tree during the stage, where NVML is available.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_peak_bytes: Option<u64>,
+    /// Neuron device memory peak during the stage, where `neuron-monitor` is available.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neuron_peak_bytes: Option<u64>,
 }
 
 /// Name of the span before the first marker.
@@ -111,6 +117,8 @@ pub fn summarise(starts: &[StageStart], samples: &[(f64, u64)], end: f64) -> Vec
             exit_bytes: exit.1,
             peak_bytes: peak.1,
             peak_at_s: peak.0,
+            gpu_peak_bytes: None,
+            neuron_peak_bytes: None,
         });
     }
     summaries

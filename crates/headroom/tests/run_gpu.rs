@@ -1,0 +1,81 @@
+//! GPU memory through NVML loaded at run time. No GPU here, so a stand-in
+//! `libnvidia-ml.so.1` (compiled from `run_support/fake_nvml.c`) is put on the loader's path;
+//! on a machine with the real driver the same code path reads real devices.
+
+mod run_support;
+
+use std::process::Command;
+
+use run_support::*;
+
+#[test]
+fn gpu_memory_of_the_tree_is_recorded_per_sample_and_per_stage() {
+    let scratch = Scratch::new();
+    let library = scratch.path("libnvidia-ml.so.1");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_support/fake_nvml.c");
+    let compiled = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&library)
+        .arg(source)
+        .status();
+    if !compiled.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (`cc`) to build the stand-in NVML");
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            "--json",
+            "r.json",
+            "--",
+            "sh",
+            "-c",
+            "echo '##headroom stage on-gpu'; sleep 0.5",
+        ])
+        .current_dir(scratch.dir.path())
+        .env("LD_LIBRARY_PATH", scratch.dir.path())
+        .env("FAKE_NVML_BYTES", (3u64 << 30).to_string())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = scratch.json("r.json");
+    let rung = &report["rungs"][0];
+    assert_eq!(rung["peak"]["gpu"], 3u64 << 30, "{}", rung["peak"]);
+    assert_eq!(stage(&report, 0, "on-gpu")["gpu_peak_bytes"], 3u64 << 30);
+    assert!(
+        rung["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| !n.as_str().unwrap().contains("NVML")),
+        "no 'NVML missing' note when it loads: {}",
+        rung["notes"]
+    );
+    assert!(
+        stderr(&output).contains("GPU 3.00 GiB"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn without_nvml_a_note_says_gpu_memory_is_not_recorded() {
+    let scratch = Scratch::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["run", "--json", "r.json", "--", "true"])
+        .current_dir(scratch.dir.path())
+        .env("LD_LIBRARY_PATH", scratch.dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = scratch.json("r.json");
+    if report["rungs"][0]["peak"]["gpu"].is_u64() {
+        eprintln!("skipping: this machine has a real NVML");
+        return;
+    }
+    let notes = report["rungs"][0]["notes"].to_string();
+    assert!(
+        notes.contains("libnvidia-ml.so.1") && notes.contains("not recorded"),
+        "{notes}"
+    );
+}
