@@ -3,7 +3,7 @@
 
 mod run_support;
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -87,7 +87,7 @@ fn bad_input_is_a_clear_error_naming_the_flag() {
 #[test]
 fn ctrl_c_is_forwarded_and_a_partial_report_is_written() {
     let scratch = Scratch::new();
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args([
             "run",
             "--json",
@@ -102,7 +102,17 @@ fn ctrl_c_is_forwarded_and_a_partial_report_is_written() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the marker is through, CMD runs and headroom's handler is installed (it is set up
+    // before CMD starts), however loaded the machine is.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("##headroom stage waiting") {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "headroom closed stdout early"
+        );
+    }
     let started = Instant::now();
     // SAFETY: kill(2) on the child we started.
     unsafe {
