@@ -207,6 +207,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             stages,
             diagnosis,
             tracking: outcome.tracking.to_string(),
+            largest_processes: outcome.largest_processes.clone(),
             notes: outcome.notes.clone(),
             samples: outcome.samples,
         });

@@ -9,7 +9,7 @@ use headroom_store::chart::{Band, Limit, Series, Timeline};
 use serde::Serialize;
 
 use super::stages::StageSummary;
-use super::supervise::{KernelPeaks, Sample};
+use super::supervise::{KernelPeaks, ProcessPeak, Sample};
 
 /// The whole run: every rung of the fallback ladder that ran.
 #[derive(Debug, Clone, Serialize)]
@@ -47,6 +47,8 @@ pub struct RungReport {
     pub diagnosis: Option<StagedDiagnosis>,
     /// How the process tree was followed.
     pub tracking: String,
+    /// The processes with the largest sampled RSS, largest first.
+    pub largest_processes: Vec<ProcessPeak>,
     pub notes: Vec<String>,
     pub samples: Vec<Sample>,
 }
@@ -192,6 +194,15 @@ pub fn render_table(report: &Report) -> String {
                 .map(|b| format!("lowest MemAvailable {}", format_size(b))),
         );
         let _ = writeln!(out, "  peak: {}", facts.join(" · "));
+        if !rung.largest_processes.is_empty() {
+            let largest: Vec<String> = rung
+                .largest_processes
+                .iter()
+                .take(3)
+                .map(|p| format!("{} (pid {}) {}", p.command, p.pid, format_size(p.peak_rss)))
+                .collect();
+            let _ = writeln!(out, "  largest processes: {}", largest.join(" · "));
+        }
         if let Some(staged) = &rung.diagnosis {
             let _ = writeln!(
                 out,
@@ -460,6 +471,18 @@ mod tests {
                         diagnosis,
                     }),
                     tracking: "cgroup".into(),
+                    largest_processes: vec![
+                        ProcessPeak {
+                            pid: 41,
+                            command: "cc1plus".into(),
+                            peak_rss: 700 * MIB,
+                        },
+                        ProcessPeak {
+                            pid: 40,
+                            command: "python3".into(),
+                            peak_rss: 200 * MIB,
+                        },
+                    ],
                     notes: vec!["NVML is not available (test); GPU memory is not recorded".into()],
                     samples: failed_samples,
                 },
@@ -485,6 +508,7 @@ mod tests {
                     ],
                     diagnosis: None,
                     tracking: "cgroup".into(),
+                    largest_processes: vec![],
                     notes: vec![],
                     samples: ok_samples,
                 },

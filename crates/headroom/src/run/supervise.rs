@@ -2,7 +2,7 @@
 //! for stage starts, samples its whole process tree at a fixed interval, forwards Ctrl-C, and
 //! collects how it ended and what the kernel says about its memory.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -101,7 +101,20 @@ pub struct Outcome {
     /// The signal forwarded from the user (Ctrl-C), if any.
     pub interrupted: Option<i32>,
     pub notes: Vec<String>,
+    /// The processes with the largest sampled RSS, largest first.
+    pub largest_processes: Vec<ProcessPeak>,
 }
+
+/// One process of the tree and the largest RSS it was sampled at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessPeak {
+    pub pid: i32,
+    pub command: String,
+    pub peak_rss: u64,
+}
+
+/// How many processes the report lists by their peak.
+const LARGEST_PROCESSES: usize = 10;
 
 /// Signals headroom forwards to the command instead of dying of them.
 pub struct Signals {
@@ -287,6 +300,7 @@ pub fn run(
         machine: None,
         peak: 0,
         stage: None,
+        process_peaks: HashMap::new(),
     };
     let mut stage_starts = Vec::new();
     let mut interrupted = None;
@@ -392,6 +406,7 @@ pub fn run(
     Ok(Ok(Outcome {
         started_unix,
         duration_s,
+        largest_processes: watch.largest_processes(),
         samples: watch.samples,
         stage_starts: stage_starts
             .into_iter()
@@ -417,6 +432,8 @@ struct Watch<'a> {
     machine: Option<(Instant, Option<u64>, Option<f64>)>,
     peak: u64,
     stage: Option<String>,
+    /// Peak sampled RSS of every process seen, by pid.
+    process_peaks: HashMap<i32, ProcessPeak>,
 }
 
 impl Watch<'_> {
@@ -440,6 +457,19 @@ impl Watch<'_> {
         };
         let mut by_command: Vec<(String, u64)> = Vec::new();
         for process in &processes {
+            let entry = self
+                .process_peaks
+                .entry(process.pid)
+                .or_insert_with(|| ProcessPeak {
+                    pid: process.pid,
+                    command: process.comm.clone(),
+                    peak_rss: 0,
+                });
+            if process.rss_bytes > entry.peak_rss {
+                entry.peak_rss = process.rss_bytes;
+                // The name at the peak: a process that execs changes its name.
+                entry.command.clone_from(&process.comm);
+            }
             match by_command
                 .iter_mut()
                 .find(|(name, _)| *name == process.comm)
@@ -465,6 +495,13 @@ impl Watch<'_> {
             neuron: device.neuron,
             by_command,
         });
+    }
+
+    fn largest_processes(&self) -> Vec<ProcessPeak> {
+        let mut peaks: Vec<ProcessPeak> = self.process_peaks.values().cloned().collect();
+        peaks.sort_by(|a, b| b.peak_rss.cmp(&a.peak_rss).then(a.pid.cmp(&b.pid)));
+        peaks.truncate(LARGEST_PROCESSES);
+        peaks
     }
 
     fn machine_reading(&mut self) -> (Option<u64>, Option<f64>) {
