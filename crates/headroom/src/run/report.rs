@@ -106,6 +106,10 @@ impl RungReport {
     }
 }
 
+/// How many stages the table shows from the start and from the end of a long list.
+const TABLE_FIRST_STAGES: usize = 10;
+const TABLE_LAST_STAGES: usize = 20;
+
 /// The human table printed at the end of a run.
 pub fn render_table(report: &Report) -> String {
     let mut out = String::new();
@@ -154,7 +158,19 @@ pub fn render_table(report: &Report) -> String {
                 String::new()
             },
         );
-        for stage in &rung.stages {
+        for (index, stage) in rung.stages.iter().enumerate() {
+            // A regex that matched thousands of lines makes thousands of stages: show the first
+            // few and the last ones (where a failure is), all of them stay in --json.
+            let hidden = rung
+                .stages
+                .len()
+                .saturating_sub(TABLE_FIRST_STAGES + TABLE_LAST_STAGES);
+            if hidden > 0 && index == TABLE_FIRST_STAGES {
+                let _ = writeln!(out, "  … {hidden} more stages (all of them are in --json)");
+            }
+            if hidden > 0 && (TABLE_FIRST_STAGES..TABLE_FIRST_STAGES + hidden).contains(&index) {
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  {:<24} {:>8.2}s {:>8.2}s {:>8.2}s {:>11} {:>11} {:>11}{}{}",
@@ -517,6 +533,23 @@ mod tests {
             interrupted: false,
             headroom_cpu_s: 0.01,
         }
+    }
+
+    #[test]
+    fn a_long_stage_list_is_cut_in_the_middle() {
+        let mut report = ladder();
+        report.rungs.truncate(1);
+        report.rungs[0].stages = (0..100)
+            .map(|i| stage(&format!("step{i}"), i as f64, i as f64 + 1.0, 1, 2, 1))
+            .collect();
+        let table = render_table(&report);
+        assert!(
+            table.contains("step9 ")
+                && !table.contains("step10 ")
+                && table.contains("step80 ")
+                && table.contains("step99 ")
+        );
+        assert!(table.contains("… 70 more stages"), "{table}");
     }
 
     #[test]

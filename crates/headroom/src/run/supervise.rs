@@ -36,6 +36,8 @@ const MACHINE_EVERY: Duration = Duration::from_millis(200);
 /// How long to wait for output after the command exits (daemons may hold the pipes open).
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
+/// The least time between two samples taken for stage starts.
+const STAGE_SAMPLE_GAP: Duration = Duration::from_millis(5);
 
 /// What to run and how to watch it.
 pub struct Launch<'a> {
@@ -315,8 +317,12 @@ pub fn run(
             Ok(Event::Stage(start)) => {
                 watch.stage = Some(start.name.clone());
                 stage_starts.push(start);
-                // Entry memory of the new stage, measured now rather than up to one interval late.
-                watch.sample(devices);
+                // Entry memory of the new stage, measured now rather than up to one interval
+                // late; a regex that matches every line of a chatty log must not turn that into
+                // thousands of samples a second.
+                if watch.since_last_sample() >= STAGE_SAMPLE_GAP {
+                    watch.sample(devices);
+                }
             }
             Ok(Event::Closed) => open_streams -= 1,
             Err(RecvTimeoutError::Timeout) => {
@@ -495,6 +501,13 @@ impl Watch<'_> {
             neuron: device.neuron,
             by_command,
         });
+    }
+
+    fn since_last_sample(&self) -> Duration {
+        let last = self.samples.last().map_or(0.0, |s| s.t);
+        self.started
+            .elapsed()
+            .saturating_sub(Duration::from_secs_f64(last))
     }
 
     fn largest_processes(&self) -> Vec<ProcessPeak> {
