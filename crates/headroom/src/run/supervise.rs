@@ -36,7 +36,8 @@ const MACHINE_EVERY: Duration = Duration::from_millis(200);
 /// How long to wait for output after the command exits (daemons may hold the pipes open).
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
-/// The least time between two samples taken for stage starts.
+/// The least time between two samples taken for stage starts (a regular sample just before a
+/// stage start does not count: the stage's entry memory is measured at its start).
 const STAGE_SAMPLE_GAP: Duration = Duration::from_millis(5);
 
 /// What to run and how to watch it.
@@ -305,6 +306,7 @@ pub fn run(
         process_peaks: HashMap::new(),
     };
     let mut stage_starts = Vec::new();
+    let mut last_stage_sample: Option<Instant> = None;
     let mut interrupted = None;
     let mut forwarded = 0;
     let mut exit = None;
@@ -320,8 +322,9 @@ pub fn run(
                 // Entry memory of the new stage, measured now rather than up to one interval
                 // late; a regex that matches every line of a chatty log must not turn that into
                 // thousands of samples a second.
-                if watch.since_last_sample() >= STAGE_SAMPLE_GAP {
+                if last_stage_sample.is_none_or(|at: Instant| at.elapsed() >= STAGE_SAMPLE_GAP) {
                     watch.sample(devices);
+                    last_stage_sample = Some(Instant::now());
                 }
             }
             Ok(Event::Closed) => open_streams -= 1,
@@ -501,13 +504,6 @@ impl Watch<'_> {
             neuron: device.neuron,
             by_command,
         });
-    }
-
-    fn since_last_sample(&self) -> Duration {
-        let last = self.samples.last().map_or(0.0, |s| s.t);
-        self.started
-            .elapsed()
-            .saturating_sub(Duration::from_secs_f64(last))
     }
 
     fn largest_processes(&self) -> Vec<ProcessPeak> {

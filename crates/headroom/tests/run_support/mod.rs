@@ -9,13 +9,16 @@ use std::process::{Command, Output};
 pub const MIB: u64 = 1 << 20;
 
 /// Allocates and touches `MB` MiB per stage (`0` frees everything held), then sleeps.
-/// Usage: `alloc.py NAME:MB:SECONDS ...`; prints `##headroom stage NAME` at each stage.
+/// Usage: `alloc.py NAME:MB:SECONDS ...`; prints `##headroom stage NAME` at each stage, then
+/// waits 50 ms so the stage's entry memory is measured before the allocation starts (headroom
+/// samples a few milliseconds after the marker arrives).
 const ALLOC_PY: &str = r###"
 import sys, time
 held = []
 for spec in sys.argv[1:]:
     name, mb, seconds = spec.split(":")
     print("##headroom stage " + name, flush=True)
+    time.sleep(0.05)
     if int(mb) == 0:
         held.clear()
     else:
