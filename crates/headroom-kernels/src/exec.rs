@@ -1,0 +1,176 @@
+//! Runs compile jobs with bounded parallelism. Every compiler process of `headroom kernels
+//! build` starts here and nowhere else, so this is the one seam where the memory governor of
+//! `headroom build` takes over admission (nvcc and ptxas jobs peak at several GiB each).
+
+use std::ffi::OsString;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use indicatif::ProgressBar;
+
+/// One compile job: commands run in order; the job fails at the first failing command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// Shown in progress and errors, e.g. `vector_add sm_80`.
+    pub label: String,
+    pub steps: Vec<Vec<OsString>>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    /// A command exited unsuccessfully; `stderr` is the tail of its error output.
+    Failed {
+        command: String,
+        code: Option<i32>,
+        stderr: String,
+    },
+    /// A command could not be started at all.
+    NotStarted {
+        command: String,
+        error: String,
+    },
+}
+
+/// The most stderr kept per failed job: enough for the compiler's first errors.
+const STDERR_TAIL: usize = 4096;
+
+fn tail(text: &str) -> String {
+    let start = text.len().saturating_sub(STDERR_TAIL);
+    let start = (start..text.len())
+        .find(|index| text.is_char_boundary(*index))
+        .unwrap_or(text.len());
+    text[start..].trim().to_string()
+}
+
+fn run_job(job: &Job) -> Outcome {
+    for argv in &job.steps {
+        let Some((program, args)) = argv.split_first() else {
+            continue;
+        };
+        let command = argv
+            .iter()
+            .map(|arg| arg.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let output = match Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+        {
+            Ok(output) => output,
+            Err(err) => {
+                return Outcome::NotStarted {
+                    command,
+                    error: err.to_string(),
+                }
+            }
+        };
+        if !output.status.success() {
+            let mut stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            stderr.push_str(&String::from_utf8_lossy(&output.stdout));
+            return Outcome::Failed {
+                command,
+                code: output.status.code(),
+                stderr: tail(&stderr),
+            };
+        }
+    }
+    Outcome::Succeeded
+}
+
+/// Runs `jobs` on at most `parallelism` threads (at least one), ticking `progress` once per
+/// finished job. Outcomes come back in the order of `jobs`.
+pub fn execute(jobs: &[Job], parallelism: usize, progress: &ProgressBar) -> Vec<Outcome> {
+    let next = AtomicUsize::new(0);
+    let outcomes: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; jobs.len()]);
+    let workers = parallelism.clamp(1, jobs.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(job) = jobs.get(index) else { break };
+                progress.set_message(job.label.clone());
+                let outcome = run_job(job);
+                progress.inc(1);
+                outcomes
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())[index] = Some(outcome);
+            });
+        }
+    });
+    outcomes
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or(Outcome::NotStarted {
+                command: String::new(),
+                error: "the worker thread panicked".into(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(label: &str, steps: &[&[&str]]) -> Job {
+        Job {
+            label: label.into(),
+            steps: steps
+                .iter()
+                .map(|argv| argv.iter().map(OsString::from).collect())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn outcomes_keep_job_order_and_report_failures() {
+        let jobs = [
+            job("ok", &[&["true"], &["true"]]),
+            job(
+                "fails",
+                &[&["sh", "-c", "echo boom >&2; exit 3"], &["true"]],
+            ),
+            job("missing", &[&["headroom-no-such-program"]]),
+        ];
+        let outcomes = execute(&jobs, 2, &ProgressBar::hidden());
+        assert_eq!(outcomes[0], Outcome::Succeeded);
+        assert_eq!(
+            outcomes[1],
+            Outcome::Failed {
+                command: "sh -c echo boom >&2; exit 3".into(),
+                code: Some(3),
+                stderr: "boom".into()
+            }
+        );
+        assert!(
+            matches!(&outcomes[2], Outcome::NotStarted { command, .. } if command == "headroom-no-such-program")
+        );
+    }
+
+    #[test]
+    fn a_failed_step_stops_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let marker_arg = marker.to_str().unwrap();
+        let outcomes = execute(
+            &[job("j", &[&["false"], &["touch", marker_arg]])],
+            1,
+            &ProgressBar::hidden(),
+        );
+        assert!(matches!(outcomes[0], Outcome::Failed { .. }));
+        assert!(!marker.exists());
+    }
+
+    #[test]
+    fn tail_keeps_the_end_on_a_char_boundary() {
+        let text = "é".repeat(STDERR_TAIL);
+        assert!(tail(&text).len() <= STDERR_TAIL);
+        assert_eq!(tail("short\n"), "short");
+    }
+}
