@@ -567,7 +567,7 @@ mod tests {
             ),
             (1, 1000, 1000, 1)
         );
-        assert_eq!(cache.entries().unwrap(), [new.clone()]);
+        assert_eq!(cache.entries().unwrap(), std::slice::from_ref(&new));
         assert!(!dir.path().join("cuda/old/sm_80.ptx").exists());
         assert_eq!(cache.lookup_key(&old.key).unwrap(), None);
         assert!(cache.lookup_key(&new.key).unwrap().is_some());

@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use indicatif::ProgressBar;
@@ -32,6 +32,8 @@ pub enum Outcome {
         command: String,
         error: String,
     },
+    /// Not run because an earlier job failed and the caller asked to stop.
+    Cancelled,
 }
 
 /// The most stderr kept per failed job: enough for the compiler's first errors.
@@ -82,9 +84,16 @@ fn run_job(job: &Job) -> Outcome {
 }
 
 /// Runs `jobs` on at most `parallelism` threads (at least one), ticking `progress` once per
-/// finished job. Outcomes come back in the order of `jobs`.
-pub fn execute(jobs: &[Job], parallelism: usize, progress: &ProgressBar) -> Vec<Outcome> {
+/// finished job. With `stop_on_failure`, jobs not yet started after a failure are
+/// [`Outcome::Cancelled`]. Outcomes come back in the order of `jobs`.
+pub fn execute(
+    jobs: &[Job],
+    parallelism: usize,
+    stop_on_failure: bool,
+    progress: &ProgressBar,
+) -> Vec<Outcome> {
     let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
     let outcomes: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; jobs.len()]);
     let workers = parallelism.clamp(1, jobs.len().max(1));
     std::thread::scope(|scope| {
@@ -92,8 +101,15 @@ pub fn execute(jobs: &[Job], parallelism: usize, progress: &ProgressBar) -> Vec<
             scope.spawn(|| loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = jobs.get(index) else { break };
-                progress.set_message(job.label.clone());
-                let outcome = run_job(job);
+                let outcome = if stop_on_failure && failed.load(Ordering::Relaxed) {
+                    Outcome::Cancelled
+                } else {
+                    progress.set_message(job.label.clone());
+                    run_job(job)
+                };
+                if outcome != Outcome::Succeeded {
+                    failed.store(true, Ordering::Relaxed);
+                }
                 progress.inc(1);
                 outcomes
                     .lock()
@@ -138,7 +154,7 @@ mod tests {
             ),
             job("missing", &[&["headroom-no-such-program"]]),
         ];
-        let outcomes = execute(&jobs, 2, &ProgressBar::hidden());
+        let outcomes = execute(&jobs, 2, false, &ProgressBar::hidden());
         assert_eq!(outcomes[0], Outcome::Succeeded);
         assert_eq!(
             outcomes[1],
@@ -161,10 +177,24 @@ mod tests {
         let outcomes = execute(
             &[job("j", &[&["false"], &["touch", marker_arg]])],
             1,
+            false,
             &ProgressBar::hidden(),
         );
         assert!(matches!(outcomes[0], Outcome::Failed { .. }));
         assert!(!marker.exists());
+    }
+
+    #[test]
+    fn stop_on_failure_cancels_the_jobs_not_started() {
+        let jobs = [job("fails", &[&["false"]]), job("later", &[&["true"]])];
+        assert_eq!(
+            execute(&jobs, 1, true, &ProgressBar::hidden())[1],
+            Outcome::Cancelled
+        );
+        assert_eq!(
+            execute(&jobs, 1, false, &ProgressBar::hidden())[1],
+            Outcome::Succeeded
+        );
     }
 
     #[test]

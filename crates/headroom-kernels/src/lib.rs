@@ -4,6 +4,8 @@
 //! runs in CI or on a developer machine; the run side ([`resolve`], and [`cache`] for reading)
 //! is small and allocation-light so a kernel library can call it at load time.
 
+pub mod build;
+pub mod bundle;
 pub mod cache;
 pub mod deps;
 pub mod exec;
