@@ -29,6 +29,8 @@ pub struct BuildOptions {
     pub progress: bool,
     /// Evict least recently used artifacts after the build to stay under this many bytes.
     pub max_cache_bytes: Option<u64>,
+    /// Where to look for toolchains instead of `$PATH`.
+    pub search_path: Option<OsString>,
 }
 
 impl Default for BuildOptions {
@@ -39,6 +41,7 @@ impl Default for BuildOptions {
             only: Vec::new(),
             progress: false,
             max_cache_bytes: None,
+            search_path: None,
         }
     }
 }
@@ -277,7 +280,10 @@ pub fn build(
         .iter()
         .filter(|kernel| options.only.is_empty() || options.only.contains(&kernel.name))
         .collect();
-    let mut toolchains = Toolchains::new(Some(cache.root().join("toolchains.json")));
+    let mut toolchains = Toolchains::new(
+        Some(cache.root().join("toolchains.json")),
+        options.search_path.clone(),
+    );
     let manifest_dir = manifest
         .path
         .parent()

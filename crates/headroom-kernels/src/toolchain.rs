@@ -7,6 +7,7 @@
 //! machine keeps its temp files.
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -180,11 +181,13 @@ pub struct Toolchains {
     memo_path: Option<PathBuf>,
     memo: VersionMemo,
     memo_dirty: bool,
+    search_path: Option<OsString>,
 }
 
 impl Toolchains {
-    /// `memo_path` is where `--version` outputs are remembered between runs (inside the cache).
-    pub fn new(memo_path: Option<PathBuf>) -> Self {
+    /// `memo_path` is where `--version` outputs are remembered between runs (inside the cache);
+    /// `search_path` replaces `$PATH` when given (tests put scripted toolchains there).
+    pub fn new(memo_path: Option<PathBuf>, search_path: Option<OsString>) -> Self {
         let memo = memo_path
             .as_deref()
             .and_then(|path| std::fs::read(path).ok())
@@ -195,24 +198,31 @@ impl Toolchains {
             memo_path,
             memo,
             memo_dirty: false,
+            search_path,
         }
     }
 
-    fn locate(kind: ToolchainKind) -> Option<PathBuf> {
+    fn locate(&self, kind: ToolchainKind) -> Option<PathBuf> {
+        let search_path = self
+            .search_path
+            .clone()
+            .or_else(|| std::env::var_os("PATH"));
+        let cwd = std::env::current_dir().ok()?;
+        let find = |program: &OsStr| which::which_in(program, search_path.as_ref(), &cwd).ok();
         if kind == ToolchainKind::Clang {
             if let Some(program) = std::env::var_os("HEADROOM_CLANG") {
-                return which::which(program).ok();
+                return find(&program);
             }
         }
         kind.program_names()
             .iter()
-            .find_map(|name| which::which(name).ok())
+            .find_map(|name| find(OsStr::new(name)))
     }
 
     /// The toolchain of this kind, or `None` when the machine lacks it.
     pub fn get(&mut self, kind: ToolchainKind) -> Result<Option<&Toolchain>, ToolchainError> {
         if !self.found.contains_key(&kind) {
-            let detected = match Self::locate(kind) {
+            let detected = match self.locate(kind) {
                 None => None,
                 Some(program) => {
                     let key = memo_key(&program);
