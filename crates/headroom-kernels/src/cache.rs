@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::resolve::{Candidate, Format, PtxIsa};
+use crate::resolve::{explain, Candidate, Device, Explanation, Format, PtxIsa, ResolveOptions};
 use crate::target::{Backend, Target};
 
 /// Bumped whenever the layout or the key derivation changes: old entries then simply miss.
@@ -360,6 +360,20 @@ impl Cache {
         }
         entries.sort_by(|a, b| a.target.cmp(&b.target));
         Ok(entries)
+    }
+
+    /// Resolves a kernel for a device against the artifacts in this cache: the kernel's
+    /// entries for the device's backend, and the verdict on each.
+    pub fn resolve(
+        &self,
+        kernel: &str,
+        device: &Device,
+        options: &ResolveOptions,
+    ) -> Result<(Vec<Entry>, Explanation), CacheError> {
+        let entries = self.kernel_entries(device.backend(), kernel)?;
+        let candidates: Vec<Candidate> = entries.iter().map(Entry::candidate).collect();
+        let explanation = explain(&candidates, device, options);
+        Ok((entries, explanation))
     }
 
     /// Total bytes of all blobs.

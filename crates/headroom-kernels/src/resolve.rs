@@ -12,6 +12,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::target::Backend;
 use crate::target::{
     amd_generic_members, AppleTarget, ComputeCapability, CudaVariant, FeatureSetting, Target,
 };
@@ -104,6 +105,16 @@ pub enum Device {
     Apple {
         family: u8,
     },
+}
+
+impl Device {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Device::Cuda(_) => Backend::Cuda,
+            Device::Amd { .. } => Backend::Hip,
+            Device::Apple { .. } => Backend::Metal,
+        }
+    }
 }
 
 /// Why a `--device` string was not understood.
