@@ -18,7 +18,11 @@ use clap::{Parser, Subcommand};
 const EXIT_HEADROOM_ERROR: u8 = 2;
 
 #[derive(Parser)]
-#[command(name = "headroom", version, about = "Keep memory-hungry builds and jobs inside the memory the machine really has")]
+#[command(
+    name = "headroom",
+    version,
+    about = "Keep memory-hungry builds and jobs inside the memory the machine really has"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
