@@ -304,8 +304,16 @@ impl Cache {
 
     /// Records a finished artifact: key record, layout link, then the entry, in that order, so
     /// whoever sees an entry also finds everything it points at.
-    pub fn publish(&self, entry: &Entry) -> Result<(), CacheError> {
-        self.write_json(&key_path(&entry.key), &entry.record)?;
+    ///
+    /// The first valid key record wins: a compiler that is not bit-for-bit reproducible can
+    /// give two concurrent builders different bytes for one key, and both must then publish
+    /// the same blob. Returns the entry as published (with the winning record).
+    pub fn publish(&self, entry: &Entry) -> Result<Entry, CacheError> {
+        let record = self.claim_key(&entry.key, &entry.record)?;
+        let entry = Entry {
+            record,
+            ..entry.clone()
+        };
         let previous: Option<Entry> = self.read_json(&entry.entry_path())?;
         let link = self.root.join(entry.artifact_path());
         let blob_from_link_dir = Path::new("../..").join(blob_path(&entry.record.blob));
@@ -315,7 +323,34 @@ impl Cache {
         {
             let _ = fs::remove_file(self.root.join(previous.artifact_path()));
         }
-        self.write_json(&entry.entry_path(), entry)
+        self.write_json(&entry.entry_path(), &entry)?;
+        Ok(entry)
+    }
+
+    /// Writes the key record unless a valid one exists; returns the record that holds.
+    fn claim_key(&self, key: &str, record: &KeyRecord) -> Result<KeyRecord, CacheError> {
+        let path = self.root.join(key_path(key));
+        let bytes = serde_json::to_vec_pretty(record).expect("cache records always serialize");
+        let written = (|| {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            fs::create_dir_all(dir)?;
+            let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+            temp.write_all(&bytes)?;
+            temp.as_file().sync_all()?;
+            temp.persist_noclobber(&path).map_err(|err| err.error)
+        })();
+        match written {
+            Ok(_) => Ok(record.clone()),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => match self.lookup_key(key)? {
+                Some(existing) => Ok(existing),
+                // The holder's blob is gone or corrupt: ours replaces it.
+                None => {
+                    write_atomic(&path, &bytes).map_err(io_error(&path))?;
+                    Ok(record.clone())
+                }
+            },
+            Err(err) => Err(io_error(&path)(err)),
+        }
     }
 
     /// Every entry of the layout, sorted by backend, kernel and target.
@@ -585,6 +620,33 @@ mod tests {
         assert!(!dir.path().join("cuda/old/sm_80.ptx").exists());
         assert_eq!(cache.lookup_key(&old.key).unwrap(), None);
         assert!(cache.lookup_key(&new.key).unwrap().is_some());
+    }
+
+    #[test]
+    fn the_first_valid_key_record_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let first = entry(&cache, "add", "gfx1100", b"first build");
+        let mut second = entry(&cache, "add", "gfx1100", b"second, different bytes");
+        second.key = first.key.clone();
+        assert_eq!(cache.publish(&first).unwrap(), first);
+        assert_eq!(
+            cache.publish(&second).unwrap(),
+            first,
+            "the loser adopts the winner's blob"
+        );
+        assert_eq!(
+            fs::read(dir.path().join("hip/add/gfx1100.ptx")).unwrap_or_default(),
+            b""
+        );
+        assert_eq!(
+            fs::read(dir.path().join(first.artifact_path())).unwrap(),
+            b"first build"
+        );
+
+        // Once the winner's blob is gone, a new record takes its place.
+        fs::remove_file(dir.path().join(blob_path(&first.record.blob))).unwrap();
+        assert_eq!(cache.publish(&second).unwrap(), second);
     }
 
     #[test]

@@ -352,6 +352,9 @@ pub fn recipe(toolchain: &Toolchain, kernel: &Kernel, target: &Target) -> Recipe
                     "--no-gpu-bundle-output",
                     "-nogpulib",
                     "-nogpuinc",
+                    // The default compilation-unit ID hashes this build's temp paths into
+                    // the code object; without it the output is reproducible.
+                    "-fuse-cuid=none",
                     "-include",
                     PRELUDE_PATH,
                 ]
@@ -474,7 +477,7 @@ mod tests {
         );
         assert_eq!(format, Format::Ptx);
         let (hip, format) = first_step(ToolchainKind::Clang, &kernel("hip", "gfx11-generic", ""));
-        assert!(hip.contains("-nogpulib -nogpuinc -include {prelude} --offload-arch=gfx11-generic -mcode-object-version=6"), "{hip}");
+        assert!(hip.contains("-nogpulib -nogpuinc -fuse-cuid=none -include {prelude} --offload-arch=gfx11-generic -mcode-object-version=6"), "{hip}");
         assert_eq!(format, Format::CodeObject);
     }
 
