@@ -226,6 +226,45 @@ fn translation_unit(kernel: &Kernel, build_dir: &Path) -> std::io::Result<PathBu
     Ok(unity)
 }
 
+/// The temp directory of one build, made only when something needs compiling: a no-op
+/// rebuild must not create and delete files (on ext4 that dominated its time).
+#[derive(Default)]
+struct Scratch {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Scratch {
+    fn root(&mut self) -> std::io::Result<&Path> {
+        if self.dir.is_none() {
+            let dir = tempfile::Builder::new()
+                .prefix("headroom-kernels-")
+                .tempdir()?;
+            std::fs::write(dir.path().join("headroom_prelude.h"), toolchain::PRELUDE)?;
+            self.dir = Some(dir);
+        }
+        Ok(self
+            .dir
+            .as_ref()
+            .map(tempfile::TempDir::path)
+            .unwrap_or(Path::new(".")))
+    }
+
+    fn prelude(&self) -> PathBuf {
+        self.dir
+            .as_ref()
+            .map(|dir| dir.path().join("headroom_prelude.h"))
+            .unwrap_or_default()
+    }
+
+    /// The kernel's translation unit and its output directory.
+    fn for_kernel(&mut self, kernel: &Kernel) -> std::io::Result<(PathBuf, PathBuf)> {
+        let root = self.root()?.to_path_buf();
+        let kernel_dir = root.join(&kernel.name);
+        std::fs::create_dir_all(&kernel_dir)?;
+        Ok((translation_unit(kernel, &root)?, kernel_dir))
+    }
+}
+
 fn substitute(recipe: &Recipe, input: &Path, output: &Path, prelude: &Path) -> Vec<Vec<OsString>> {
     let air = output.with_extension("air");
     recipe
@@ -289,12 +328,7 @@ pub fn build(
         .parent()
         .map(|dir| dir.display().to_string())
         .unwrap_or_default();
-    let build_dir = tempfile::Builder::new()
-        .prefix("headroom-kernels-")
-        .tempdir()
-        .map_err(BuildError::TempDir)?;
-    let prelude = build_dir.path().join("headroom_prelude.h");
-    std::fs::write(&prelude, toolchain::PRELUDE).map_err(BuildError::TempDir)?;
+    let mut scratch = Scratch::default();
 
     let mut pairs = Vec::new();
     let mut pending = Vec::new();
@@ -318,9 +352,8 @@ pub fn build(
             continue;
         };
         let inputs = hash_inputs(kernel)?;
-        let kernel_dir = build_dir.path().join(&kernel.name);
-        std::fs::create_dir_all(&kernel_dir).map_err(BuildError::TempDir)?;
-        let mut unit = None;
+        // (translation unit, output directory), made when the kernel's first job is queued.
+        let mut kernel_scratch: Option<(PathBuf, PathBuf)> = None;
         for target in &kernel.targets {
             let backend = target.backend();
             let recipe = toolchain::recipe(&toolchain, kernel, target);
@@ -359,11 +392,11 @@ pub fn build(
                 pairs.push(report);
                 continue;
             }
-            let input = match &unit {
-                Some(input) => input,
-                None => unit.insert(
-                    translation_unit(kernel, build_dir.path()).map_err(BuildError::TempDir)?,
-                ),
+            let (input, kernel_dir) = match &kernel_scratch {
+                Some(made) => made,
+                None => {
+                    kernel_scratch.insert(scratch.for_kernel(kernel).map_err(BuildError::TempDir)?)
+                }
             };
             let output = kernel_dir.join(format!(
                 "{}.{}",
@@ -372,7 +405,7 @@ pub fn build(
             ));
             jobs.push(Job {
                 label: format!("{} {target}", kernel.name),
-                steps: substitute(&recipe, input, &output, &prelude),
+                steps: substitute(&recipe, input, &output, &scratch.prelude()),
             });
             pending.push(Pending {
                 report_index: pairs.len(),
@@ -419,8 +452,9 @@ pub fn build(
         };
     }
     let evicted_blobs = match options.max_cache_bytes {
-        Some(max) => cache.gc(max)?.blobs_removed,
-        None => 0,
+        // Listing blob sizes is cheap; the full gc sweep runs only when over the cap.
+        Some(max) if cache.blob_bytes()? > max => cache.gc(max)?.blobs_removed,
+        _ => 0,
     };
     Ok(BuildReport {
         cache: cache.root().to_path_buf(),

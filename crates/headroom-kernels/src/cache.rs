@@ -29,6 +29,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Environment variable that moves the cache (the `--cache` flag wins over it).
 pub const CACHE_ENV: &str = "HEADROOM_KERNEL_CACHE";
 
+/// How stale a blob's last-use time may get before a read refreshes it.
+const LRU_RESOLUTION: Duration = Duration::from_secs(3600);
+
 /// Temp files older than this belong to a builder that died; `gc` removes them.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
 
@@ -228,8 +231,17 @@ impl Cache {
             }
             return Ok(BlobCheck::Corrupt);
         }
-        // Recency for LRU eviction; failing to record it is harmless.
-        let _ = file.set_modified(SystemTime::now());
+        // Recency for LRU eviction, at most hourly so a no-op rebuild does not dirty every
+        // inode; failing to record it is harmless.
+        let stale = file
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .map_or(true, |age| age > LRU_RESOLUTION);
+        if stale {
+            let _ = file.set_modified(SystemTime::now());
+        }
         Ok(BlobCheck::Valid)
     }
 
@@ -398,17 +410,30 @@ impl Cache {
     }
 
     /// Resolves a kernel for a device against the artifacts in this cache: the kernel's
-    /// entries for the device's backend, and the verdict on each.
+    /// entries for the device's backend, and the verdict on each. The chosen artifact's blob
+    /// is verified; a missing or corrupt one is dropped and the next best is chosen.
     pub fn resolve(
         &self,
         kernel: &str,
         device: &Device,
         options: &ResolveOptions,
     ) -> Result<(Vec<Entry>, Explanation), CacheError> {
-        let entries = self.kernel_entries(device.backend(), kernel)?;
-        let candidates: Vec<Candidate> = entries.iter().map(Entry::candidate).collect();
-        let explanation = explain(&candidates, device, options);
-        Ok((entries, explanation))
+        let mut entries = self.kernel_entries(device.backend(), kernel)?;
+        loop {
+            let candidates: Vec<Candidate> = entries.iter().map(Entry::candidate).collect();
+            let explanation = explain(&candidates, device, options);
+            match explanation.chosen {
+                Some(index)
+                    if !matches!(
+                        self.check_blob(&entries[index].record.blob)?,
+                        BlobCheck::Valid
+                    ) =>
+                {
+                    entries.remove(index);
+                }
+                _ => return Ok((entries, explanation)),
+            }
+        }
     }
 
     /// Total bytes of all blobs.
@@ -643,6 +668,21 @@ mod tests {
         // Once the winner's blob is gone, a new record takes its place.
         fs::remove_file(dir.path().join(blob_path(&first.record.blob))).unwrap();
         assert_eq!(cache.publish(&second).unwrap(), second);
+    }
+
+    #[test]
+    fn resolve_skips_a_corrupt_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let sm80 = entry(&cache, "add", "sm_80", b"ptx 80");
+        let sm86 = entry(&cache, "add", "sm_86", b"ptx 86");
+        cache.publish(&sm80).unwrap();
+        cache.publish(&sm86).unwrap();
+        fs::write(dir.path().join(blob_path(&sm86.record.blob)), b"ptx 8X").unwrap();
+        let (entries, explanation) = cache
+            .resolve("add", &"sm_89".parse().unwrap(), &ResolveOptions::default())
+            .unwrap();
+        assert_eq!(entries[explanation.chosen.unwrap()], sm80);
     }
 
     #[test]

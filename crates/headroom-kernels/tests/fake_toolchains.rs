@@ -318,3 +318,30 @@ fn a_new_toolchain_version_rebuilds() {
         "nvcc Cuda compilation tools, release 12.8, V12.8.93"
     );
 }
+
+#[test]
+fn a_build_over_the_size_cap_evicts_least_recently_used_artifacts() {
+    let fixture = Fixture::new(MANIFEST);
+    let options = BuildOptions {
+        search_path: Some(fake_toolchains(
+            fixture.dir.path(),
+            &["nvcc", "hipcc", "xcrun"],
+        )),
+        max_cache_bytes: Some(60),
+        ..BuildOptions::default()
+    };
+    let report = build(&fixture.manifest, &fixture.cache, &options).unwrap();
+    assert!(report.evicted_blobs > 0, "{report:#?}");
+    assert!(fixture.cache.blob_bytes().unwrap() <= 60);
+    // What was evicted is rebuilt next time; nothing dangles meanwhile.
+    for entry in fixture.cache.entries().unwrap() {
+        assert!(
+            fixture
+                .cache
+                .read_blob(&entry.record.blob)
+                .unwrap()
+                .is_some(),
+            "{entry:?}"
+        );
+    }
+}

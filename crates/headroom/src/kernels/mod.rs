@@ -69,9 +69,9 @@ struct BuildArgs {
     /// Build only this kernel (repeatable).
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
-    /// After building, evict least recently used artifacts beyond this size (e.g. 10G).
-    #[arg(long, env = "HEADROOM_KERNEL_CACHE_MAX", value_name = "SIZE")]
-    max_size: Option<String>,
+    /// After building, evict least recently used artifacts while the cache exceeds this size.
+    #[arg(long, env = "HEADROOM_KERNEL_CACHE_MAX", value_name = "SIZE", default_value = "10G")]
+    max_size: String,
 }
 
 #[derive(Args)]
@@ -213,7 +213,7 @@ fn run_build(
         keep_going: args.keep_going,
         only: args.kernels,
         progress: !json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        max_cache_bytes: args.max_size.as_deref().map(parse_size_flag).transpose()?,
+        max_cache_bytes: Some(parse_size_flag(&args.max_size)?),
         search_path: None,
     };
     let started = std::time::Instant::now();
