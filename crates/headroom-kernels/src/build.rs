@@ -363,7 +363,7 @@ pub fn build(
                 target: target.clone(),
                 status: PairStatus::UpToDate,
                 artifact: None,
-                toolchain: Some(format!("{} {}", toolchain.kind, toolchain.short_version())),
+                toolchain: Some(toolchain.label()),
             };
             let current = cache
                 .entry(backend, &kernel.name, target)?
@@ -436,7 +436,7 @@ pub fn build(
                         _ => None,
                     };
                     let blob = cache.store_blob(&bytes)?;
-                    let record = KeyRecord { blob, size: bytes.len() as u64, format: pending.format, ptx_isa, toolchain: format!("{} {}", pending.toolchain.kind, pending.toolchain.short_version()) };
+                    let record = KeyRecord { blob, size: bytes.len() as u64, format: pending.format, ptx_isa, toolchain: pending.toolchain.label() };
                     let entry = Entry { kernel: report.kernel.clone(), backend: pending.backend, target: report.target.clone(), key: pending.key, record };
                     cache.publish(&entry)?;
                     report.artifact = Some(entry.artifact_path());

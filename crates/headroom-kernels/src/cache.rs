@@ -266,6 +266,11 @@ impl Cache {
     /// Stores bytes as a blob and returns its hash. Existing valid blobs are kept as they are.
     pub fn store_blob(&self, bytes: &[u8]) -> Result<String, CacheError> {
         let hash = hash_bytes(bytes);
+        // An intact copy is already there (another kernel, target or builder made the same
+        // bytes): hashing it is cheaper than writing and fsyncing it again.
+        if matches!(self.check_blob(&hash)?, BlobCheck::Valid) {
+            return Ok(hash);
+        }
         let path = self.root.join(blob_path(&hash));
         write_atomic(&path, bytes).map_err(io_error(&path))?;
         Ok(hash)

@@ -108,6 +108,11 @@ pub struct Toolchain {
 }
 
 impl Toolchain {
+    /// `kind version`, as recorded in cache entries: `clang Debian clang version 19.1.7`.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.kind, self.short_version())
+    }
+
     /// The line of the version output that names the version, for people.
     pub fn short_version(&self) -> &str {
         let lines = || {
