@@ -752,4 +752,70 @@ mod tests {
             .to_string()
             .contains("apple9"));
     }
+
+    const POOL: &[(&str, Format)] = &[
+        ("sm_75", Format::Cubin),
+        ("sm_80", Format::Cubin),
+        ("sm_86", Format::Ptx),
+        ("sm_89", Format::Fatbin),
+        ("sm_90a", Format::Cubin),
+        ("sm_100f", Format::Cubin),
+        ("compute_80", Format::Ptx),
+        ("compute_90a", Format::Ptx),
+        ("gfx90a:xnack-", Format::CodeObject),
+        ("gfx942:sramecc+", Format::CodeObject),
+        ("gfx1100", Format::CodeObject),
+        ("gfx11-generic", Format::CodeObject),
+        ("apple8", Format::Metallib),
+        ("metal3.1", Format::Metallib),
+    ];
+    const DEVICES: &[&str] = &[
+        "sm_70",
+        "sm_80",
+        "sm_87",
+        "sm_90",
+        "sm_100",
+        "sm_103",
+        "sm_120",
+        "gfx90a:xnack-",
+        "gfx90a",
+        "gfx942:sramecc+:xnack+",
+        "gfx1100",
+        "gfx1103",
+        "apple-m1",
+        "apple-m4",
+    ];
+
+    proptest::proptest! {
+        /// Whatever the candidates and their order, the pick can run, native code wins when
+        /// there is any, and the pick does not depend on the order.
+        #[test]
+        fn the_pick_runs_and_prefers_native(picks in proptest::sample::subsequence((0..POOL.len()).collect::<Vec<_>>(), 0..POOL.len()), device in proptest::sample::select(DEVICES), reverse: bool) {
+            let mut candidates: Vec<Candidate> = picks.iter().map(|&index| candidate(POOL[index].0, POOL[index].1)).collect();
+            let device: Device = device.parse().unwrap();
+            let options = ResolveOptions::default();
+            let chosen = resolve(&candidates, &device, &options).map(|index| candidates[index].clone());
+            let verdicts: Vec<Verdict> = candidates.iter().map(|candidate| evaluate(candidate, &device, &options)).collect();
+            match &chosen {
+                None => {
+                    let all_rejected = verdicts.iter().all(|verdict| matches!(verdict, Verdict::Rejected(_)));
+                    proptest::prop_assert!(all_rejected);
+                }
+                Some(pick) => {
+                    let verdict = evaluate(pick, &device, &options);
+                    let runs = !matches!(verdict, Verdict::Rejected(_));
+                    proptest::prop_assert!(runs);
+                    if verdicts.iter().any(|verdict| matches!(verdict, Verdict::Native { .. })) {
+                        let native = matches!(verdict, Verdict::Native { .. });
+                        proptest::prop_assert!(native);
+                    }
+                }
+            }
+            if reverse {
+                candidates.reverse();
+            }
+            let again = resolve(&candidates, &device, &options).map(|index| candidates[index].clone());
+            proptest::prop_assert_eq!(again, chosen);
+        }
+    }
 }
