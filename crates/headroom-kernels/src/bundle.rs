@@ -16,6 +16,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, Cache, CacheError, Entry};
+use crate::manifest::is_valid_kernel_name;
 
 /// The first member of every bundle.
 pub const BUNDLE_MANIFEST: &str = "headroom-bundle.json";
@@ -211,6 +212,8 @@ pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> 
                     .replace('\\', "/");
                 if artifact.path != expected
                     || !is_plain_relative(Path::new(&artifact.path))
+                    || !is_valid_kernel_name(&artifact.entry.kernel)
+                    || artifact.entry.backend != artifact.entry.target.backend()
                     || artifact.blake3 != artifact.entry.record.blob
                 {
                     return Err(reject(format!(

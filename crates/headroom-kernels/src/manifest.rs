@@ -123,7 +123,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-fn is_valid_kernel_name(name: &str) -> bool {
+pub(crate) fn is_valid_kernel_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && name

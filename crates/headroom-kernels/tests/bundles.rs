@@ -247,6 +247,23 @@ fn import_rejects_malicious_bundles() {
 }
 
 #[test]
+fn import_rejects_kernel_names_that_nest_directories() {
+    let manifest = String::from_utf8(manifest_for(b"good"))
+        .unwrap()
+        .replace("\"cuda/add/sm_80.ptx\"", "\"cuda/add/x/sm_80.ptx\"")
+        .replace("\"kernel\":\"add\"", "\"kernel\":\"add/x\"");
+    assert!(manifest.contains("add/x\""), "{manifest}");
+    let (err, _cache, _dir) = import_error(&[
+        regular(BUNDLE_MANIFEST.as_bytes(), manifest.as_bytes()),
+        regular(b"cuda/add/x/sm_80.ptx", b"good"),
+    ]);
+    assert!(
+        err.contains("does not match its kernel and target"),
+        "{err}"
+    );
+}
+
+#[test]
 fn import_rejects_a_manifest_whose_paths_do_not_match_its_entries() {
     let manifest = String::from_utf8(manifest_for(b"good"))
         .unwrap()
