@@ -297,6 +297,62 @@ fn progress_bar(total: usize, visible: bool) -> ProgressBar {
     bar
 }
 
+/// Turns a finished job into the pair's status, publishing its artifact when it built.
+fn finish_pair(
+    cache: &Cache,
+    pending: &Pending,
+    kernel: &str,
+    target: &Target,
+    outcome: Outcome,
+) -> Result<(PairStatus, Option<PathBuf>), CacheError> {
+    let failed = |error: String| Ok((PairStatus::Failed { error }, None));
+    match outcome {
+        Outcome::Succeeded => match std::fs::read(&pending.output) {
+            Ok(bytes) => {
+                let ptx_isa = match pending.format {
+                    Format::Ptx => inspect::ptx_version(&String::from_utf8_lossy(&bytes)),
+                    _ => None,
+                };
+                let blob = cache.store_blob(&bytes)?;
+                let record = KeyRecord {
+                    blob,
+                    size: bytes.len() as u64,
+                    format: pending.format,
+                    ptx_isa,
+                    toolchain: pending.toolchain.label(),
+                };
+                let entry = cache.publish(&Entry {
+                    kernel: kernel.to_string(),
+                    backend: pending.backend,
+                    target: target.clone(),
+                    key: pending.key.clone(),
+                    record,
+                })?;
+                Ok((PairStatus::Built, Some(entry.artifact_path())))
+            }
+            Err(err) => failed(format!(
+                "the compiler succeeded but its output {} is unreadable: {err}",
+                pending.output.display()
+            )),
+        },
+        Outcome::Failed {
+            command,
+            code,
+            stderr,
+        } => failed(format!(
+            "`{command}` exited with {}:\n{stderr}",
+            code.map_or("a signal".to_string(), |code| format!("code {code}"))
+        )),
+        Outcome::NotStarted { command, error } => {
+            failed(format!("could not start `{command}`: {error}"))
+        }
+        Outcome::Cancelled => failed(
+            "not built: an earlier compile failed (pass --keep-going to build the rest anyway)"
+                .into(),
+        ),
+    }
+}
+
 /// Builds every (kernel, target) pair of the manifest into the cache.
 pub fn build(
     manifest: &Manifest,
@@ -424,32 +480,23 @@ pub fn build(
     }
 
     let progress = progress_bar(jobs.len(), options.progress);
-    let outcomes = exec::execute(&jobs, options.jobs, !options.keep_going, &progress);
+    let finished = exec::execute(
+        &jobs,
+        options.jobs,
+        !options.keep_going,
+        &progress,
+        |index, outcome| {
+            let pending = &pending[index];
+            let report = &pairs[pending.report_index];
+            finish_pair(cache, pending, &report.kernel, &report.target, outcome)
+        },
+    );
     progress.finish_and_clear();
-    for (pending, outcome) in pending.into_iter().zip(outcomes) {
+    for (pending, result) in pending.iter().zip(finished) {
+        let (status, artifact) = result?;
         let report = &mut pairs[pending.report_index];
-        report.status = match outcome {
-            Outcome::Succeeded => match std::fs::read(&pending.output) {
-                Ok(bytes) => {
-                    let ptx_isa = match pending.format {
-                        Format::Ptx => inspect::ptx_version(&String::from_utf8_lossy(&bytes)),
-                        _ => None,
-                    };
-                    let blob = cache.store_blob(&bytes)?;
-                    let record = KeyRecord { blob, size: bytes.len() as u64, format: pending.format, ptx_isa, toolchain: pending.toolchain.label() };
-                    let entry = Entry { kernel: report.kernel.clone(), backend: pending.backend, target: report.target.clone(), key: pending.key, record };
-                    cache.publish(&entry)?;
-                    report.artifact = Some(entry.artifact_path());
-                    PairStatus::Built
-                }
-                Err(err) => PairStatus::Failed { error: format!("the compiler succeeded but its output {} is unreadable: {err}", pending.output.display()) },
-            },
-            Outcome::Failed { command, code, stderr } => PairStatus::Failed {
-                error: format!("`{command}` exited with {}:\n{stderr}", code.map_or("a signal".to_string(), |code| format!("code {code}"))),
-            },
-            Outcome::NotStarted { command, error } => PairStatus::Failed { error: format!("could not start `{command}`: {error}") },
-            Outcome::Cancelled => PairStatus::Failed { error: "not built: an earlier compile failed (pass --keep-going to build the rest anyway)".into() },
-        };
+        report.status = status;
+        report.artifact = artifact;
     }
     let evicted_blobs = match options.max_cache_bytes {
         // Listing blob sizes is cheap; the full gc sweep runs only when over the cap.

@@ -85,16 +85,19 @@ fn run_job(job: &Job) -> Outcome {
 
 /// Runs `jobs` on at most `parallelism` threads (at least one), ticking `progress` once per
 /// finished job. With `stop_on_failure`, jobs not yet started after a failure are
-/// [`Outcome::Cancelled`]. Outcomes come back in the order of `jobs`.
-pub fn execute(
+/// [`Outcome::Cancelled`]. `finish` runs on the worker right after each job, so its results
+/// (for the builder: a published artifact) exist even if the whole run is interrupted later.
+/// Its results come back in the order of `jobs`.
+pub fn execute<T: Send>(
     jobs: &[Job],
     parallelism: usize,
     stop_on_failure: bool,
     progress: &ProgressBar,
-) -> Vec<Outcome> {
+    finish: impl Fn(usize, Outcome) -> T + Sync,
+) -> Vec<T> {
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let outcomes: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; jobs.len()]);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let workers = parallelism.clamp(1, jobs.len().max(1));
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -110,23 +113,20 @@ pub fn execute(
                 if outcome != Outcome::Succeeded {
                     failed.store(true, Ordering::Relaxed);
                 }
+                let result = finish(index, outcome);
                 progress.inc(1);
-                outcomes
+                results
                     .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())[index] = Some(outcome);
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())[index] = Some(result);
             });
         }
     });
-    outcomes
+    // A worker that panicked re-raises its panic when the scope ends, so every slot is filled.
+    results
         .into_inner()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .into_iter()
-        .map(|outcome| {
-            outcome.unwrap_or(Outcome::NotStarted {
-                command: String::new(),
-                error: "the worker thread panicked".into(),
-            })
-        })
+        .flatten()
         .collect()
 }
 
@@ -154,7 +154,9 @@ mod tests {
             ),
             job("missing", &[&["headroom-no-such-program"]]),
         ];
-        let outcomes = execute(&jobs, 2, false, &ProgressBar::hidden());
+        let outcomes = execute(&jobs, 2, false, &ProgressBar::hidden(), |_, outcome| {
+            outcome
+        });
         assert_eq!(outcomes[0], Outcome::Succeeded);
         assert_eq!(
             outcomes[1],
@@ -179,6 +181,7 @@ mod tests {
             1,
             false,
             &ProgressBar::hidden(),
+            |_, outcome| outcome,
         );
         assert!(matches!(outcomes[0], Outcome::Failed { .. }));
         assert!(!marker.exists());
@@ -188,11 +191,13 @@ mod tests {
     fn stop_on_failure_cancels_the_jobs_not_started() {
         let jobs = [job("fails", &[&["false"]]), job("later", &[&["true"]])];
         assert_eq!(
-            execute(&jobs, 1, true, &ProgressBar::hidden())[1],
+            execute(&jobs, 1, true, &ProgressBar::hidden(), |_, outcome| outcome)[1],
             Outcome::Cancelled
         );
         assert_eq!(
-            execute(&jobs, 1, false, &ProgressBar::hidden())[1],
+            execute(&jobs, 1, false, &ProgressBar::hidden(), |_, outcome| {
+                outcome
+            })[1],
             Outcome::Succeeded
         );
     }
