@@ -303,3 +303,48 @@ fn a_failed_compile_exits_1_and_shows_the_compiler_error() {
         stdout(&output)
     );
 }
+
+/// A scripted nvcc that is slow for sm_90 only, to interrupt a build half-way.
+const SLOW_NVCC: &str = r#"#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 12.4, V12.4.131"; exit 0; fi
+out=; arch=
+while [ $# -gt 0 ]; do case "$1" in -o) shift; out=$1 ;; -arch=*) arch=${1#-arch=} ;; esac; shift; done
+[ "$arch" = sm_90 ] && sleep 5
+echo "FAKE cubin $arch" > "$out"
+"#;
+
+#[test]
+fn an_interrupted_build_keeps_the_artifacts_it_finished() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\", \"sm_90\"]\ntoolchain = [\"nvcc\"]\n");
+    let bin = project.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("nvcc"), SLOW_NVCC).unwrap();
+    std::fs::set_permissions(bin.join("nvcc"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path =
+        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap();
+    let mut child = project
+        .command(&["build", "-j1"])
+        .env("PATH", path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let finished_entry = project.cache_dir().join("cuda/k/sm_80.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !finished_entry.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        finished_entry.exists(),
+        "sm_80 was not published before the build was interrupted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.cache_dir().join("cuda/k/sm_80.cubin")).unwrap(),
+        "FAKE cubin sm_80\n"
+    );
+    assert!(!project.cache_dir().join("cuda/k/sm_90.json").exists());
+}

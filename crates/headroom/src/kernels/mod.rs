@@ -70,7 +70,12 @@ struct BuildArgs {
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
     /// After building, evict least recently used artifacts while the cache exceeds this size.
-    #[arg(long, env = "HEADROOM_KERNEL_CACHE_MAX", value_name = "SIZE", default_value = "10G")]
+    #[arg(
+        long,
+        env = "HEADROOM_KERNEL_CACHE_MAX",
+        value_name = "SIZE",
+        default_value = "10G"
+    )]
     max_size: String,
 }
 
