@@ -383,7 +383,7 @@ impl Cache {
                 else {
                     continue;
                 };
-                entries.extend(self.kernel_entries_in(backend, &kernel)?);
+                entries.extend(self.kernel_entries(backend, &kernel)?);
             }
         }
         Ok(entries)
@@ -391,10 +391,6 @@ impl Cache {
 
     /// The entries of one kernel in one backend, sorted by target.
     pub fn kernel_entries(&self, backend: Backend, kernel: &str) -> Result<Vec<Entry>, CacheError> {
-        self.kernel_entries_in(backend, kernel)
-    }
-
-    fn kernel_entries_in(&self, backend: Backend, kernel: &str) -> Result<Vec<Entry>, CacheError> {
         let dir = layout_dir(backend, kernel);
         let mut entries = Vec::new();
         for path in read_dir_sorted(&self.root.join(&dir))? {
