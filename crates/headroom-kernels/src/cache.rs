@@ -238,7 +238,7 @@ impl Cache {
             .and_then(|metadata| metadata.modified())
             .ok()
             .and_then(|modified| modified.elapsed().ok())
-            .map_or(true, |age| age > LRU_RESOLUTION);
+            .is_none_or(|age| age > LRU_RESOLUTION);
         if stale {
             let _ = file.set_modified(SystemTime::now());
         }

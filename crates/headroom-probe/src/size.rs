@@ -16,7 +16,10 @@ pub struct SizeError {
 /// Units are binary (powers of 1024) whether or not they say `i`: compiler and kernel memory
 /// figures are binary, and `-m 4G` meaning 4 GiB is what users of docker and systemd expect.
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
-    let error = |reason| SizeError { input: input.to_string(), reason };
+    let error = |reason| SizeError {
+        input: input.to_string(),
+        reason,
+    };
     let text = input.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -25,14 +28,20 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     if number.is_empty() {
         return Err(error("it does not start with a number"));
     }
-    let value: f64 = number.parse().map_err(|_| error("the number is malformed"))?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| error("the number is malformed"))?;
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(error("the unit is not one of B, K, M, G, T (optionally with `iB` or `B`)")),
+        _ => {
+            return Err(error(
+                "the unit is not one of B, K, M, G, T (optionally with `iB` or `B`)",
+            ))
+        }
     };
     let bytes = value * multiplier as f64;
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {

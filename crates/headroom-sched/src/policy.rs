@@ -1,0 +1,427 @@
+//! Admission and the live safety net.
+//!
+//! Admission: a job starts when its predicted peak fits in the budget next to the reservations
+//! of the running jobs (a running job reserves the larger of its prediction and what it uses
+//! now) and a CPU slot is free. Smaller jobs may overtake a queued job that does not fit, but
+//! only a bounded number of times, so large jobs never starve behind a stream of small ones.
+//! A job bigger than the whole budget runs alone.
+//!
+//! Safety net: when what the jobs really use nears the budget, the youngest running job is
+//! suspended (its growth stops) and resumed when there is room again; past the budget, or when
+//! the machine itself is nearly out, the youngest job is killed and requeued. The oldest
+//! running job is never suspended or killed, so the build always makes progress.
+
+use std::collections::VecDeque;
+
+use crate::JobId;
+
+/// What the budget and the machine allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes the jobs together may use.
+    pub budget: u64,
+    /// Jobs that may run at once (CPU slots).
+    pub slots: usize,
+}
+
+/// When the safety net acts, as fractions of the budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Suspend the youngest job when real use reaches this fraction of the budget.
+    pub suspend_at: f64,
+    /// Resume a suspended job when real use plus its expected growth stays below this fraction.
+    pub resume_below: f64,
+    /// Kill the youngest job when the machine (or cgroup) has less than this many bytes left.
+    pub machine_reserve: u64,
+    /// How many later jobs may overtake a queued job that does not fit yet.
+    pub max_overtakes: usize,
+}
+
+impl Thresholds {
+    pub fn for_limits(limits: Limits) -> Self {
+        Thresholds {
+            suspend_at: 0.92,
+            resume_below: 0.85,
+            machine_reserve: (limits.budget / 50).max(32 << 20),
+            max_overtakes: 4 * limits.slots.max(1),
+        }
+    }
+}
+
+/// What the caller must do to the processes of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Start(JobId),
+    /// Stop the job (SIGSTOP): it keeps its memory but stops growing.
+    Suspend(JobId),
+    Resume(JobId),
+    /// Kill the job; the scheduler has already put it back at the front of the queue.
+    Kill(JobId),
+}
+
+#[derive(Debug, Clone)]
+struct Queued {
+    id: JobId,
+    predicted: u64,
+    alone: bool,
+    overtaken: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Running {
+    id: JobId,
+    predicted: u64,
+    alone: bool,
+    /// Latest measured memory of the job's processes.
+    current: u64,
+    /// Highest measured memory during this attempt.
+    peak: u64,
+    suspended: bool,
+}
+
+impl Running {
+    /// What the job is expected to need at most from now on.
+    fn reservation(&self) -> u64 {
+        if self.suspended {
+            self.current
+        } else {
+            self.predicted.max(self.current)
+        }
+    }
+}
+
+/// The policy's whole state: the queue in arrival order and the running jobs oldest first.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    limits: Limits,
+    thresholds: Thresholds,
+    queue: VecDeque<Queued>,
+    running: Vec<Running>,
+}
+
+impl Scheduler {
+    pub fn new(limits: Limits) -> Self {
+        Self::with_thresholds(limits, Thresholds::for_limits(limits))
+    }
+
+    pub fn with_thresholds(limits: Limits, thresholds: Thresholds) -> Self {
+        let limits = Limits {
+            budget: limits.budget,
+            slots: limits.slots.max(1),
+        };
+        Scheduler {
+            limits,
+            thresholds,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Queues a job expected to peak at `predicted` bytes. An `alone` job (an OOM retry) runs
+    /// with no other job beside it.
+    pub fn submit(&mut self, id: JobId, predicted: u64, alone: bool) {
+        self.queue.push_back(Queued {
+            id,
+            predicted,
+            alone,
+            overtaken: 0,
+        });
+    }
+
+    /// Forgets a job, queued or running (it finished, or its client went away).
+    pub fn remove(&mut self, id: JobId) {
+        self.queue.retain(|job| job.id != id);
+        self.running.retain(|job| job.id != id);
+    }
+
+    /// Replaces the predicted peak of a queued or running job, for example when a finished job
+    /// of its group has just shown what such jobs really need.
+    pub fn repredict(&mut self, id: JobId, predicted: u64) {
+        if let Some(job) = self.queue.iter_mut().find(|job| job.id == id) {
+            job.predicted = predicted;
+        }
+        if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
+            job.predicted = predicted;
+        }
+    }
+
+    /// Records the memory a running job uses now.
+    pub fn observe(&mut self, id: JobId, bytes: u64) {
+        if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
+            job.current = bytes;
+            job.peak = job.peak.max(bytes);
+        }
+    }
+
+    pub fn is_queued(&self, id: JobId) -> bool {
+        self.queue.iter().any(|job| job.id == id)
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn queued_count(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// What the running jobs really use now, suspended ones included.
+    pub fn used(&self) -> u64 {
+        self.running.iter().map(|job| job.current).sum()
+    }
+
+    /// What the running jobs have reserved: the admission side of the budget.
+    pub fn reserved(&self) -> u64 {
+        self.running.iter().map(Running::reservation).sum()
+    }
+
+    /// Decides what to do now. `machine_left` is what the machine or cgroup can still hand
+    /// out (for example MemAvailable), when known: it catches memory that other programs take.
+    pub fn decide(&mut self, machine_left: Option<u64>) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.safety_net(machine_left, &mut actions);
+        if !actions
+            .iter()
+            .any(|a| matches!(a, Action::Kill(_) | Action::Suspend(_)))
+        {
+            self.admit(&mut actions);
+        }
+        actions
+    }
+
+    fn safety_net(&mut self, machine_left: Option<u64>, actions: &mut Vec<Action>) {
+        let budget = self.limits.budget as f64;
+        let machine_short = machine_left.is_some_and(|left| left < self.thresholds.machine_reserve);
+        if (self.used() > self.limits.budget || machine_short) && self.running.len() > 1 {
+            let victim = self.running.pop().expect("more than one job runs");
+            let predicted = victim.predicted.max(victim.peak);
+            self.queue.push_front(Queued {
+                id: victim.id,
+                predicted,
+                alone: victim.alone,
+                overtaken: 0,
+            });
+            actions.push(Action::Kill(victim.id));
+            return;
+        }
+        if self.used() as f64 >= self.thresholds.suspend_at * budget {
+            let youngest_active = self
+                .running
+                .iter_mut()
+                .skip(1)
+                .rev()
+                .find(|job| !job.suspended);
+            if let Some(job) = youngest_active {
+                job.suspended = true;
+                actions.push(Action::Suspend(job.id));
+            }
+            return;
+        }
+        // The oldest job always runs; others resume oldest first while their growth fits.
+        let mut used = self.used();
+        for (position, job) in self.running.iter_mut().enumerate() {
+            if !job.suspended {
+                continue;
+            }
+            let growth = job.predicted.saturating_sub(job.current);
+            let fits = (used + growth) as f64 <= self.thresholds.resume_below * budget;
+            if position == 0 || fits {
+                job.suspended = false;
+                used += growth;
+                actions.push(Action::Resume(job.id));
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn admit(&mut self, actions: &mut Vec<Action>) {
+        if self.running.iter().any(|job| job.suspended || job.alone) {
+            return;
+        }
+        let mut index = 0;
+        while index < self.queue.len() && self.running.len() < self.limits.slots {
+            let candidate = &self.queue[index];
+            let nothing_runs = self.running.is_empty();
+            let fits = if candidate.alone {
+                nothing_runs
+            } else {
+                nothing_runs || self.reserved() + candidate.predicted <= self.limits.budget
+            };
+            if fits {
+                let job = self.queue.remove(index).expect("index is in the queue");
+                for waiting in self.queue.iter_mut().take(index) {
+                    waiting.overtaken += 1;
+                }
+                actions.push(Action::Start(job.id));
+                self.running.push(Running {
+                    id: job.id,
+                    predicted: job.predicted,
+                    alone: job.alone,
+                    current: 0,
+                    peak: 0,
+                    suspended: false,
+                });
+                if job.alone {
+                    return;
+                }
+                continue;
+            }
+            // A job that cannot start yet holds back the rest once it has been overtaken
+            // enough; an alone job holds them back at once.
+            if candidate.alone || candidate.overtaken >= self.thresholds.max_overtakes {
+                return;
+            }
+            index += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn starts(actions: &[Action]) -> Vec<JobId> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Start(id) => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn admits_by_predicted_peak_and_slots() {
+        let mut s = Scheduler::new(Limits {
+            budget: 3 * GIB,
+            slots: 4,
+        });
+        s.submit(1, 2 * GIB, false);
+        s.submit(2, 2 * GIB, false);
+        s.submit(3, GIB / 2, false);
+        assert_eq!(starts(&s.decide(None)), vec![1, 3]);
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn a_job_bigger_than_the_budget_runs_alone() {
+        let mut s = Scheduler::new(Limits {
+            budget: GIB,
+            slots: 2,
+        });
+        s.submit(1, 5 * GIB, false);
+        s.submit(2, GIB / 4, false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn a_large_job_is_overtaken_only_a_bounded_number_of_times() {
+        let limits = Limits {
+            budget: 4 * GIB,
+            slots: 2,
+        };
+        let thresholds = Thresholds {
+            max_overtakes: 2,
+            ..Thresholds::for_limits(limits)
+        };
+        let mut s = Scheduler::with_thresholds(limits, thresholds);
+        s.submit(0, 3 * GIB, false);
+        assert_eq!(starts(&s.decide(None)), vec![0]);
+        s.submit(1, 3 * GIB, false); // does not fit beside job 0
+        for small in 2..10 {
+            s.submit(small, GIB / 2, false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+        s.remove(2);
+        assert_eq!(starts(&s.decide(None)), vec![3]);
+        s.remove(3);
+        // Job 1 has been overtaken twice: nothing else may pass it now.
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        s.remove(0);
+        assert_eq!(starts(&s.decide(None)), vec![1, 4]);
+    }
+
+    #[test]
+    fn suspends_the_youngest_then_kills_and_requeues_it() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 3,
+        });
+        for id in 1..=3 {
+            s.submit(id, 2 * GIB, false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
+        s.observe(1, 4 * GIB);
+        s.observe(2, 3 * GIB);
+        s.observe(3, 2 * GIB + GIB / 2);
+        assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        // The oldest is never suspended.
+        assert_eq!(s.decide(None), Vec::new());
+        s.observe(1, 5 * GIB);
+        assert_eq!(s.decide(None), vec![Action::Kill(3)]);
+        assert!(s.is_queued(3));
+        // Room again: job 2 resumes, then job 3 is started again once job 1 is gone.
+        s.remove(1);
+        assert_eq!(s.decide(None), vec![Action::Resume(2), Action::Start(3)]);
+    }
+
+    #[test]
+    fn a_better_prediction_lets_more_jobs_in() {
+        let mut s = Scheduler::new(Limits {
+            budget: 2 * GIB,
+            slots: 4,
+        });
+        for id in 1..=3 {
+            s.submit(id, 2 * GIB, false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        for id in 1..=3 {
+            s.repredict(id, GIB / 2);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_machine_running_out_kills_the_youngest() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 2,
+        });
+        s.submit(1, GIB, false);
+        s.submit(2, GIB, false);
+        s.decide(None);
+        s.observe(1, GIB);
+        s.observe(2, GIB);
+        assert_eq!(s.decide(Some(1 << 20)), vec![Action::Kill(2)]);
+    }
+
+    #[test]
+    fn an_alone_job_waits_for_the_others_and_blocks_new_ones() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 4,
+        });
+        s.submit(1, GIB, false);
+        s.decide(None);
+        s.submit(2, GIB, true);
+        s.submit(3, GIB, false);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        s.remove(2);
+        assert_eq!(starts(&s.decide(None)), vec![3]);
+    }
+}
