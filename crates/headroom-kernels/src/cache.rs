@@ -1,0 +1,694 @@
+//! The kernel cache: content-addressed blobs behind a human-browsable layout, safe for many
+//! builders at once without lock files, verified on every read, and capped in size by LRU.
+//!
+//! ```text
+//! <root>/blobs/ab/abcdef….            artifact bytes, named by their blake3 hash
+//! <root>/keys/12/1234….json           build key -> the blob it produced
+//! <root>/<backend>/<kernel>/<target>.<ext>   symlink to the blob, for people and loaders
+//! <root>/<backend>/<kernel>/<target>.json    the artifact's manifest entry, written last
+//! ```
+//!
+//! Every file appears by `rename` of a fully written and fsynced temp file in the same
+//! directory, so a reader sees either nothing or a whole file, and two builders writing the
+//! same artifact write the same bytes. A blob whose bytes no longer hash to its name is
+//! deleted and reported as a miss, so it is rebuilt.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::resolve::{explain, Candidate, Device, Explanation, Format, PtxIsa, ResolveOptions};
+use crate::target::{Backend, Target};
+
+/// Bumped whenever the layout or the key derivation changes: old entries then simply miss.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Environment variable that moves the cache (the `--cache` flag wins over it).
+pub const CACHE_ENV: &str = "HEADROOM_KERNEL_CACHE";
+
+/// How stale a blob's last-use time may get before a read refreshes it.
+const LRU_RESOLUTION: Duration = Duration::from_secs(3600);
+
+/// Temp files older than this belong to a builder that died; `gc` removes them.
+const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("kernel cache I/O on {path}: {source}; check permissions or move the cache with --cache or {CACHE_ENV}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("cannot find a home directory for the kernel cache; set {CACHE_ENV} or pass --cache")]
+    NoHome,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
+    move |source| CacheError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|err| err.error)?;
+    Ok(())
+}
+
+/// Points `link` at `target` atomically (a symlink made under a temp name, then renamed).
+fn link_atomic(target: &Path, link: &Path) -> io::Result<()> {
+    let dir = link.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    let temp = tempfile::Builder::new()
+        .prefix(".tmp")
+        .make_in(dir, |path| std::os::unix::fs::symlink(target, path))?;
+    #[cfg(not(unix))]
+    let temp = tempfile::Builder::new()
+        .prefix(".tmp")
+        .make_in(dir, |path| fs::copy(dir.join(target), path).map(drop))?;
+    temp.persist(link).map_err(|err| err.error)?;
+    Ok(())
+}
+
+/// The blake3 hash of some bytes, as lowercase hex.
+pub fn hash_bytes(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+fn is_hex_hash(name: &str) -> bool {
+    name.len() == 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// The build key's record: which blob a key produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub blob: String,
+    pub size: u64,
+    pub format: Format,
+    pub ptx_isa: Option<PtxIsa>,
+    pub toolchain: String,
+}
+
+/// One artifact in the layout: the manifest entry `<backend>/<kernel>/<target>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub kernel: String,
+    pub backend: Backend,
+    pub target: Target,
+    pub key: String,
+    #[serde(flatten)]
+    pub record: KeyRecord,
+}
+
+impl Entry {
+    /// The artifact's path relative to the cache root: `<backend>/<kernel>/<target>.<ext>`.
+    pub fn artifact_path(&self) -> PathBuf {
+        layout_dir(self.backend, &self.kernel).join(format!(
+            "{}.{}",
+            self.target.file_stem(),
+            self.record.format.extension()
+        ))
+    }
+
+    fn entry_path(&self) -> PathBuf {
+        entry_path(self.backend, &self.kernel, &self.target)
+    }
+
+    pub fn candidate(&self) -> Candidate {
+        Candidate {
+            target: self.target.clone(),
+            format: self.record.format,
+            ptx_isa: self.record.ptx_isa,
+        }
+    }
+}
+
+fn layout_dir(backend: Backend, kernel: &str) -> PathBuf {
+    Path::new(backend.as_str()).join(kernel)
+}
+
+fn entry_path(backend: Backend, kernel: &str, target: &Target) -> PathBuf {
+    layout_dir(backend, kernel).join(format!("{}.json", target.file_stem()))
+}
+
+fn blob_path(hash: &str) -> PathBuf {
+    Path::new("blobs").join(&hash[..2]).join(hash)
+}
+
+fn key_path(key: &str) -> PathBuf {
+    Path::new("keys")
+        .join(&key[..2])
+        .join(format!("{key}.json"))
+}
+
+/// What `gc` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    pub blobs_removed: usize,
+    pub bytes_freed: u64,
+    pub bytes_kept: u64,
+    pub entries_removed: usize,
+    pub temp_files_removed: usize,
+}
+
+/// The state of a blob after checking its bytes against its name.
+pub enum BlobCheck {
+    Valid,
+    Missing,
+    Corrupt,
+}
+
+/// A kernel cache rooted at one directory.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    /// `--cache` if given, else `$HEADROOM_KERNEL_CACHE`, else `$XDG_CACHE_HOME/headroom/kernels`,
+    /// else `~/.cache/headroom/kernels`.
+    pub fn default_root(flag: Option<&Path>) -> Result<PathBuf, CacheError> {
+        if let Some(path) = flag {
+            return Ok(path.to_path_buf());
+        }
+        let from_env = |name| {
+            std::env::var_os(name)
+                .filter(|value| !value.is_empty())
+                .map(PathBuf::from)
+        };
+        if let Some(path) = from_env(CACHE_ENV) {
+            return Ok(path);
+        }
+        if let Some(xdg) = from_env("XDG_CACHE_HOME") {
+            return Ok(xdg.join("headroom/kernels"));
+        }
+        from_env("HOME")
+            .map(|home| home.join(".cache/headroom/kernels"))
+            .ok_or(CacheError::NoHome)
+    }
+
+    pub fn open(root: &Path) -> Result<Self, CacheError> {
+        fs::create_dir_all(root).map_err(io_error(root))?;
+        Ok(Cache {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Checks a blob's bytes against its name; deletes it when they differ.
+    pub fn check_blob(&self, hash: &str) -> Result<BlobCheck, CacheError> {
+        if !is_hex_hash(hash) {
+            return Ok(BlobCheck::Missing);
+        }
+        let path = self.root.join(blob_path(hash));
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(BlobCheck::Missing),
+            Err(err) => return Err(io_error(&path)(err)),
+        };
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(&mut file).map_err(io_error(&path))?;
+        if hasher.finalize().to_hex().as_str() != hash {
+            // Another builder may have just replaced it with a good copy; deleting that too
+            // only costs one more rebuild.
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => return Err(io_error(&path)(err)),
+            }
+            return Ok(BlobCheck::Corrupt);
+        }
+        // Recency for LRU eviction, at most hourly so a no-op rebuild does not dirty every
+        // inode; failing to record it is harmless.
+        let stale = file
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_none_or(|age| age > LRU_RESOLUTION);
+        if stale {
+            let _ = file.set_modified(SystemTime::now());
+        }
+        Ok(BlobCheck::Valid)
+    }
+
+    /// Reads a blob and checks it; `None` when missing or corrupt.
+    pub fn read_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, CacheError> {
+        if !is_hex_hash(hash) {
+            return Ok(None);
+        }
+        let path = self.root.join(blob_path(hash));
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(io_error(&path)(err)),
+        };
+        if hash_bytes(&bytes) != hash {
+            let _ = fs::remove_file(&path);
+            return Ok(None);
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Stores bytes as a blob and returns its hash. Existing valid blobs are kept as they are.
+    pub fn store_blob(&self, bytes: &[u8]) -> Result<String, CacheError> {
+        let hash = hash_bytes(bytes);
+        // An intact copy is already there (another kernel, target or builder made the same
+        // bytes): hashing it is cheaper than writing and fsyncing it again.
+        if matches!(self.check_blob(&hash)?, BlobCheck::Valid) {
+            return Ok(hash);
+        }
+        let path = self.root.join(blob_path(&hash));
+        write_atomic(&path, bytes).map_err(io_error(&path))?;
+        Ok(hash)
+    }
+
+    fn read_json<T: for<'de> Deserialize<'de>>(
+        &self,
+        relative: &Path,
+    ) -> Result<Option<T>, CacheError> {
+        let path = self.root.join(relative);
+        match fs::read(&path) {
+            // Unparsable JSON is a torn or foreign file: treat it as absent, it gets rewritten.
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(io_error(&path)(err)),
+        }
+    }
+
+    fn write_json<T: Serialize>(&self, relative: &Path, value: &T) -> Result<(), CacheError> {
+        let path = self.root.join(relative);
+        let bytes = serde_json::to_vec_pretty(value).expect("cache records always serialize");
+        write_atomic(&path, &bytes).map_err(io_error(&path))
+    }
+
+    /// The record a build key produced, if its blob is still there and intact.
+    pub fn lookup_key(&self, key: &str) -> Result<Option<KeyRecord>, CacheError> {
+        if !is_hex_hash(key) {
+            return Ok(None);
+        }
+        let Some(record) = self.read_json::<KeyRecord>(&key_path(key))? else {
+            return Ok(None);
+        };
+        match self.check_blob(&record.blob)? {
+            BlobCheck::Valid => Ok(Some(record)),
+            BlobCheck::Missing | BlobCheck::Corrupt => Ok(None),
+        }
+    }
+
+    /// The layout entry of one (kernel, target), without checking its blob.
+    pub fn entry(
+        &self,
+        backend: Backend,
+        kernel: &str,
+        target: &Target,
+    ) -> Result<Option<Entry>, CacheError> {
+        self.read_json(&entry_path(backend, kernel, target))
+    }
+
+    /// Records a finished artifact: key record, layout link, then the entry, in that order, so
+    /// whoever sees an entry also finds everything it points at.
+    ///
+    /// The first valid key record wins: a compiler that is not bit-for-bit reproducible can
+    /// give two concurrent builders different bytes for one key, and both must then publish
+    /// the same blob. Returns the entry as published (with the winning record).
+    pub fn publish(&self, entry: &Entry) -> Result<Entry, CacheError> {
+        let record = self.claim_key(&entry.key, &entry.record)?;
+        let entry = Entry {
+            record,
+            ..entry.clone()
+        };
+        let previous: Option<Entry> = self.read_json(&entry.entry_path())?;
+        let link = self.root.join(entry.artifact_path());
+        let blob_from_link_dir = Path::new("../..").join(blob_path(&entry.record.blob));
+        link_atomic(&blob_from_link_dir, &link).map_err(io_error(&link))?;
+        if let Some(previous) =
+            previous.filter(|previous| previous.record.format != entry.record.format)
+        {
+            let _ = fs::remove_file(self.root.join(previous.artifact_path()));
+        }
+        self.write_json(&entry.entry_path(), &entry)?;
+        Ok(entry)
+    }
+
+    /// Writes the key record unless a valid one exists; returns the record that holds.
+    fn claim_key(&self, key: &str, record: &KeyRecord) -> Result<KeyRecord, CacheError> {
+        let path = self.root.join(key_path(key));
+        let bytes = serde_json::to_vec_pretty(record).expect("cache records always serialize");
+        let written = (|| {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            fs::create_dir_all(dir)?;
+            let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+            temp.write_all(&bytes)?;
+            temp.as_file().sync_all()?;
+            temp.persist_noclobber(&path).map_err(|err| err.error)
+        })();
+        match written {
+            Ok(_) => Ok(record.clone()),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => match self.lookup_key(key)? {
+                Some(existing) => Ok(existing),
+                // The holder's blob is gone or corrupt: ours replaces it.
+                None => {
+                    write_atomic(&path, &bytes).map_err(io_error(&path))?;
+                    Ok(record.clone())
+                }
+            },
+            Err(err) => Err(io_error(&path)(err)),
+        }
+    }
+
+    /// Every entry of the layout, sorted by backend, kernel and target.
+    pub fn entries(&self) -> Result<Vec<Entry>, CacheError> {
+        let mut entries = Vec::new();
+        for backend in [Backend::Cuda, Backend::Hip, Backend::Metal] {
+            let backend_dir = self.root.join(backend.as_str());
+            for kernel_dir in read_dir_sorted(&backend_dir)? {
+                let Some(kernel) = kernel_dir
+                    .file_name()
+                    .and_then(|name| name.to_str())
+                    .map(String::from)
+                else {
+                    continue;
+                };
+                entries.extend(self.kernel_entries(backend, &kernel)?);
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The entries of one kernel in one backend, sorted by target.
+    pub fn kernel_entries(&self, backend: Backend, kernel: &str) -> Result<Vec<Entry>, CacheError> {
+        let dir = layout_dir(backend, kernel);
+        let mut entries = Vec::new();
+        for path in read_dir_sorted(&self.root.join(&dir))? {
+            let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+                continue;
+            };
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            if let Some(entry) = self.read_json::<Entry>(&dir.join(name))? {
+                if entry.kernel == kernel && entry.backend == backend {
+                    entries.push(entry);
+                }
+            }
+        }
+        entries.sort_by(|a, b| a.target.cmp(&b.target));
+        Ok(entries)
+    }
+
+    /// Resolves a kernel for a device against the artifacts in this cache: the kernel's
+    /// entries for the device's backend, and the verdict on each. The chosen artifact's blob
+    /// is verified; a missing or corrupt one is dropped and the next best is chosen.
+    pub fn resolve(
+        &self,
+        kernel: &str,
+        device: &Device,
+        options: &ResolveOptions,
+    ) -> Result<(Vec<Entry>, Explanation), CacheError> {
+        let mut entries = self.kernel_entries(device.backend(), kernel)?;
+        loop {
+            let candidates: Vec<Candidate> = entries.iter().map(Entry::candidate).collect();
+            let explanation = explain(&candidates, device, options);
+            match explanation.chosen {
+                Some(index)
+                    if !matches!(
+                        self.check_blob(&entries[index].record.blob)?,
+                        BlobCheck::Valid
+                    ) =>
+                {
+                    entries.remove(index);
+                }
+                _ => return Ok((entries, explanation)),
+            }
+        }
+    }
+
+    /// Total bytes of all blobs.
+    pub fn blob_bytes(&self) -> Result<u64, CacheError> {
+        Ok(self.blobs()?.iter().map(|blob| blob.size).sum())
+    }
+
+    fn blobs(&self) -> Result<Vec<BlobFile>, CacheError> {
+        let mut blobs = Vec::new();
+        for shard in read_dir_sorted(&self.root.join("blobs"))? {
+            for path in read_dir_sorted(&shard)? {
+                let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+                    continue;
+                };
+                if !is_hex_hash(name) {
+                    continue;
+                }
+                let Ok(metadata) = fs::metadata(&path) else {
+                    continue;
+                };
+                blobs.push(BlobFile {
+                    path: path.clone(),
+                    size: metadata.len(),
+                    used: metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                });
+            }
+        }
+        Ok(blobs)
+    }
+
+    /// Evicts least recently used blobs until the blobs fit in `max_bytes`, then removes the
+    /// entries, links and key records left pointing at nothing, and stale temp files.
+    pub fn gc(&self, max_bytes: u64) -> Result<GcReport, CacheError> {
+        let mut report = GcReport::default();
+        let mut blobs = self.blobs()?;
+        let mut total: u64 = blobs.iter().map(|blob| blob.size).sum();
+        blobs.sort_by_key(|blob| blob.used);
+        for blob in blobs {
+            if total <= max_bytes {
+                break;
+            }
+            match fs::remove_file(&blob.path) {
+                Ok(()) => {
+                    total -= blob.size;
+                    report.blobs_removed += 1;
+                    report.bytes_freed += blob.size;
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => total -= blob.size,
+                Err(err) => return Err(io_error(&blob.path)(err)),
+            }
+        }
+        report.bytes_kept = total;
+        for entry in self.entries()? {
+            if !self.root.join(blob_path(&entry.record.blob)).exists() {
+                let _ = fs::remove_file(self.root.join(entry.entry_path()));
+                let _ = fs::remove_file(self.root.join(entry.artifact_path()));
+                let _ = fs::remove_file(self.root.join(key_path(&entry.key)));
+                report.entries_removed += 1;
+            }
+        }
+        for shard in read_dir_sorted(&self.root.join("keys"))? {
+            for path in read_dir_sorted(&shard)? {
+                let record: Option<KeyRecord> = fs::read(&path)
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+                if record.is_some_and(|record| !self.root.join(blob_path(&record.blob)).exists()) {
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
+        report.temp_files_removed = remove_stale_temp_files(&self.root)?;
+        Ok(report)
+    }
+}
+
+struct BlobFile {
+    path: PathBuf,
+    size: u64,
+    used: SystemTime,
+}
+
+/// Directory entries sorted by name; a missing directory is empty.
+fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
+    let read = match fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(io_error(dir)(err)),
+    };
+    let mut paths = read
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .collect::<Vec<_>>();
+    paths.sort();
+    Ok(paths)
+}
+
+fn remove_stale_temp_files(dir: &Path) -> Result<usize, CacheError> {
+    let mut removed = 0;
+    for path in read_dir_sorted(dir)? {
+        let Ok(metadata) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let is_temp = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.starts_with(".tmp"));
+        if metadata.is_dir() {
+            removed += remove_stale_temp_files(&path)?;
+        } else if is_temp
+            && metadata
+                .modified()
+                .ok()
+                .and_then(|time| time.elapsed().ok())
+                .is_some_and(|age| age > STALE_TEMP_AGE)
+            && fs::remove_file(&path).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Reads a file fully; used for artifacts a compiler just wrote.
+pub fn read_file(path: &Path) -> Result<Vec<u8>, CacheError> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut file| file.read_to_end(&mut bytes))
+        .map_err(io_error(path))?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(cache: &Cache, kernel: &str, target: &str, bytes: &[u8]) -> Entry {
+        let blob = cache.store_blob(bytes).unwrap();
+        Entry {
+            kernel: kernel.into(),
+            backend: Backend::Cuda,
+            target: target.parse().unwrap(),
+            key: hash_bytes(format!("{kernel}{target}").as_bytes()),
+            record: KeyRecord {
+                blob,
+                size: bytes.len() as u64,
+                format: Format::Ptx,
+                ptx_isa: None,
+                toolchain: "clang".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn publish_makes_a_browsable_layout_and_a_key_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let entry = entry(&cache, "add", "sm_80", b"ptx bytes");
+        cache.publish(&entry).unwrap();
+        assert_eq!(
+            fs::read(dir.path().join("cuda/add/sm_80.ptx")).unwrap(),
+            b"ptx bytes"
+        );
+        assert_eq!(
+            cache.lookup_key(&entry.key).unwrap(),
+            Some(entry.record.clone())
+        );
+        assert_eq!(cache.entries().unwrap(), [entry]);
+    }
+
+    #[test]
+    fn a_flipped_byte_is_a_miss_and_the_blob_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let entry = entry(&cache, "add", "sm_80", b"ptx bytes");
+        cache.publish(&entry).unwrap();
+        let blob = dir.path().join(blob_path(&entry.record.blob));
+        let mut bytes = fs::read(&blob).unwrap();
+        bytes[0] ^= 1;
+        fs::write(&blob, bytes).unwrap();
+        assert_eq!(cache.lookup_key(&entry.key).unwrap(), None);
+        assert!(!blob.exists());
+    }
+
+    #[test]
+    fn gc_evicts_least_recently_used_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let old = entry(&cache, "old", "sm_80", &[1; 1000]);
+        let new = entry(&cache, "new", "sm_80", &[2; 1000]);
+        cache.publish(&old).unwrap();
+        cache.publish(&new).unwrap();
+        let long_ago = SystemTime::now() - Duration::from_secs(86_400);
+        File::options()
+            .write(true)
+            .open(dir.path().join(blob_path(&old.record.blob)))
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let report = cache.gc(1500).unwrap();
+        assert_eq!(
+            (
+                report.blobs_removed,
+                report.bytes_freed,
+                report.bytes_kept,
+                report.entries_removed
+            ),
+            (1, 1000, 1000, 1)
+        );
+        assert_eq!(cache.entries().unwrap(), std::slice::from_ref(&new));
+        assert!(!dir.path().join("cuda/old/sm_80.ptx").exists());
+        assert_eq!(cache.lookup_key(&old.key).unwrap(), None);
+        assert!(cache.lookup_key(&new.key).unwrap().is_some());
+    }
+
+    #[test]
+    fn the_first_valid_key_record_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let first = entry(&cache, "add", "gfx1100", b"first build");
+        let mut second = entry(&cache, "add", "gfx1100", b"second, different bytes");
+        second.key = first.key.clone();
+        assert_eq!(cache.publish(&first).unwrap(), first);
+        assert_eq!(
+            cache.publish(&second).unwrap(),
+            first,
+            "the loser adopts the winner's blob"
+        );
+        assert_eq!(
+            fs::read(dir.path().join(first.artifact_path())).unwrap(),
+            b"first build"
+        );
+
+        // Once the winner's blob is gone, a new record takes its place.
+        fs::remove_file(dir.path().join(blob_path(&first.record.blob))).unwrap();
+        assert_eq!(cache.publish(&second).unwrap(), second);
+    }
+
+    #[test]
+    fn resolve_skips_a_corrupt_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let sm80 = entry(&cache, "add", "sm_80", b"ptx 80");
+        let sm86 = entry(&cache, "add", "sm_86", b"ptx 86");
+        cache.publish(&sm80).unwrap();
+        cache.publish(&sm86).unwrap();
+        fs::write(dir.path().join(blob_path(&sm86.record.blob)), b"ptx 8X").unwrap();
+        let (entries, explanation) = cache
+            .resolve("add", &"sm_89".parse().unwrap(), &ResolveOptions::default())
+            .unwrap();
+        assert_eq!(entries[explanation.chosen.unwrap()], sm80);
+    }
+
+    #[test]
+    fn the_flag_beats_the_environment() {
+        let flag = Path::new("/somewhere");
+        assert_eq!(Cache::default_root(Some(flag)).unwrap(), flag);
+    }
+}
