@@ -20,7 +20,10 @@ use crate::trace::{
     BlockSnapshot, BlockState, Recorder, SegmentSnapshot, Snapshot, StageGuard, TraceAction,
 };
 
-/// How a [`MemoryPool`] rounds, groups and limits memory. The defaults are PyTorch's.
+/// How a [`MemoryPool`] rounds, groups and limits memory. The defaults are PyTorch's except
+/// for `max_split_size` (128 MiB, PyTorch: unlimited) and `reclaim_on_miss` (on, PyTorch:
+/// off), which together keep reserved memory within ~10% of the peak under changing shapes
+/// (see BENCHMARKS.md); [`PoolConfig::pytorch`] gives PyTorch's behaviour exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
     /// Granularity and minimum size of every block, and the alignment every buffer gets
@@ -36,6 +39,10 @@ pub struct PoolConfig {
     pub medium_segment: u64,
     /// Larger requests get their own segment, rounded up to this (PyTorch: 2 MiB).
     pub large_round: u64,
+    /// Blocks at least this large are "oversize": smaller requests never split them (so a
+    /// small tensor cannot pin a huge segment), and larger requests take one only when it
+    /// wastes less than `medium_segment` (PyTorch's `max_split_size_mb`). `None`: unlimited.
+    pub max_split_size: Option<u64>,
     /// Most bytes the pool may reserve per tier; `None` means up to the backend's capacity.
     pub max_size: Option<u64>,
     /// `false` gives every request its own segment and releases it on free (PyTorch's
@@ -43,6 +50,11 @@ pub struct PoolConfig {
     pub caching: bool,
     /// Record every allocation, free, segment and OOM event for snapshots and replays.
     pub record_trace: bool,
+    /// When a large request fits no cached block, release the cached large segments that
+    /// are wholly free before reserving a new one (they are all too small for it). Keeps
+    /// reserved memory close to the peak under changing shapes; steady-state loops never
+    /// miss, so they keep their cache. PyTorch keeps them (like setting this to `false`).
+    pub reclaim_on_miss: bool,
 }
 
 impl Default for PoolConfig {
@@ -54,14 +66,25 @@ impl Default for PoolConfig {
             medium_limit: 10 << 20,
             medium_segment: 20 << 20,
             large_round: 2 << 20,
+            max_split_size: Some(128 << 20),
             max_size: None,
             caching: true,
             record_trace: false,
+            reclaim_on_miss: true,
         }
     }
 }
 
 impl PoolConfig {
+    /// PyTorch's caching allocator defaults: no oversize limit, cached segments kept on a miss.
+    pub fn pytorch() -> Self {
+        PoolConfig {
+            max_split_size: None,
+            reclaim_on_miss: false,
+            ..Self::default()
+        }
+    }
+
     /// The no-cache baseline: every allocation goes to the backend.
     pub fn no_cache() -> Self {
         PoolConfig {
@@ -258,9 +281,7 @@ impl MemoryPool {
         debug_assert_eq!(freed.state, State::Allocated);
         let stats = &mut tier.stats;
         stats.allocation.decrease(freed.kind, 1);
-        stats.active.decrease(freed.kind, 1);
         stats.allocated_bytes.decrease(freed.kind, freed.size);
-        stats.active_bytes.decrease(freed.kind, freed.size);
         stats.requested_bytes.decrease(freed.kind, freed.requested);
         if let Some(recorder) = &self.recorder {
             recorder.record(
@@ -294,7 +315,8 @@ impl MemoryPool {
     }
 
     fn recent_class(&self, size: u64) -> usize {
-        (size / self.config.block_size) as usize - 1
+        // block_size is a power of two: shift rather than divide on the hot path.
+        (size >> self.config.block_size.trailing_zeros()) as usize - 1
     }
 
     fn kind_for(&self, size: u64) -> PoolKind {
@@ -322,17 +344,36 @@ impl MemoryPool {
                 return Ok(block);
             }
         }
-        if let Some(block) = tier.best_fit(kind, size) {
+        if let Some(block) = self.best_fit(tier, kind, size) {
             return Ok(block);
         }
         if tier.recent_count > 0 {
             tier.flush_recent();
-            if let Some(block) = tier.best_fit(kind, size) {
+            if let Some(block) = self.best_fit(tier, kind, size) {
                 return Ok(block);
             }
         }
+        if kind == PoolKind::Large && self.config.reclaim_on_miss {
+            self.release_unsplit(tier, scope, PoolKind::Large);
+        }
         let segment = self.segment_size(size, kind);
         self.reserve_segment(tier, scope, segment, kind)
+    }
+
+    /// The smallest cached block that fits, unless `max_split_size` forbids using it.
+    fn best_fit(&self, tier: &mut TierState, kind: PoolKind, size: u64) -> Option<BlockId> {
+        let tree = tier.tree(kind);
+        let &key = tree.range((size, 0, 0)..).next()?;
+        if let Some(max_split) = self.config.max_split_size {
+            let block_size = key.0;
+            let oversize = block_size >= max_split;
+            if oversize && (size < max_split || block_size >= size + self.config.medium_segment) {
+                return None;
+            }
+        }
+        tree.remove(&key);
+        tier.take_cached(key.2);
+        Some(key.2)
     }
 
     fn segment_size(&self, size: u64, kind: PoolKind) -> u64 {
@@ -425,10 +466,15 @@ impl MemoryPool {
 
     fn release_cached(&self, tier: &mut TierState, scope: Scope) {
         tier.flush_recent();
+        self.release_unsplit(tier, scope, PoolKind::Small);
+        self.release_unsplit(tier, scope, PoolKind::Large);
+    }
+
+    /// Releases the wholly free segments in the best-fit tree of one pool.
+    fn release_unsplit(&self, tier: &mut TierState, scope: Scope, kind: PoolKind) {
         let unsplit: Vec<BlockId> = tier
-            .free_small
+            .tree_of(kind)
             .iter()
-            .chain(tier.free_large.iter())
             .map(|&(_, _, block)| block)
             .filter(|&block| !tier.blocks[block as usize].is_split())
             .collect();
@@ -487,7 +533,13 @@ impl MemoryPool {
         let remaining = original.size - size;
         let worth_splitting = match original.kind {
             PoolKind::Small => remaining >= self.config.block_size,
-            PoolKind::Large => remaining > self.config.small_size,
+            PoolKind::Large => {
+                remaining > self.config.small_size
+                    && self
+                        .config
+                        .max_split_size
+                        .is_none_or(|max_split| size < max_split)
+            }
         };
         if self.config.caching && worth_splitting {
             let remainder = tier.new_block(Block {
@@ -512,9 +564,7 @@ impl MemoryPool {
         let (kind, size) = (allocated.kind, allocated.size);
         let stats = &mut tier.stats;
         stats.allocation.increase(kind, 1);
-        stats.active.increase(kind, 1);
         stats.allocated_bytes.increase(kind, size);
-        stats.active_bytes.increase(kind, size);
         stats.requested_bytes.increase(kind, requested);
         block
     }
@@ -527,7 +577,12 @@ impl MemoryPool {
     /// Statistics of one tier. Tiers are not summed: on-chip bytes and HBM bytes are
     /// different resources, and the peak of a sum is not the sum of peaks.
     pub fn memory_stats_for(&self, scope: Scope) -> MemoryStats {
-        self.tiers[scope.index()].lock().stats.clone()
+        let mut stats = self.tiers[scope.index()].lock().stats.clone();
+        // Frees complete at once (copies are synchronised by their scopes), so every
+        // allocated block is active and no block is pending: active mirrors allocated.
+        stats.active = stats.allocation;
+        stats.active_bytes = stats.allocated_bytes;
+        stats
     }
 
     /// Bytes currently reserved from the backend in one tier (cheaper than
@@ -627,19 +682,18 @@ impl TierState {
         self.dead_slots.push(id);
     }
 
+    fn tree_of(&self, kind: PoolKind) -> &FreeTree {
+        match kind {
+            PoolKind::Small => &self.free_small,
+            PoolKind::Large => &self.free_large,
+        }
+    }
+
     fn tree(&mut self, kind: PoolKind) -> &mut FreeTree {
         match kind {
             PoolKind::Small => &mut self.free_small,
             PoolKind::Large => &mut self.free_large,
         }
-    }
-
-    fn best_fit(&mut self, kind: PoolKind, size: u64) -> Option<BlockId> {
-        let tree = self.tree(kind);
-        let &key = tree.range((size, 0, 0)..).next()?;
-        tree.remove(&key);
-        self.take_cached(key.2);
-        Some(key.2)
     }
 
     /// Bookkeeping for a free block leaving the caches to be allocated.
@@ -796,7 +850,6 @@ impl TierState {
                 stats.allocated_bytes.all.current,
                 allocated,
             ),
-            ("active_bytes", stats.active_bytes.all.current, allocated),
             (
                 "requested_bytes",
                 stats.requested_bytes.all.current,

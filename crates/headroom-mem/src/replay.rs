@@ -39,6 +39,22 @@ impl<'pool> ReplayTarget for &'pool MemoryPool {
     }
 }
 
+impl<T: ReplayTarget> ReplayTarget for &mut T {
+    type Handle = T::Handle;
+
+    fn allocate(&mut self, scope: Scope, bytes: u64) -> Option<T::Handle> {
+        (**self).allocate(scope, bytes)
+    }
+
+    fn free(&mut self, handle: T::Handle) {
+        (**self).free(handle)
+    }
+
+    fn reserved_bytes(&self) -> u64 {
+        (**self).reserved_bytes()
+    }
+}
+
 /// Power-of-two bins: every request is rounded up to a power of two (at least 512 bytes)
 /// and served from a cache of blocks of exactly that size; nothing is split or coalesced.
 /// The classic simple device allocator, and the baseline for fragmentation figures.
@@ -46,6 +62,7 @@ impl<'pool> ReplayTarget for &'pool MemoryPool {
 pub struct PowerOfTwoBins {
     cached: BTreeMap<u64, usize>,
     reserved: u64,
+    device_allocations: u64,
 }
 
 impl PowerOfTwoBins {
@@ -53,6 +70,11 @@ impl PowerOfTwoBins {
 
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Blocks reserved from the device so far (each bin miss reserves one).
+    pub fn device_allocations(&self) -> u64 {
+        self.device_allocations
     }
 }
 
@@ -63,7 +85,10 @@ impl ReplayTarget for PowerOfTwoBins {
         let bin = bytes.max(Self::MIN_BIN).checked_next_power_of_two()?;
         match self.cached.get_mut(&bin) {
             Some(count) if *count > 0 => *count -= 1,
-            _ => self.reserved += bin,
+            _ => {
+                self.reserved += bin;
+                self.device_allocations += 1;
+            }
         }
         Some(bin)
     }
