@@ -356,8 +356,16 @@ impl MemoryPool {
         if kind == PoolKind::Large && self.config.reclaim_on_miss {
             self.release_unsplit(tier, scope, PoolKind::Large);
         }
-        let segment = self.segment_size(size, kind);
-        self.reserve_segment(tier, scope, segment, kind)
+        // On-chip tiers are smaller than a default segment: never ask for more than exists.
+        let capacity = self.backend.capacity(scope).unwrap_or(u64::MAX);
+        let segment = self.segment_size(size, kind).min(capacity).max(size);
+        match self.reserve_segment(tier, scope, segment, kind) {
+            // A shared segment does not fit, but the block alone might.
+            Err(BackendError::Exhausted { .. }) if segment > size => {
+                self.reserve_segment(tier, scope, size, kind)
+            }
+            reserved => reserved,
+        }
     }
 
     /// The smallest cached block that fits, unless `max_split_size` forbids using it.
