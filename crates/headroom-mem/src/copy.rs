@@ -153,10 +153,13 @@ impl Default for Stream {
     }
 }
 
+/// The outcome slot of an operation and the condition variable that announces it.
+type Completion = (Mutex<Option<Result<(), CopyError>>>, Condvar);
+
 /// Completion of one queued operation.
 #[derive(Debug, Clone)]
 pub struct Event {
-    state: Arc<(Mutex<Option<Result<(), CopyError>>>, Condvar)>,
+    state: Arc<Completion>,
 }
 
 impl Event {

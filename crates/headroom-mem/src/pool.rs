@@ -546,7 +546,7 @@ impl MemoryPool {
                     && self
                         .config
                         .max_split_size
-                        .is_none_or(|max_split| size < max_split)
+                        .map_or(true, |max_split| size < max_split)
             }
         };
         if self.config.caching && worth_splitting {

@@ -249,7 +249,7 @@ impl KernelPipeline {
             trace.stage(format!("batch{batch_index}.decode"));
             let raw = trace.alloc(n * pixels * 3);
             let offsets = trace.alloc(n * 8);
-            let workspace = trace.alloc(n * 64 << 10);
+            let workspace = trace.alloc((n * 64) << 10);
             let decoded = trace.alloc(n * pixels * 3 * 4);
             trace.free(workspace);
             trace.free(raw);

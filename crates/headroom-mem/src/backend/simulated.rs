@@ -109,7 +109,7 @@ impl Tier {
         let offset = address - start;
         if offset
             .checked_add(bytes)
-            .is_none_or(|end| end > reservation.bytes)
+            .map_or(true, |end| end > reservation.bytes)
         {
             return Err(out_of_bounds);
         }
