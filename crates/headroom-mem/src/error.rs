@@ -96,6 +96,9 @@ pub enum AllocError {
     /// The shape's byte size overflows.
     #[error("shape {shape} of {dtype:?} is too large to address; use fewer or smaller dimensions")]
     ShapeTooLarge { shape: Shape, dtype: DType },
+    /// The request cannot be rounded and aligned without overflowing a 64-bit size.
+    #[error("{bytes} bytes aligned to {alignment} cannot be addressed; request fewer bytes or a smaller alignment")]
+    SizeOverflow { bytes: u64, alignment: u64 },
     /// `alloc_buffer_with_fallback` was given no shape to try.
     #[error("alloc_buffer_with_fallback needs at least one shape to try")]
     NoShapes,

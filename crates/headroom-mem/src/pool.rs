@@ -221,11 +221,11 @@ impl MemoryPool {
     }
 
     /// Bytes the pool would reserve for a request: rounded to `block_size`, plus room to
-    /// align the start when `alignment` exceeds `block_size`.
-    pub fn block_size_for(&self, bytes: u64, alignment: Alignment) -> u64 {
+    /// align the start when `alignment` exceeds `block_size`. `None` when that overflows.
+    pub fn block_size_for(&self, bytes: u64, alignment: Alignment) -> Option<u64> {
         let block_size = self.config.block_size;
-        let rounded = align_up(bytes.max(1), block_size);
-        rounded + alignment.bytes().saturating_sub(block_size)
+        let rounded = bytes.max(1).checked_next_multiple_of(block_size)?;
+        rounded.checked_add(alignment.bytes().saturating_sub(block_size))
     }
 
     /// Allocates `bytes` in `scope`, starting at a multiple of `alignment`.
@@ -239,7 +239,12 @@ impl MemoryPool {
         bytes: u64,
         alignment: Alignment,
     ) -> Result<Placement, AllocError> {
-        let size = self.block_size_for(bytes, alignment);
+        let size = self
+            .block_size_for(bytes, alignment)
+            .ok_or(AllocError::SizeOverflow {
+                bytes,
+                alignment: alignment.bytes(),
+            })?;
         let mut tier = self.tiers[scope.index()].lock();
         let block = match self.find_or_reserve(&mut tier, scope, size) {
             Ok(block) => block,

@@ -291,6 +291,10 @@ mod tests {
     use crate::replay::{replay, PowerOfTwoBins};
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe code and thousands of events: too slow to interpret"
+    )]
     fn generated_traces_free_everything_they_allocate_per_step() {
         for events in [
             TransformerStep::default().trace(),
@@ -306,6 +310,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe code and thousands of events: too slow to interpret"
+    )]
     fn generation_is_deterministic() {
         assert_eq!(
             KernelPipeline::default().trace(),

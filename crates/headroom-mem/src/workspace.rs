@@ -6,7 +6,7 @@ use std::cell::Cell;
 
 use crate::buffer::{Allocation, BufferViewMut};
 use crate::error::AllocError;
-use crate::layout::{align_up, Alignment, DType, Scope, Shape, TensorLayout};
+use crate::layout::{Alignment, DType, Scope, Shape, TensorLayout};
 use crate::pool::MemoryPool;
 use crate::trace::StageGuard;
 
@@ -94,8 +94,12 @@ impl Stage<'_, '_> {
             return Err(WorkspaceError::ShapeTooLarge { shape, dtype });
         };
         let base = self.workspace.memory.address();
-        let start = align_up(base + self.used.get(), alignment.bytes()) - base;
-        let end = start + layout.size_bytes();
+        let end = (base + self.used.get())
+            .checked_next_multiple_of(alignment.bytes())
+            .and_then(|start| start.checked_add(layout.size_bytes()))
+            .map(|end| end - base)
+            .unwrap_or(u64::MAX);
+        let start = end - layout.size_bytes();
         if end > self.workspace.capacity() {
             return Err(WorkspaceError::Exhausted {
                 stage: self.name.clone(),

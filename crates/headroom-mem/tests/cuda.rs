@@ -15,12 +15,26 @@ fn pool_round_trips_bytes_through_gpu_memory() {
             return;
         }
     };
-    assert!(device.capacity(Scope::Global).is_some_and(|bytes| bytes > 0));
-    assert!(matches!(device.reserve(Scope::Shared, 1024, 256), Err(BackendError::UnsupportedScope { .. })));
+    assert!(device
+        .capacity(Scope::Global)
+        .is_some_and(|bytes| bytes > 0));
+    assert!(matches!(
+        device.reserve(Scope::Shared, 1024, 256),
+        Err(BackendError::UnsupportedScope { .. })
+    ));
     let pool = MemoryPool::new(device);
     let data: Vec<f32> = (0..1 << 20).map(|v| v as f32).collect();
-    let mut first = pool.alloc_buffer([1 << 20], DType::F32, Scope::Global, Alignment::new(4096).unwrap()).unwrap();
-    let mut second = pool.alloc_buffer([1024, 1024], DType::F32, Scope::Global, Alignment::DEFAULT).unwrap();
+    let mut first = pool
+        .alloc_buffer(
+            [1 << 20],
+            DType::F32,
+            Scope::Global,
+            Alignment::new(4096).unwrap(),
+        )
+        .unwrap();
+    let mut second = pool
+        .alloc_buffer([1024, 1024], DType::F32, Scope::Global, Alignment::DEFAULT)
+        .unwrap();
     assert!(is_aligned(&first, Alignment::new(4096).unwrap()));
     copy_from_host(&mut first, &data).unwrap();
     copy(&mut second, &first).unwrap();

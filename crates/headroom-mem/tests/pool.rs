@@ -461,3 +461,30 @@ fn dropping_the_pool_returns_every_segment() {
     assert!(sim.reservations(Scope::Global).is_empty());
     assert_eq!(sim.free_bytes(Scope::Global), 64 * MIB);
 }
+
+#[test]
+fn impossible_sizes_and_alignments_are_errors_not_overflows() {
+    let pool = MemoryPool::new(device(64 * MIB));
+    let huge = Alignment::new(1 << 63).unwrap();
+    let error = pool
+        .allocate_bytes(u64::MAX - 10, Scope::Global, Alignment::DEFAULT)
+        .unwrap_err();
+    assert!(matches!(error, AllocError::SizeOverflow { .. }), "{error}");
+    assert!(pool
+        .allocate_bytes(1, Scope::Global, huge)
+        .unwrap_err()
+        .out_of_memory()
+        .is_some());
+    let shape = [usize::MAX, 4];
+    assert!(matches!(
+        pool.alloc_buffer(shape, DType::F64, Scope::Global, Alignment::DEFAULT),
+        Err(AllocError::ShapeTooLarge { .. })
+    ));
+    let mut workspace = Workspace::new(&pool, Scope::Global, MIB).unwrap();
+    let stage = workspace.stage("overflow");
+    assert!(matches!(
+        stage.alloc([1], DType::U8, huge),
+        Err(WorkspaceError::Exhausted { .. })
+    ));
+    assert_eq!(stage.used(), 0);
+}
