@@ -33,11 +33,41 @@ impl TierCapacities {
     }
 }
 
+/// Zeroed host bytes behind one reservation, held as a raw allocation: copies take raw
+/// pointers into it, and a pointer derived from a `&mut Box<[u8]>` would be invalidated by
+/// the next reborrow of the same box (Miri caught that for copies within one segment).
+#[derive(Debug)]
+struct Backing {
+    start: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `Backing` owns its allocation exclusively, like the `Box<[u8]>` it came from.
+unsafe impl Send for Backing {}
+
+impl Backing {
+    fn zeroed(len: usize) -> Self {
+        let bytes: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        Backing {
+            start: Box::into_raw(bytes).cast::<u8>(),
+            len,
+        }
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        let bytes = std::ptr::slice_from_raw_parts_mut(self.start, self.len);
+        // SAFETY: `start`/`len` came from `Box::into_raw` in `zeroed` and are freed once.
+        drop(unsafe { Box::from_raw(bytes) });
+    }
+}
+
 /// One live reservation and, on a backed device, its bytes.
 #[derive(Debug)]
 struct Reservation {
     bytes: u64,
-    backing: Option<Box<[u8]>>,
+    backing: Option<Backing>,
 }
 
 /// One tier's address space: free ranges (first-fit, coalesced) and live reservations.
@@ -99,11 +129,11 @@ impl Tier {
     }
 
     /// Pointer to the backing bytes of `address..address+bytes`, checked against reservations.
-    fn backing_pointer(&mut self, address: u64, bytes: u64) -> Result<*mut u8, BackendError> {
+    fn backing_pointer(&self, address: u64, bytes: u64) -> Result<*mut u8, BackendError> {
         let out_of_bounds = BackendError::OutOfBounds { address, bytes };
         let (&start, reservation) = self
             .reservations
-            .range_mut(..=address)
+            .range(..=address)
             .next_back()
             .ok_or(out_of_bounds.clone())?;
         let offset = address - start;
@@ -113,9 +143,9 @@ impl Tier {
         {
             return Err(out_of_bounds);
         }
-        let backing = reservation.backing.as_mut().ok_or(BackendError::Unbacked)?;
-        // SAFETY: offset + bytes <= backing.len(), checked above.
-        Ok(unsafe { backing.as_mut_ptr().add(offset as usize) })
+        let backing = reservation.backing.as_ref().ok_or(BackendError::Unbacked)?;
+        // SAFETY: offset + bytes <= reservation.bytes == backing.len, checked above.
+        Ok(unsafe { backing.start.add(offset as usize) })
     }
 }
 
@@ -202,9 +232,7 @@ impl Backend for SimulatedDevice {
             return Err(exhausted);
         }
         let address = tier.take_first_fit(bytes, align).ok_or(exhausted)?;
-        let backing = self
-            .backed
-            .then(|| vec![0u8; bytes as usize].into_boxed_slice());
+        let backing = self.backed.then(|| Backing::zeroed(bytes as usize));
         tier.reservations
             .insert(address, Reservation { bytes, backing });
         tier.reserved += bytes;
@@ -222,27 +250,25 @@ impl Backend for SimulatedDevice {
     }
 
     unsafe fn write_from_host(&self, dst: u64, src: &[u8]) -> Result<(), BackendError> {
-        let mut tiers = self.tiers.lock();
-        let tier = tier_of(&mut tiers, dst)?;
-        let pointer = tier.backing_pointer(dst, src.len() as u64)?;
+        let tiers = self.tiers.lock();
+        let pointer = tier_of(&tiers, dst)?.backing_pointer(dst, src.len() as u64)?;
         // SAFETY: the range was checked against a live reservation; we hold the lock.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), pointer, src.len()) };
         Ok(())
     }
 
     unsafe fn read_to_host(&self, src: u64, dst: &mut [u8]) -> Result<(), BackendError> {
-        let mut tiers = self.tiers.lock();
-        let tier = tier_of(&mut tiers, src)?;
-        let pointer = tier.backing_pointer(src, dst.len() as u64)?;
+        let tiers = self.tiers.lock();
+        let pointer = tier_of(&tiers, src)?.backing_pointer(src, dst.len() as u64)?;
         // SAFETY: the range was checked against a live reservation; we hold the lock.
         unsafe { std::ptr::copy_nonoverlapping(pointer, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
     unsafe fn copy_within(&self, dst: u64, src: u64, bytes: u64) -> Result<(), BackendError> {
-        let mut tiers = self.tiers.lock();
-        let source = tier_of(&mut tiers, src)?.backing_pointer(src, bytes)?;
-        let destination = tier_of(&mut tiers, dst)?.backing_pointer(dst, bytes)?;
+        let tiers = self.tiers.lock();
+        let source = tier_of(&tiers, src)?.backing_pointer(src, bytes)?;
+        let destination = tier_of(&tiers, dst)?.backing_pointer(dst, bytes)?;
         // SAFETY: both ranges were checked against live reservations; the caller guarantees
         // they do not overlap; we hold the lock.
         unsafe { std::ptr::copy_nonoverlapping(source, destination, bytes as usize) };
@@ -250,10 +276,10 @@ impl Backend for SimulatedDevice {
     }
 }
 
-fn tier_of(tiers: &mut [Tier; 3], address: u64) -> Result<&mut Tier, BackendError> {
+fn tier_of(tiers: &[Tier; 3], address: u64) -> Result<&Tier, BackendError> {
     let index = (address >> 48).wrapping_sub(1) as usize;
     tiers
-        .get_mut(index)
+        .get(index)
         .ok_or(BackendError::OutOfBounds { address, bytes: 0 })
 }
 
