@@ -3,7 +3,7 @@
 //! thread and on two threads sharing one pool.
 //!
 //! Each case is measured twice: `wall` is elapsed time; `cpu` is the CPU time of the
-//! busiest benchmark thread (from `/proc/thread-self/schedstat`), which is what the wall
+//! busiest benchmark thread (`CLOCK_THREAD_CPUTIME_ID`), which is what the wall
 //! time would be on an otherwise idle machine; our shared development VM rarely is.
 //!
 //! `cargo bench -p headroom-mem --bench alloc_free`
@@ -38,11 +38,15 @@ fn system_pair(layout: Layout) {
     }
 }
 
-/// CPU time this thread has run, or `None` where the kernel does not say.
+/// CPU time this thread has run, or `None` where the clock is unavailable.
 fn thread_cpu_time() -> Option<Duration> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let nanos = text.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(nanos))
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    (status == 0).then(|| Duration::new(now.tv_sec as u64, now.tv_nsec as u32))
 }
 
 #[derive(Clone, Copy)]

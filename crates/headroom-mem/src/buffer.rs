@@ -63,6 +63,7 @@ impl Allocation<'_> {
 }
 
 impl Drop for Allocation<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.pool.release(self.scope, self.block);
     }
@@ -326,6 +327,7 @@ pub fn buffer_alias<'b>(
 
 impl MemoryPool {
     /// Allocates `bytes` of untyped memory in `scope`, starting at a multiple of `alignment`.
+    #[inline]
     pub fn allocate_bytes(
         &self,
         bytes: u64,
@@ -344,6 +346,7 @@ impl MemoryPool {
 
     /// Allocates a contiguous buffer of `shape` and `dtype` in `scope`. Its address is a
     /// multiple of `alignment` (and always of `PoolConfig::block_size`).
+    #[inline]
     pub fn alloc_buffer(
         &self,
         shape: impl Into<Shape>,

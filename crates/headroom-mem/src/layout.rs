@@ -3,6 +3,11 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
+/// Dimensions stored inline up to rank 4, so typical buffers allocate no shape on the heap.
+type Dims = SmallVec<[usize; 4]>;
+
 /// The memory tier a buffer lives in. Kernels see three tiers with very different capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
@@ -92,12 +97,12 @@ element!(u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64, f32 => F32, f64
 /// compile time (`Shape::from([4, 128])`), or from a `Vec`/slice when they are only known at
 /// run time (`Shape::from(dims_from_config)`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Shape(Vec<usize>);
+pub struct Shape(Dims);
 
 impl Shape {
     /// A shape with the given dimensions (an empty list is a scalar).
     pub fn new(dims: impl Into<Vec<usize>>) -> Self {
-        Shape(dims.into())
+        Shape(Dims::from_vec(dims.into()))
     }
 
     pub fn dims(&self) -> &[usize] {
@@ -116,8 +121,8 @@ impl Shape {
     }
 
     /// Row-major (C-contiguous) strides in elements.
-    pub fn contiguous_strides(&self) -> Vec<usize> {
-        let mut strides = vec![1usize; self.0.len()];
+    pub fn contiguous_strides(&self) -> Dims {
+        let mut strides: Dims = SmallVec::from_elem(1, self.0.len());
         for axis in (0..self.0.len().saturating_sub(1)).rev() {
             strides[axis] = strides[axis + 1].saturating_mul(self.0[axis + 1]);
         }
@@ -127,25 +132,25 @@ impl Shape {
 
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(dims: [usize; N]) -> Self {
-        Shape(dims.to_vec())
+        Shape(Dims::from_slice(&dims))
     }
 }
 
 impl From<Vec<usize>> for Shape {
     fn from(dims: Vec<usize>) -> Self {
-        Shape(dims)
+        Shape(Dims::from_vec(dims))
     }
 }
 
 impl From<&[usize]> for Shape {
     fn from(dims: &[usize]) -> Self {
-        Shape(dims.to_vec())
+        Shape(Dims::from_slice(dims))
     }
 }
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", self.0.as_slice())
     }
 }
 
@@ -154,7 +159,7 @@ impl fmt::Display for Shape {
 pub struct TensorLayout {
     shape: Shape,
     dtype: DType,
-    strides: Vec<usize>,
+    strides: Dims,
 }
 
 impl TensorLayout {
@@ -238,8 +243,11 @@ mod tests {
 
     #[test]
     fn strides_are_row_major() {
-        assert_eq!(Shape::from([2, 3, 4]).contiguous_strides(), vec![12, 4, 1]);
-        assert_eq!(Shape::from([]).contiguous_strides(), Vec::<usize>::new());
+        assert_eq!(
+            Shape::from([2, 3, 4]).contiguous_strides().as_slice(),
+            &[12, 4, 1]
+        );
+        assert!(Shape::from([]).contiguous_strides().is_empty());
     }
 
     #[test]
