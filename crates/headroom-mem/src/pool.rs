@@ -1,0 +1,901 @@
+//! The caching pool: segments are reserved from a backend once and carved into blocks with
+//! best-fit search, splitting and coalescing, in a small and a large pool like PyTorch's CUDA
+//! caching allocator, so steady-state allocation never touches the device.
+//!
+//! Recently freed small blocks also wait in short exact-size lists before they are coalesced:
+//! an exact size is a perfect fit, and it makes the common free-then-allocate-the-same-size
+//! pattern a push and a pop. Those lists are merged back (coalesced) whenever a request
+//! would otherwise reserve a new segment, and on [`MemoryPool::empty_cache`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::backend::{Backend, BackendError};
+use crate::error::{AllocError, ConfigError, OutOfMemory};
+use crate::layout::{align_up, Alignment, Scope};
+use crate::stats::{MemoryStats, PoolKind};
+use crate::trace::{
+    BlockSnapshot, BlockState, Recorder, SegmentSnapshot, Snapshot, StageGuard, TraceAction,
+};
+
+/// How a [`MemoryPool`] rounds, groups and limits memory. The defaults are PyTorch's except
+/// for `max_split_size` (128 MiB, PyTorch: unlimited) and `reclaim_on_miss` (on, PyTorch:
+/// off), which together keep reserved memory within ~10% of the peak under changing shapes
+/// (see BENCHMARKS.md); [`PoolConfig::pytorch`] gives PyTorch's behaviour exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Granularity and minimum size of every block, and the alignment every buffer gets
+    /// without asking (a power of two; PyTorch: 512).
+    pub block_size: u64,
+    /// Requests up to this size use the small pool (PyTorch: 1 MiB).
+    pub small_size: u64,
+    /// Segment size of the small pool (PyTorch: 2 MiB).
+    pub small_segment: u64,
+    /// Requests up to this size share medium segments (PyTorch: 10 MiB)...
+    pub medium_limit: u64,
+    /// ...of this size (PyTorch: 20 MiB).
+    pub medium_segment: u64,
+    /// Larger requests get their own segment, rounded up to this (PyTorch: 2 MiB).
+    pub large_round: u64,
+    /// Blocks at least this large are "oversize": smaller requests never split them (so a
+    /// small tensor cannot pin a huge segment), and larger requests take one only when it
+    /// wastes less than `medium_segment` (PyTorch's `max_split_size_mb`). `None`: unlimited.
+    pub max_split_size: Option<u64>,
+    /// Most bytes the pool may reserve per tier; `None` means up to the backend's capacity.
+    pub max_size: Option<u64>,
+    /// `false` gives every request its own segment and releases it on free (PyTorch's
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`): the no-cache baseline, and a leak hunter's mode.
+    pub caching: bool,
+    /// Record every allocation, free, segment and OOM event for snapshots and replays.
+    pub record_trace: bool,
+    /// When a large request fits no cached block, release the cached large segments that
+    /// are wholly free before reserving a new one (they are all too small for it). Keeps
+    /// reserved memory close to the peak under changing shapes; steady-state loops never
+    /// miss, so they keep their cache. PyTorch keeps them (like setting this to `false`).
+    pub reclaim_on_miss: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            block_size: 512,
+            small_size: 1 << 20,
+            small_segment: 2 << 20,
+            medium_limit: 10 << 20,
+            medium_segment: 20 << 20,
+            large_round: 2 << 20,
+            max_split_size: Some(128 << 20),
+            max_size: None,
+            caching: true,
+            record_trace: false,
+            reclaim_on_miss: true,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// PyTorch's caching allocator defaults: no oversize limit, cached segments kept on a miss.
+    pub fn pytorch() -> Self {
+        PoolConfig {
+            max_split_size: None,
+            reclaim_on_miss: false,
+            ..Self::default()
+        }
+    }
+
+    /// The no-cache baseline: every allocation goes to the backend.
+    pub fn no_cache() -> Self {
+        PoolConfig {
+            caching: false,
+            ..Self::default()
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.block_size.is_power_of_two() || self.block_size < 8 {
+            return Err(ConfigError::BlockSize(self.block_size));
+        }
+        for (name, value) in [
+            ("small_size", self.small_size),
+            ("small_segment", self.small_segment),
+            ("medium_segment", self.medium_segment),
+            ("large_round", self.large_round),
+        ] {
+            if value == 0 || value % self.block_size != 0 {
+                return Err(ConfigError::NotMultiple {
+                    name,
+                    value,
+                    block_size: self.block_size,
+                });
+            }
+        }
+        if self.small_size > self.small_segment {
+            return Err(ConfigError::SmallSegment {
+                small_size: self.small_size,
+                small_segment: self.small_segment,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Index of a block in a tier's block table.
+pub(crate) type BlockId = u32;
+const NONE: BlockId = BlockId::MAX;
+/// How many blocks of one exact size wait uncoalesced.
+const RECENT_DEPTH: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// In the best-fit tree.
+    Free,
+    /// In an exact-size recent list, not coalesced yet.
+    Recent,
+    Allocated,
+    /// Slot unused.
+    Dead,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    address: u64,
+    size: u64,
+    requested: u64,
+    prev: BlockId,
+    next: BlockId,
+    state: State,
+    kind: PoolKind,
+}
+
+impl Block {
+    fn is_split(&self) -> bool {
+        self.prev != NONE || self.next != NONE
+    }
+}
+
+/// Free blocks ordered for best fit: smallest size first, then lowest address.
+type FreeTree = BTreeSet<(u64, u64, BlockId)>;
+
+/// The blocks of one tier.
+#[derive(Debug, Default)]
+struct TierState {
+    blocks: Vec<Block>,
+    dead_slots: Vec<BlockId>,
+    free_small: FreeTree,
+    free_large: FreeTree,
+    /// `recent[size / block_size - 1]`: freed small blocks of exactly that size.
+    recent: Vec<Vec<BlockId>>,
+    recent_count: usize,
+    stats: MemoryStats,
+}
+
+/// Where a new allocation was placed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement {
+    pub block: BlockId,
+    pub address: u64,
+}
+
+/// A caching allocator over one backend, with one set of pools per memory tier.
+#[derive(Debug)]
+pub struct MemoryPool {
+    backend: Arc<dyn Backend>,
+    config: PoolConfig,
+    tiers: [Mutex<TierState>; 3],
+    recorder: Option<Recorder>,
+}
+
+impl MemoryPool {
+    /// A pool with PyTorch's default settings.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self::with_config(backend, PoolConfig::default()).expect("the default config is valid")
+    }
+
+    /// A pool with explicit settings; fails when they cannot work together.
+    pub fn with_config(backend: Arc<dyn Backend>, config: PoolConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let classes = (config.small_size / config.block_size) as usize;
+        let tier = || {
+            Mutex::new(TierState {
+                recent: vec![Vec::new(); classes],
+                ..TierState::default()
+            })
+        };
+        let recorder = config.record_trace.then(Recorder::new);
+        Ok(MemoryPool {
+            backend,
+            config,
+            tiers: [tier(), tier(), tier()],
+            recorder,
+        })
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Bytes the pool would reserve for a request: rounded to `block_size`, plus room to
+    /// align the start when `alignment` exceeds `block_size`. `None` when that overflows.
+    pub fn block_size_for(&self, bytes: u64, alignment: Alignment) -> Option<u64> {
+        let block_size = self.config.block_size;
+        let rounded = bytes.max(1).checked_next_multiple_of(block_size)?;
+        rounded.checked_add(alignment.bytes().saturating_sub(block_size))
+    }
+
+    /// Allocates `bytes` in `scope`, starting at a multiple of `alignment`.
+    ///
+    /// On failure the pool releases its cached free segments and retries once
+    /// (`num_alloc_retries`); if that fails too it counts `num_ooms` and returns an
+    /// [`OutOfMemory`] report.
+    pub(crate) fn allocate(
+        &self,
+        scope: Scope,
+        bytes: u64,
+        alignment: Alignment,
+    ) -> Result<Placement, AllocError> {
+        let size = self
+            .block_size_for(bytes, alignment)
+            .ok_or(AllocError::SizeOverflow {
+                bytes,
+                alignment: alignment.bytes(),
+            })?;
+        let mut tier = self.tiers[scope.index()].lock();
+        let block = match self.find_or_reserve(&mut tier, scope, size) {
+            Ok(block) => block,
+            Err(BackendError::Exhausted { .. }) => {
+                tier.stats.num_alloc_retries += 1;
+                self.release_cached(&mut tier, scope);
+                match self.find_or_reserve(&mut tier, scope, size) {
+                    Ok(block) => block,
+                    Err(BackendError::Exhausted { .. }) => {
+                        return Err(self.out_of_memory(&mut tier, scope, bytes, size))
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let block = self.split_and_mark(&mut tier, block, size, bytes);
+        let placed = tier.blocks[block as usize];
+        if let Some(recorder) = &self.recorder {
+            recorder.record(
+                TraceAction::Alloc,
+                scope,
+                placed.address,
+                placed.size,
+                bytes,
+                None,
+            );
+        }
+        Ok(Placement {
+            block,
+            address: align_up(placed.address, alignment.bytes()),
+        })
+    }
+
+    /// Returns a block to the pool (or to the backend when caching is off).
+    pub(crate) fn release(&self, scope: Scope, block: BlockId) {
+        let mut tier = self.tiers[scope.index()].lock();
+        let freed = tier.blocks[block as usize];
+        debug_assert_eq!(freed.state, State::Allocated);
+        let stats = &mut tier.stats;
+        stats.allocation.decrease(freed.kind, 1);
+        stats.allocated_bytes.decrease(freed.kind, freed.size);
+        stats.requested_bytes.decrease(freed.kind, freed.requested);
+        if let Some(recorder) = &self.recorder {
+            recorder.record(
+                TraceAction::Free,
+                scope,
+                freed.address,
+                freed.size,
+                freed.requested,
+                None,
+            );
+        }
+        if !self.config.caching {
+            tier.blocks[block as usize].state = State::Free;
+            self.release_segment(&mut tier, scope, block);
+            return;
+        }
+        let class = self.recent_class(freed.size);
+        if freed.kind == PoolKind::Small && tier.recent[class].len() < RECENT_DEPTH {
+            tier.blocks[block as usize].state = State::Recent;
+            tier.recent[class].push(block);
+            tier.recent_count += 1;
+            if freed.is_split() {
+                tier.stats.inactive_split.increase(freed.kind, 1);
+                tier.stats
+                    .inactive_split_bytes
+                    .increase(freed.kind, freed.size);
+            }
+        } else {
+            tier.insert_free(block);
+        }
+    }
+
+    fn recent_class(&self, size: u64) -> usize {
+        // block_size is a power of two: shift rather than divide on the hot path.
+        (size >> self.config.block_size.trailing_zeros()) as usize - 1
+    }
+
+    fn kind_for(&self, size: u64) -> PoolKind {
+        if size <= self.config.small_size {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        }
+    }
+
+    fn find_or_reserve(
+        &self,
+        tier: &mut TierState,
+        scope: Scope,
+        size: u64,
+    ) -> Result<BlockId, BackendError> {
+        let kind = self.kind_for(size);
+        if !self.config.caching {
+            return self.reserve_segment(tier, scope, size, kind);
+        }
+        if kind == PoolKind::Small {
+            if let Some(block) = tier.recent[self.recent_class(size)].pop() {
+                tier.recent_count -= 1;
+                tier.take_cached(block);
+                return Ok(block);
+            }
+        }
+        if let Some(block) = self.best_fit(tier, kind, size) {
+            return Ok(block);
+        }
+        if tier.recent_count > 0 {
+            tier.flush_recent();
+            if let Some(block) = self.best_fit(tier, kind, size) {
+                return Ok(block);
+            }
+        }
+        if kind == PoolKind::Large && self.config.reclaim_on_miss {
+            self.release_unsplit(tier, scope, PoolKind::Large);
+        }
+        // On-chip tiers are smaller than a default segment: never ask for more than exists.
+        let capacity = self.backend.capacity(scope).unwrap_or(u64::MAX);
+        let segment = self.segment_size(size, kind).min(capacity).max(size);
+        match self.reserve_segment(tier, scope, segment, kind) {
+            // A shared segment does not fit, but the block alone might.
+            Err(BackendError::Exhausted { .. }) if segment > size => {
+                self.reserve_segment(tier, scope, size, kind)
+            }
+            reserved => reserved,
+        }
+    }
+
+    /// The smallest cached block that fits, unless `max_split_size` forbids using it.
+    fn best_fit(&self, tier: &mut TierState, kind: PoolKind, size: u64) -> Option<BlockId> {
+        let tree = tier.tree(kind);
+        let &key = tree.range((size, 0, 0)..).next()?;
+        if let Some(max_split) = self.config.max_split_size {
+            let block_size = key.0;
+            let oversize = block_size >= max_split;
+            if oversize && (size < max_split || block_size >= size + self.config.medium_segment) {
+                return None;
+            }
+        }
+        tree.remove(&key);
+        tier.take_cached(key.2);
+        Some(key.2)
+    }
+
+    fn segment_size(&self, size: u64, kind: PoolKind) -> u64 {
+        let config = &self.config;
+        match kind {
+            PoolKind::Small => config.small_segment,
+            PoolKind::Large if size <= config.medium_limit => config.medium_segment.max(size),
+            PoolKind::Large => align_up(size, config.large_round),
+        }
+    }
+
+    fn reserve_segment(
+        &self,
+        tier: &mut TierState,
+        scope: Scope,
+        segment: u64,
+        kind: PoolKind,
+    ) -> Result<BlockId, BackendError> {
+        if let Some(max_size) = self.config.max_size {
+            if tier.stats.reserved_bytes.all.current + segment > max_size {
+                return Err(BackendError::Exhausted {
+                    scope,
+                    bytes: segment,
+                    free: max_size.saturating_sub(tier.stats.reserved_bytes.all.current),
+                });
+            }
+        }
+        let address = self
+            .backend
+            .reserve(scope, segment, self.config.block_size)?;
+        tier.stats.segment.increase(kind, 1);
+        tier.stats.reserved_bytes.increase(kind, segment);
+        tier.stats.num_device_alloc += 1;
+        if let Some(recorder) = &self.recorder {
+            recorder.record(
+                TraceAction::SegmentAlloc,
+                scope,
+                address,
+                segment,
+                segment,
+                None,
+            );
+        }
+        Ok(tier.new_block(Block {
+            address,
+            size: segment,
+            requested: 0,
+            prev: NONE,
+            next: NONE,
+            state: State::Free,
+            kind,
+        }))
+    }
+
+    /// Gives an unsplit free block's segment back to the backend.
+    fn release_segment(&self, tier: &mut TierState, scope: Scope, block: BlockId) {
+        let segment = tier.blocks[block as usize];
+        debug_assert!(!segment.is_split());
+        // SAFETY: an unsplit block spans exactly the segment reserved for it, with the
+        // pool's block_size alignment, and no buffer refers to a free block.
+        unsafe {
+            self.backend
+                .release(scope, segment.address, segment.size, self.config.block_size)
+        };
+        tier.stats.segment.decrease(segment.kind, 1);
+        tier.stats
+            .reserved_bytes
+            .decrease(segment.kind, segment.size);
+        tier.stats.num_device_free += 1;
+        tier.kill_block(block);
+        if let Some(recorder) = &self.recorder {
+            recorder.record(
+                TraceAction::SegmentFree,
+                scope,
+                segment.address,
+                segment.size,
+                segment.size,
+                None,
+            );
+        }
+    }
+
+    /// Releases every cached segment that holds no allocation (`torch.cuda.empty_cache`).
+    pub fn empty_cache(&self) {
+        for scope in Scope::ALL {
+            let mut tier = self.tiers[scope.index()].lock();
+            self.release_cached(&mut tier, scope);
+        }
+    }
+
+    fn release_cached(&self, tier: &mut TierState, scope: Scope) {
+        tier.flush_recent();
+        self.release_unsplit(tier, scope, PoolKind::Small);
+        self.release_unsplit(tier, scope, PoolKind::Large);
+    }
+
+    /// Releases the wholly free segments in the best-fit tree of one pool.
+    fn release_unsplit(&self, tier: &mut TierState, scope: Scope, kind: PoolKind) {
+        let unsplit: Vec<BlockId> = tier
+            .tree_of(kind)
+            .iter()
+            .map(|&(_, _, block)| block)
+            .filter(|&block| !tier.blocks[block as usize].is_split())
+            .collect();
+        for block in unsplit {
+            tier.remove_free(block);
+            self.release_segment(tier, scope, block);
+        }
+    }
+
+    fn out_of_memory(
+        &self,
+        tier: &mut TierState,
+        scope: Scope,
+        requested: u64,
+        size: u64,
+    ) -> AllocError {
+        tier.stats.num_ooms += 1;
+        let device_free = self.backend.free_bytes(scope);
+        if let Some(recorder) = &self.recorder {
+            recorder.record(
+                TraceAction::Oom,
+                scope,
+                0,
+                size,
+                requested,
+                Some(device_free),
+            );
+        }
+        let reserved = tier.stats.reserved_bytes.all.current;
+        let segment = self.segment_size(size, self.kind_for(size));
+        let max_size = self.config.max_size.filter(|&max| reserved + segment > max);
+        AllocError::OutOfMemory(Box::new(OutOfMemory {
+            scope,
+            requested,
+            rounded: size,
+            device_free,
+            device_capacity: self.backend.capacity(scope),
+            largest_free_block: tier.largest_free(),
+            reserved,
+            allocated: tier.stats.allocated_bytes.all.current,
+            max_size,
+        }))
+    }
+
+    /// Takes `size` bytes from the front of free block `block`, splitting off the rest when
+    /// it is worth keeping, and counts the allocation.
+    fn split_and_mark(
+        &self,
+        tier: &mut TierState,
+        block: BlockId,
+        size: u64,
+        requested: u64,
+    ) -> BlockId {
+        tier.blocks[block as usize].state = State::Allocated;
+        let original = tier.blocks[block as usize];
+        let remaining = original.size - size;
+        let worth_splitting = match original.kind {
+            PoolKind::Small => remaining >= self.config.block_size,
+            PoolKind::Large => {
+                remaining > self.config.small_size
+                    && self
+                        .config
+                        .max_split_size
+                        .map_or(true, |max_split| size < max_split)
+            }
+        };
+        if self.config.caching && worth_splitting {
+            let remainder = tier.new_block(Block {
+                address: original.address + size,
+                size: remaining,
+                requested: 0,
+                prev: block,
+                next: original.next,
+                state: State::Free,
+                kind: original.kind,
+            });
+            if original.next != NONE {
+                tier.blocks[original.next as usize].prev = remainder;
+            }
+            let allocated = &mut tier.blocks[block as usize];
+            allocated.next = remainder;
+            allocated.size = size;
+            tier.insert_free(remainder);
+        }
+        let allocated = &mut tier.blocks[block as usize];
+        allocated.requested = requested;
+        let (kind, size) = (allocated.kind, allocated.size);
+        let stats = &mut tier.stats;
+        stats.allocation.increase(kind, 1);
+        stats.allocated_bytes.increase(kind, size);
+        stats.requested_bytes.increase(kind, requested);
+        block
+    }
+
+    /// Statistics of the global tier, the one PyTorch's `memory_stats()` describes.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.memory_stats_for(Scope::Global)
+    }
+
+    /// Statistics of one tier. Tiers are not summed: on-chip bytes and HBM bytes are
+    /// different resources, and the peak of a sum is not the sum of peaks.
+    pub fn memory_stats_for(&self, scope: Scope) -> MemoryStats {
+        let mut stats = self.tiers[scope.index()].lock().stats.clone();
+        // Frees complete at once (copies are synchronised by their scopes), so every
+        // allocated block is active and no block is pending: active mirrors allocated.
+        stats.active = stats.allocation;
+        stats.active_bytes = stats.allocated_bytes;
+        stats
+    }
+
+    /// Bytes currently reserved from the backend in one tier (cheaper than
+    /// [`MemoryPool::memory_stats_for`]).
+    pub fn reserved_bytes(&self, scope: Scope) -> u64 {
+        self.tiers[scope.index()]
+            .lock()
+            .stats
+            .reserved_bytes
+            .all
+            .current
+    }
+
+    /// Sets the peaks of every tier to their current values.
+    pub fn reset_peak(&self) {
+        for tier in &self.tiers {
+            tier.lock().stats.reset_peak();
+        }
+    }
+
+    /// Sets the peaks of one tier to their current values.
+    pub fn reset_peak_for(&self, scope: Scope) {
+        self.tiers[scope.index()].lock().stats.reset_peak();
+    }
+
+    /// `1 - largest_free / total_free` over the cached free blocks of a tier: 0 when all
+    /// cached bytes form one block, near 1 when they are scattered in small pieces.
+    pub fn fragmentation(&self, scope: Scope) -> f64 {
+        let mut tier = self.tiers[scope.index()].lock();
+        tier.flush_recent();
+        let total: u64 = tier.free_blocks().map(|(size, _)| size).sum();
+        if total == 0 {
+            return 0.0;
+        }
+        1.0 - tier.largest_free() as f64 / total as f64
+    }
+
+    /// Marks the events recorded until the guard drops with a stage name, e.g. a kernel
+    /// or a training phase. Does nothing when `record_trace` is off.
+    pub fn stage(&self, name: &str) -> StageGuard<'_> {
+        StageGuard::enter(self.recorder.as_ref(), name)
+    }
+
+    /// The state of every segment and the recorded events, in PyTorch's snapshot structure.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut segments = Vec::new();
+        for scope in Scope::ALL {
+            let mut tier = self.tiers[scope.index()].lock();
+            tier.flush_recent();
+            segments.extend(tier.segments(scope));
+        }
+        segments.sort_by_key(|segment| segment.address);
+        Snapshot {
+            device: self.backend.device_index(),
+            segments,
+            trace: self
+                .recorder
+                .as_ref()
+                .map(Recorder::events)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Checks the block tables against the statistics and the backend; used by tests.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for scope in Scope::ALL {
+            self.tiers[scope.index()].lock().check(scope)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MemoryPool {
+    fn drop(&mut self) {
+        // Buffers borrow the pool, so none is alive here and every segment is free.
+        self.empty_cache();
+    }
+}
+
+impl TierState {
+    fn new_block(&mut self, block: Block) -> BlockId {
+        match self.dead_slots.pop() {
+            Some(id) => {
+                self.blocks[id as usize] = block;
+                id
+            }
+            None => {
+                self.blocks.push(block);
+                (self.blocks.len() - 1) as BlockId
+            }
+        }
+    }
+
+    fn kill_block(&mut self, id: BlockId) {
+        self.blocks[id as usize].state = State::Dead;
+        self.dead_slots.push(id);
+    }
+
+    fn tree_of(&self, kind: PoolKind) -> &FreeTree {
+        match kind {
+            PoolKind::Small => &self.free_small,
+            PoolKind::Large => &self.free_large,
+        }
+    }
+
+    fn tree(&mut self, kind: PoolKind) -> &mut FreeTree {
+        match kind {
+            PoolKind::Small => &mut self.free_small,
+            PoolKind::Large => &mut self.free_large,
+        }
+    }
+
+    /// Bookkeeping for a free block leaving the caches to be allocated.
+    fn take_cached(&mut self, id: BlockId) {
+        let block = self.blocks[id as usize];
+        if block.is_split() {
+            self.stats.inactive_split.decrease(block.kind, 1);
+            self.stats
+                .inactive_split_bytes
+                .decrease(block.kind, block.size);
+        }
+    }
+
+    fn remove_free(&mut self, id: BlockId) {
+        let block = self.blocks[id as usize];
+        self.tree(block.kind)
+            .remove(&(block.size, block.address, id));
+        self.take_cached(id);
+    }
+
+    /// Puts a block into the best-fit tree, merging it with free neighbours first.
+    fn insert_free(&mut self, id: BlockId) {
+        for neighbour in [self.blocks[id as usize].prev, self.blocks[id as usize].next] {
+            if neighbour == NONE || self.blocks[neighbour as usize].state != State::Free {
+                continue;
+            }
+            self.remove_free(neighbour);
+            let absorbed = self.blocks[neighbour as usize];
+            let block = &mut self.blocks[id as usize];
+            if absorbed.address < block.address {
+                block.address = absorbed.address;
+                block.prev = absorbed.prev;
+                if absorbed.prev != NONE {
+                    self.blocks[absorbed.prev as usize].next = id;
+                }
+            } else {
+                block.next = absorbed.next;
+                if absorbed.next != NONE {
+                    self.blocks[absorbed.next as usize].prev = id;
+                }
+            }
+            self.blocks[id as usize].size += absorbed.size;
+            self.kill_block(neighbour);
+        }
+        let block = &mut self.blocks[id as usize];
+        block.state = State::Free;
+        block.requested = 0;
+        let block = *block;
+        if block.is_split() {
+            self.stats.inactive_split.increase(block.kind, 1);
+            self.stats
+                .inactive_split_bytes
+                .increase(block.kind, block.size);
+        }
+        self.tree(block.kind)
+            .insert((block.size, block.address, id));
+    }
+
+    /// Coalesces every block waiting in the exact-size lists.
+    fn flush_recent(&mut self) {
+        if self.recent_count == 0 {
+            return;
+        }
+        let waiting: Vec<BlockId> = self.recent.iter_mut().flat_map(std::mem::take).collect();
+        self.recent_count = 0;
+        for id in waiting {
+            self.take_cached(id);
+            self.insert_free(id);
+        }
+    }
+
+    /// `(size, address)` of every cached free block.
+    fn free_blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.free_small
+            .iter()
+            .chain(self.free_large.iter())
+            .map(|&(size, address, _)| (size, address))
+            .chain(self.recent.iter().flatten().map(|&id| {
+                let block = &self.blocks[id as usize];
+                (block.size, block.address)
+            }))
+    }
+
+    fn largest_free(&self) -> u64 {
+        self.free_blocks().map(|(size, _)| size).max().unwrap_or(0)
+    }
+
+    fn segments(&self, scope: Scope) -> Vec<SegmentSnapshot> {
+        let heads = self
+            .blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, block)| block.state != State::Dead && block.prev == NONE);
+        heads
+            .map(|(head, first)| {
+                let mut blocks = Vec::new();
+                let mut id = head as BlockId;
+                while id != NONE {
+                    let block = &self.blocks[id as usize];
+                    blocks.push(BlockSnapshot {
+                        address: block.address,
+                        size: block.size,
+                        requested_size: block.requested,
+                        state: if block.state == State::Allocated {
+                            BlockState::ActiveAllocated
+                        } else {
+                            BlockState::Inactive
+                        },
+                    });
+                    id = block.next;
+                }
+                SegmentSnapshot {
+                    scope,
+                    address: first.address,
+                    total_size: blocks.iter().map(|b| b.size).sum(),
+                    kind: first.kind,
+                    blocks,
+                }
+            })
+            .collect()
+    }
+
+    fn check(&self, scope: Scope) -> Result<(), String> {
+        let segments = self.segments(scope);
+        let mut allocated = 0;
+        let mut requested = 0;
+        let mut inactive_split = 0;
+        for segment in &segments {
+            let mut expected = segment.address;
+            for block in &segment.blocks {
+                if block.address != expected {
+                    return Err(format!(
+                        "{scope}: block at {:#x} expected at {expected:#x}",
+                        block.address
+                    ));
+                }
+                expected += block.size;
+                match block.state {
+                    BlockState::ActiveAllocated => {
+                        allocated += block.size;
+                        requested += block.requested_size;
+                    }
+                    _ if segment.blocks.len() > 1 => inactive_split += block.size,
+                    _ => {}
+                }
+            }
+        }
+        let reserved: u64 = segments.iter().map(|s| s.total_size).sum();
+        let stats = &self.stats;
+        let pairs = [
+            ("reserved_bytes", stats.reserved_bytes.all.current, reserved),
+            (
+                "allocated_bytes",
+                stats.allocated_bytes.all.current,
+                allocated,
+            ),
+            (
+                "requested_bytes",
+                stats.requested_bytes.all.current,
+                requested,
+            ),
+            (
+                "inactive_split_bytes",
+                stats.inactive_split_bytes.all.current,
+                inactive_split,
+            ),
+            ("segment", stats.segment.all.current, segments.len() as u64),
+        ];
+        for (name, counted, walked) in pairs {
+            if counted != walked {
+                return Err(format!(
+                    "{scope}: {name} counted {counted} but the blocks hold {walked}"
+                ));
+            }
+        }
+        for array in [
+            &stats.allocated_bytes,
+            &stats.reserved_bytes,
+            &stats.requested_bytes,
+        ] {
+            for stat in [array.all, array.small_pool, array.large_pool] {
+                if stat.allocated - stat.freed != stat.current || stat.peak < stat.current {
+                    return Err(format!("{scope}: inconsistent counter {stat:?}"));
+                }
+            }
+            if array.all.current != array.small_pool.current + array.large_pool.current {
+                return Err(format!("{scope}: all != small + large in {array:?}"));
+            }
+        }
+        Ok(())
+    }
+}
