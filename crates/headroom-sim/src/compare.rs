@@ -51,7 +51,9 @@ impl Comparison {
     pub fn best_zero_oom_baseline(&self) -> Option<&Outcome> {
         self.outcomes
             .iter()
-            .filter(|outcome| outcome.family != "headroom" && outcome.oom_events == 0)
+            .filter(|outcome| {
+                outcome.family != "headroom" && outcome.oom_events == 0 && outcome.completed()
+            })
             .min_by(|a, b| a.makespan.total_cmp(&b.makespan))
     }
 
@@ -68,8 +70,12 @@ impl Comparison {
                 .min_by(|a, b| a.makespan.total_cmp(&b.makespan))
                 .map(|outcome| outcome.policy.clone())
         };
-        let best_safe = fastest(&mut statics.iter().filter(|outcome| outcome.oom_events == 0));
-        let best_any = fastest(&mut statics.iter());
+        let best_safe = fastest(
+            &mut statics
+                .iter()
+                .filter(|outcome| outcome.oom_events == 0 && outcome.completed()),
+        );
+        let best_any = fastest(&mut statics.iter().filter(|outcome| outcome.completed()));
         self.outcomes
             .iter()
             .filter(|outcome| {

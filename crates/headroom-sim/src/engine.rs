@@ -79,6 +79,15 @@ pub struct Outcome {
     pub suspensions: u32,
     /// Seconds of progress thrown away by kills of either kind.
     pub wasted_seconds: f64,
+    /// Why the run stopped before every job finished (a deadlock or livelock of the policy).
+    pub stalled: Option<String>,
+}
+
+impl Outcome {
+    /// Whether every job finished.
+    pub fn completed(&self) -> bool {
+        self.stalled.is_none()
+    }
 }
 
 /// Events allowed per job before a run counts as a livelock (far above any real schedule).
@@ -97,7 +106,8 @@ struct Run {
     peak: f64,
 }
 
-/// Runs `policy` over `workload` on `machine` until every job has finished.
+/// Runs `policy` over `workload` on `machine` until every job has finished, or until the
+/// policy can make no more progress (then [`Outcome::stalled`] says why).
 pub fn simulate(
     workload: &Workload,
     machine: Machine,
@@ -150,6 +160,7 @@ impl<'a> Simulation<'a> {
             policy_kills: 0,
             suspensions: 0,
             wasted_seconds: 0.0,
+            stalled: None,
         };
         Simulation {
             workload,
@@ -184,6 +195,7 @@ impl<'a> Simulation<'a> {
                 running: &view_jobs,
             };
             let actions = self.policy.decide(&view);
+            let sampled = tick_due || !self.policy.needs_ticks();
             tick_due = false;
             self.apply(&actions)?;
             if self.used() >= self.capacity_limit() {
@@ -193,23 +205,30 @@ impl<'a> Simulation<'a> {
                 return Ok(self.outcome);
             }
             if self.runs.is_empty() {
-                return Err(self.stalled("nothing runs and the policy starts nothing"));
+                return Ok(self.stalled("nothing runs and the policy starts nothing"));
             }
-            tick_due = self.advance()?;
+            if sampled && actions.is_empty() && self.runs.iter().all(|run| run.suspended) {
+                return Ok(self.stalled("every running job is suspended and none is resumed"));
+            }
+            let Some(tick) = self.advance() else {
+                return Ok(self.stalled("every running job is suspended and nothing wakes one"));
+            };
+            tick_due = tick;
             self.complete_finished_jobs();
         }
-        Err(self.stalled("the run did not end within its event limit (a livelock)"))
+        Ok(self.stalled("the run did not end within its event limit (a livelock)"))
     }
 
-    fn stalled(&self, reason: &str) -> SimError {
-        SimError::Stalled {
-            policy: self.outcome.policy.clone(),
-            trace: self.workload.name.clone(),
-            machine: self.machine.to_string(),
-            finished: self.finished,
-            total: self.workload.jobs.len(),
-            reason: reason.to_string(),
-        }
+    /// Ends a run that can make no more progress: the outcome says so, and its makespan is
+    /// the moment it stopped.
+    fn stalled(mut self, reason: &str) -> Outcome {
+        self.outcome.makespan = self.now;
+        self.outcome.stalled = Some(format!(
+            "stalled after {} of {} jobs: {reason}",
+            self.finished,
+            self.workload.jobs.len()
+        ));
+        self.outcome
     }
 
     fn capacity_limit(&self) -> f64 {
@@ -331,8 +350,9 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Moves time to the next event; returns whether that event is a sampling tick.
-    fn advance(&mut self) -> Result<bool, SimError> {
+    /// Moves time to the next event; returns whether that event is a sampling tick, or `None`
+    /// when no event can ever come (every running job is suspended and nothing ticks).
+    fn advance(&mut self) -> Option<bool> {
         let speed = self.speed();
         let mut step = f64::INFINITY;
         let mut slope = 0.0;
@@ -352,7 +372,7 @@ impl<'a> Simulation<'a> {
             step = step.min((self.next_tick - self.now).max(0.0));
         }
         if !step.is_finite() {
-            return Err(self.stalled("every running job is suspended and nothing can wake one"));
+            return None;
         }
         self.now += step;
         for run in self.runs.iter_mut().filter(|run| !run.suspended) {
@@ -368,7 +388,7 @@ impl<'a> Simulation<'a> {
             tick_due = true;
             self.next_tick += self.tick;
         }
-        Ok(tick_due)
+        Some(tick_due)
     }
 
     fn complete_finished_jobs(&mut self) {

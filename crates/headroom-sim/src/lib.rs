@@ -106,13 +106,4 @@ pub enum SimError {
     },
     #[error("policy `{policy}` made an impossible move: {action}")]
     InvalidAction { policy: String, action: String },
-    #[error("policy `{policy}` stalled on trace `{trace}` on {machine} after {finished} of {total} jobs: {reason}")]
-    Stalled {
-        policy: String,
-        trace: String,
-        machine: String,
-        finished: usize,
-        total: usize,
-        reason: String,
-    },
 }

@@ -26,6 +26,10 @@ fn verdict(comparison: &Comparison) -> String {
         let Some(outcome) = comparison.outcome(name) else {
             continue;
         };
+        if !outcome.completed() {
+            let _ = write!(line, "; {name} stalled");
+            continue;
+        }
         let _ = write!(line, "; {name} {:.2}× bound", ratio(outcome, comparison));
         if let Some(best) = best {
             let _ = write!(
@@ -47,7 +51,7 @@ pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
         let _ = writeln!(text, "{} on {}", comparison.trace, comparison.machine);
         let _ = writeln!(
             text,
-            "  {:<28} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}",
+            "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}",
             "policy", "makespan", "×bound", "peak", "OOM", "kills", "susp", "wasted"
         );
         let shown: Vec<&Outcome> = if every_static {
@@ -56,18 +60,31 @@ pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
             comparison.summary()
         };
         for outcome in shown {
+            let (makespan, versus_bound) = if outcome.completed() {
+                (
+                    format!("{:.1}s", outcome.makespan),
+                    format!("{:.2}", ratio(outcome, comparison)),
+                )
+            } else {
+                ("stalled".to_string(), "-".to_string())
+            };
             let _ = writeln!(
                 text,
-                "  {:<28} {:>9.1}s {:>7.2} {:>11} {:>5} {:>6} {:>6} {:>9.1}s",
+                "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>9.1}s",
                 outcome.policy,
-                outcome.makespan,
-                ratio(outcome, comparison),
+                makespan,
+                versus_bound,
                 format_size(outcome.peak_memory),
                 outcome.oom_events,
                 outcome.policy_kills,
                 outcome.suspensions,
                 outcome.wasted_seconds
             );
+        }
+        for outcome in &comparison.outcomes {
+            if let Some(reason) = &outcome.stalled {
+                let _ = writeln!(text, "  {}: {reason}", outcome.policy);
+            }
         }
         let _ = writeln!(text, "  {}\n", verdict(comparison));
     }
@@ -102,11 +119,14 @@ fn chart(comparison: &Comparison) -> String {
     for (row, outcome) in outcomes.iter().enumerate() {
         let y = (row as f64 + 0.5) * BAR_HEIGHT * 1.4;
         let color = match (outcome.family.as_str(), outcome.oom_events) {
+            _ if !outcome.completed() => "#e53e3e",
             ("headroom", _) => "#2b6cb0",
             (_, 0) => "#a0aec0",
             _ => "#e53e3e",
         };
-        let note = if outcome.oom_events > 0 {
+        let note = if !outcome.completed() {
+            " (stalled)".to_string()
+        } else if outcome.oom_events > 0 {
             format!(" ({} OOM)", outcome.oom_events)
         } else {
             String::new()

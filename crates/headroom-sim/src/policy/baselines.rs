@@ -136,6 +136,14 @@ fn youngest_active(running: &[RunningJob]) -> Option<JobId> {
         .map(|job| job.id)
 }
 
+/// The oldest running job when it is suspended: it must run, or nothing ever frees memory.
+fn oldest_if_suspended(running: &[RunningJob]) -> Option<Action> {
+    running
+        .first()
+        .filter(|job| job.suspended)
+        .map(|job| Action::Resume(job.id))
+}
+
 /// The oldest suspended job.
 fn oldest_suspended(running: &[RunningJob]) -> Option<JobId> {
     running.iter().find(|job| job.suspended).map(|job| job.id)
@@ -293,7 +301,8 @@ impl Policy for ParallelMemfree {
     build_queue_events!();
 }
 
-/// GNU parallel `--memsuspend X`: start a job (one per check) while more than 2X is free;
+/// GNU parallel `--memsuspend X`: start a job (one per check) while more than 2X is free or
+/// nothing runs;
 /// below 2X suspend the youngest job, below X all but the oldest; resume when 2X is free.
 pub struct ParallelMemsuspend {
     jobs: usize,
@@ -325,8 +334,11 @@ impl Policy for ParallelMemsuspend {
         self.queue.offer(job, 0);
     }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
+        if let Some(resume) = oldest_if_suspended(view.running) {
+            return vec![resume];
+        }
         let free = view.free();
-        if free < self.memsuspend {
+        if !view.running.is_empty() && free < self.memsuspend {
             return view
                 .running
                 .iter()
@@ -335,7 +347,7 @@ impl Policy for ParallelMemsuspend {
                 .map(|job| Action::Suspend(job.id))
                 .collect();
         }
-        if free < 2 * self.memsuspend {
+        if !view.running.is_empty() && free < 2 * self.memsuspend {
             return youngest_active(view.running)
                 .map(Action::Suspend)
                 .into_iter()
@@ -388,6 +400,9 @@ impl Policy for Buck2Pressure {
         self.queue.offer(job, 0);
     }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
+        if let Some(resume) = oldest_if_suspended(view.running) {
+            return vec![resume];
+        }
         let share = view.used() as f64 / view.machine.memory as f64;
         if share >= PRESSURE_HIGH {
             return youngest_active(view.running)
