@@ -2,9 +2,16 @@
 //! and the byte-size vocabulary (`6G`, `512MiB`) that every headroom command shares.
 
 pub mod cgroup;
+pub mod kernel_log;
 pub mod meminfo;
+pub mod neuron;
+pub mod nvml;
+pub mod procmem;
 pub mod procs;
+pub mod psi;
+pub mod rusage;
 pub mod size;
+pub mod tracker;
 
 use std::path::PathBuf;
 

@@ -138,6 +138,17 @@ impl Scheduler {
         self.running.retain(|job| job.id != id);
     }
 
+    /// Replaces the predicted peak of a queued or running job, for example when a finished job
+    /// of its group has just shown what such jobs really need.
+    pub fn repredict(&mut self, id: JobId, predicted: u64) {
+        if let Some(job) = self.queue.iter_mut().find(|job| job.id == id) {
+            job.predicted = predicted;
+        }
+        if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
+            job.predicted = predicted;
+        }
+    }
+
     /// Records the memory a running job uses now.
     pub fn observe(&mut self, id: JobId, bytes: u64) {
         if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
@@ -364,6 +375,22 @@ mod tests {
         // Room again: job 2 resumes, then job 3 is started again once job 1 is gone.
         s.remove(1);
         assert_eq!(s.decide(None), vec![Action::Resume(2), Action::Start(3)]);
+    }
+
+    #[test]
+    fn a_better_prediction_lets_more_jobs_in() {
+        let mut s = Scheduler::new(Limits {
+            budget: 2 * GIB,
+            slots: 4,
+        });
+        for id in 1..=3 {
+            s.submit(id, 2 * GIB, false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        for id in 1..=3 {
+            s.repredict(id, GIB / 2);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![2, 3]);
     }
 
     #[test]

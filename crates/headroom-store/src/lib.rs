@@ -1,1 +1,12 @@
 //! The embedded SQLite history of builds and jobs, and the reports rendered from it.
+//!
+//! The history is what lets `headroom build` predict a job's peak before it runs; the same
+//! records, loaded back as a [`BuildReport`], feed the terminal summary, JSON and HTML reports.
+
+pub mod chart;
+pub mod history;
+pub mod model;
+pub mod summary;
+
+pub use history::{History, Opened, StoreError};
+pub use model::{BuildRecord, BuildReport, JobRecord, Sample};

@@ -4,8 +4,11 @@
 //! shim link (`g++`, `nvcc`, `headroom-launch`, ...) it is the compiler shim of
 //! `headroom build`, which must stay tiny and never start the CLI machinery.
 
+mod build;
+mod config;
 mod doctor;
 mod kernels;
+mod report;
 mod run;
 mod sim;
 
@@ -30,6 +33,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a build command (make, ninja, cmake --build, pip install, cargo…) unchanged, as
+    /// parallel as memory allows, and report what each job cost.
+    Build(build::BuildArgs),
+    /// Render the last build, or a given report, as a summary, JSON or an HTML timeline.
+    Report(report::ReportArgs),
     /// Record memory per stage of a command, classify its failure, walk a fallback ladder.
     Run(run::RunArgs),
     /// Check this machine before a big build.
@@ -38,11 +46,30 @@ enum Command {
     Kernels(kernels::KernelsArgs),
     /// Simulate scheduling policies on recorded build traces.
     Sim(sim::SimArgs),
+    /// The per-build governor process, started by `headroom build`.
+    #[command(name = headroom_govern::session::GOVERNOR_SUBCOMMAND, hide = true)]
+    Governor,
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .first()
+        .is_some_and(|argv0| headroom_govern::shim::is_shim(argv0))
+    {
+        headroom_govern::shim::main(argv);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("HEADROOM_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Build(args) => build::main(args),
+        Command::Report(args) => report::main(args),
+        Command::Governor => headroom_govern::session::governor_main()
+            .map(|()| 0)
+            .map_err(Into::into),
         Command::Run(args) => run::main(args),
         Command::Doctor(args) => doctor::main(args),
         Command::Kernels(args) => kernels::main(args),

@@ -1,0 +1,239 @@
+//! The classification table: which message means which failure, and what to do about it.
+//!
+//! The rules are data so that adding a newly seen message is a one-line change with a test next
+//! to it (`tests/real_messages.rs` holds the real messages, each with its source). Patterns are
+//! case-sensitive on purpose: tools print these messages verbatim, and prose that merely talks
+//! about memory ("out of memory" in a log line) should not match.
+
+use serde::Serialize;
+
+/// What kind of failure a rule recognises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The kernel's OOM killer ended the command (cgroup event or kernel log says so).
+    KernelOomKill,
+    /// The command died of SIGKILL and nothing else explains it: usually the OOM killer whose
+    /// record could not be read.
+    SigkillUnexplained,
+    /// A compiler driver reports that its compiler or linker process was killed
+    /// (`Killed signal terminated program cc1plus`, `ld terminated with signal 9`).
+    CompilerKilled,
+    /// A compiler ran out of address space (`virtual memory exhausted`, `cc1plus: out of memory`).
+    VirtualMemoryExhausted,
+    /// C++ `std::bad_alloc`.
+    BadAlloc,
+    /// A native allocation failure outside C++ (Rust's `memory allocation of N bytes failed`,
+    /// `LLVM ERROR: out of memory`).
+    NativeAllocFailed,
+    /// Python `MemoryError` (including NumPy's `_ArrayMemoryError`).
+    PythonMemoryError,
+    /// PyTorch or the CUDA runtime ran out of GPU memory.
+    CudaOutOfMemory,
+    /// PyTorch on ROCm or the HIP runtime ran out of GPU memory.
+    HipOutOfMemory,
+    /// TensorFlow / XLA / JAX `RESOURCE_EXHAUSTED` out of memory.
+    XlaResourceExhausted,
+    /// AWS Neuron runtime could not allocate device memory (`AllocBuffer`, `nrt_tensor_allocate`).
+    NeuronAllocFailed,
+    /// Java `OutOfMemoryError`.
+    JavaOutOfMemory,
+    /// Not memory: the disk is full.
+    DiskFull,
+    /// Not memory: gRPC `RESOURCE_EXHAUSTED` for an oversized message or a quota.
+    RpcLimit,
+    /// Not memory: a GPU kernel fault (illegal address, device-side assert).
+    GpuFault,
+}
+
+impl Kind {
+    /// Whether this failure means the command needed more memory than it had. Fallback ladders
+    /// and OOM retries move on only for these.
+    pub fn is_memory(self) -> bool {
+        !matches!(self, Kind::DiskFull | Kind::RpcLimit | Kind::GpuFault)
+    }
+
+    /// A short human label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::KernelOomKill => "killed by the kernel OOM killer",
+            Kind::SigkillUnexplained => "killed by SIGKILL (probably the OOM killer)",
+            Kind::CompilerKilled => "compiler process killed (out of memory)",
+            Kind::VirtualMemoryExhausted => "compiler ran out of virtual memory",
+            Kind::BadAlloc => "C++ std::bad_alloc",
+            Kind::NativeAllocFailed => "native allocation failed",
+            Kind::PythonMemoryError => "Python MemoryError",
+            Kind::CudaOutOfMemory => "CUDA out of memory",
+            Kind::HipOutOfMemory => "HIP/ROCm out of memory",
+            Kind::XlaResourceExhausted => "XLA/TensorFlow RESOURCE_EXHAUSTED (out of memory)",
+            Kind::NeuronAllocFailed => "Neuron device allocation failed",
+            Kind::JavaOutOfMemory => "Java OutOfMemoryError",
+            Kind::DiskFull => "disk full (not memory)",
+            Kind::RpcLimit => "RPC size or quota limit (not memory)",
+            Kind::GpuFault => "GPU kernel fault (not memory)",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug)]
+pub struct Rule {
+    /// A stable name, shown in reports and used by tests.
+    pub name: &'static str,
+    pub kind: Kind,
+    /// A `regex` crate pattern matched against the command's output.
+    pub pattern: &'static str,
+    pub advice: &'static str,
+}
+
+const ADVICE_HOST_BUILD: &str = "the compiler ran out of host memory: lower the build's parallelism \
+(`-j`, MAX_JOBS, CMAKE_BUILD_PARALLEL_LEVEL), compile this unit with less optimisation or debug info \
+(`-O1`, `-g0`), or let `headroom build` admit jobs by memory";
+const ADVICE_LINKER: &str =
+    "the linker ran out of memory: link fewer targets at once (ninja `-l`, a \
+link pool of 1), use `-fuse-ld=lld` or `mold`, drop LTO or debug info for this link (`-g0`, \
+`-Wl,--no-keep-memory`)";
+const ADVICE_GPU_TORCH: &str =
+    "the GPU ran out of memory: lower the batch size or sequence length, \
+use mixed precision (bf16/fp16), activation checkpointing, or offload; if reserved-but-unallocated \
+memory is large set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+const ADVICE_XLA: &str =
+    "the accelerator ran out of memory: lower the batch size, shard the model \
+over more devices (tensor/pipeline parallelism), use bf16; for JAX set \
+XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_MEM_FRACTION";
+const ADVICE_NEURON: &str =
+    "the Neuron device ran out of memory: raise the tensor-parallel degree \
+(more NeuronCores), lower the batch size or sequence length, or compile with a smaller model \
+configuration; `neuron-top` shows per-core device memory";
+const ADVICE_HOST_PROCESS: &str =
+    "the process ran out of host memory: process the data in smaller \
+pieces, lower the batch size or worker count, add swap, or run on a machine with more RAM \
+(`headroom doctor` shows what this one has)";
+
+/// The table. When several rules match, the match that ends last in the output wins (the last
+/// error is the one that ended the command); on a tie the earlier row wins.
+pub static RULES: &[Rule] = &[
+    // --- GPU frameworks first: their messages contain generic words later rows also match.
+    Rule {
+        name: "torch-hip-oom",
+        kind: Kind::HipOutOfMemory,
+        pattern: r"HIP out of memory|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",
+        advice: "the AMD GPU ran out of memory: lower the batch size or sequence length, use \
+mixed precision, activation checkpointing or offload; if reserved-but-unallocated memory is large set \
+PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
+    },
+    Rule {
+        name: "torch-cuda-oom",
+        kind: Kind::CudaOutOfMemory,
+        pattern: r"CUDA out of memory|OutOfMemoryError: CUDA|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED",
+        advice: ADVICE_GPU_TORCH,
+    },
+    Rule {
+        name: "xla-resource-exhausted",
+        kind: Kind::XlaResourceExhausted,
+        pattern: r"(?i:RESOURCE_EXHAUSTED|Resource exhausted|ResourceExhaustedError):? *(?:[^\n]*(?:[Oo]ut of memory|OOM when allocating|[Rr]an out of memory|failed to allocate))",
+        advice: ADVICE_XLA,
+    },
+    Rule {
+        name: "tf-oom-when-allocating",
+        kind: Kind::XlaResourceExhausted,
+        pattern: r"OOM when allocating tensor",
+        advice: ADVICE_XLA,
+    },
+    Rule {
+        name: "neuron-alloc",
+        kind: Kind::NeuronAllocFailed,
+        pattern: r#"AllocBuffer[^\n]*(?:[Ff]ail|out of|exhaust|RESOURCE)|nrt_tensor_allocate status=4|Failed to alloc DEVICE memory|TDRAM \d+/\d+ has no free space"#,
+        advice: ADVICE_NEURON,
+    },
+    // --- Compilers and linkers.
+    Rule {
+        name: "gcc-killed",
+        // `Killed` is translated (`Morto`, `已杀死`), so match what follows it.
+        pattern: r"signal terminated program (?:cc1plus|cc1|lto1|cc1obj|f951|as)\b",
+        kind: Kind::CompilerKilled,
+        advice: ADVICE_HOST_BUILD,
+    },
+    Rule {
+        name: "gcc-ice-killed",
+        kind: Kind::CompilerKilled,
+        pattern: r"(?i:internal compiler error|Internal error): Killed \(program \w+\)",
+        advice: ADVICE_HOST_BUILD,
+    },
+    Rule {
+        name: "ld-killed",
+        kind: Kind::CompilerKilled,
+        pattern: r"ld terminated with signal 9",
+        advice: ADVICE_LINKER,
+    },
+    Rule {
+        name: "nvcc-killed",
+        kind: Kind::CompilerKilled,
+        pattern: r"nvcc error\s*: '[\w+.-]+' died due to signal 9",
+        advice: "nvcc's front end or device compiler ran out of host memory: lower the build's \
+parallelism (MAX_JOBS, `-j`), build fewer architectures per job (TORCH_CUDA_ARCH_LIST, \
+CMAKE_CUDA_ARCHITECTURES), or pass `--threads 1` to nvcc",
+    },
+    Rule {
+        name: "clang-killed",
+        kind: Kind::CompilerKilled,
+        pattern: r"clang(?:\+\+)?(?:-\d+)?: error: unable to execute command: Killed",
+        advice: ADVICE_HOST_BUILD,
+    },
+    Rule {
+        name: "virtual-memory-exhausted",
+        kind: Kind::VirtualMemoryExhausted,
+        pattern: r"virtual memory exhausted|cc1(?:plus)?: out of memory allocating",
+        advice: "the compiler could not get more address space: check `ulimit -v`, add RAM or \
+swap, lower the build's parallelism, or compile this unit with `-O1 -g0`",
+    },
+    Rule {
+        name: "llvm-oom",
+        kind: Kind::NativeAllocFailed,
+        pattern: r"LLVM ERROR: out of memory|memory allocation of \d+ bytes failed",
+        advice: ADVICE_HOST_PROCESS,
+    },
+    Rule {
+        name: "cxx-bad-alloc",
+        kind: Kind::BadAlloc,
+        pattern: r"std::bad_alloc",
+        advice: ADVICE_HOST_PROCESS,
+    },
+    // --- Language runtimes.
+    Rule {
+        name: "python-memory-error",
+        kind: Kind::PythonMemoryError,
+        pattern: r"(?m)^\s*(?:[\w.]*\.)?_?(?:Array)?MemoryError\b",
+        advice: ADVICE_HOST_PROCESS,
+    },
+    Rule {
+        name: "java-oom",
+        kind: Kind::JavaOutOfMemory,
+        pattern: r"java\.lang\.OutOfMemoryError|Out of memory\. Java heap space",
+        advice: "the JVM hit its heap limit: raise `-Xmx` (for Gradle: `org.gradle.jvmargs` in \
+gradle.properties; for Bazel: `--host_jvm_args=-Xmx…`) if the machine has the memory, otherwise \
+reduce parallel workers",
+    },
+    // --- Not memory, although the words look alike. Listed so they are reported as what they are.
+    Rule {
+        name: "disk-full",
+        kind: Kind::DiskFull,
+        pattern: r"No space left on device|ENOSPC",
+        advice: "a disk is full: free space in the build or temp directory (TMPDIR) or point it \
+elsewhere; more memory will not help",
+    },
+    Rule {
+        name: "grpc-limit",
+        kind: Kind::RpcLimit,
+        pattern: r"(?i:RESOURCE_EXHAUSTED|ResourceExhausted)[^\n]*(?:[Rr]eceived message (?:larger than max|exceeds)|[Qq]uota exceeded)",
+        advice: "an RPC hit a message-size or quota limit: raise the client/server max message \
+size (`grpc.max_receive_message_length`) or the quota; more memory will not help",
+    },
+    Rule {
+        name: "gpu-fault",
+        kind: Kind::GpuFault,
+        pattern: r"an illegal memory access was encountered|device-side assert triggered|misaligned address",
+        advice: "a GPU kernel faulted: rerun with CUDA_LAUNCH_BLOCKING=1 (or AMD_SERIALIZE_KERNEL=3) \
+to find the kernel; this is a bug, not a lack of memory",
+    },
+];

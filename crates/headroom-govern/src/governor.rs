@@ -1,0 +1,564 @@
+//! The governor process of one build: it admits jobs as `headroom-sched` decides, samples
+//! their memory, stops, resumes and kills their process groups, retries jobs that ran out of
+//! memory, and writes every finished job to the history.
+//!
+//! One thread per connected shim, one sampling thread, one lock around the state: simple to
+//! follow, and cheap enough for the few hundred jobs a build has in flight at most.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use headroom_probe::procs::tree_rss;
+use headroom_sched::{Action, JobId, Limits, PredictionSource, Predictor, Scheduler};
+use headroom_store::{BuildRecord, History, JobRecord, Sample};
+use rustix::process::{kill_process_group, Pid, Signal};
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{default_job_peak, MemoryFacts};
+use crate::job::JobIdentity;
+use crate::ladder::{speaks_gcc_flags, Rung};
+use crate::oom::ran_out_of_memory;
+use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
+
+/// Samples are written to the history at least this often.
+const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Everything the governor needs to know, passed from the CLI.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GovernorConfig {
+    pub budget: u64,
+    pub budget_source: String,
+    pub slots: usize,
+    /// Where the history lives; `None` runs without one.
+    pub history: Option<PathBuf>,
+    pub command: String,
+    pub cwd: String,
+    pub started_unix_ms: i64,
+    /// Lower-memory rungs for jobs that run out of memory alone; empty when not opted in.
+    pub ladder: Vec<Rung>,
+    pub sample_interval_ms: u64,
+}
+
+struct Job {
+    identity: JobIdentity,
+    compiler: String,
+    cwd: String,
+    offered_ms: u64,
+    first_start_ms: Option<u64>,
+    /// Started by the scheduler, not yet handed to the shim.
+    admitted: bool,
+    /// The shim is running an attempt.
+    attempt_running: bool,
+    /// Process group of the running attempt, once the shim has reported it.
+    pgid: Option<i32>,
+    suspended: bool,
+    killed_by_governor: bool,
+    alone: bool,
+    rung: usize,
+    attempts: u32,
+    suspends: u32,
+    requeues: u32,
+    oom_retries: u32,
+    peak: u64,
+    cpu_ms: u64,
+    predicted: u64,
+    source: PredictionSource,
+}
+
+struct State {
+    scheduler: Scheduler,
+    predictor: Predictor,
+    jobs: HashMap<JobId, Job>,
+    next_id: JobId,
+    history: Option<History>,
+    build_id: Option<i64>,
+    samples: Vec<Sample>,
+    last_flush: Instant,
+    peak_total: u64,
+    shutting_down: bool,
+}
+
+struct Governor {
+    config: GovernorConfig,
+    start: Instant,
+    state: Mutex<State>,
+    /// Signalled whenever a job is admitted or the governor shuts down.
+    admitted: Condvar,
+}
+
+/// Runs the governor on `listener` until the CLI asks it to shut down or a signal ends it.
+pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
+    let terminate = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        signal_hook::flag::register(signal, Arc::clone(&terminate))?;
+    }
+    let (history, build_id) = open_history(&config);
+    let limits = Limits {
+        budget: config.budget,
+        slots: config.slots,
+    };
+    let governor = Arc::new(Governor {
+        start: Instant::now(),
+        state: Mutex::new(State {
+            scheduler: Scheduler::new(limits),
+            predictor: Predictor::new(default_job_peak(config.budget, config.slots)),
+            jobs: HashMap::new(),
+            next_id: 0,
+            history,
+            build_id,
+            samples: Vec::new(),
+            last_flush: Instant::now(),
+            peak_total: 0,
+            shutting_down: false,
+        }),
+        admitted: Condvar::new(),
+        config,
+    });
+    {
+        let governor = Arc::clone(&governor);
+        std::thread::spawn(move || governor.sample_until(&terminate));
+    }
+    for stream in listener.incoming() {
+        let stream = stream?;
+        let governor = Arc::clone(&governor);
+        std::thread::spawn(move || governor.handle(stream));
+    }
+    Ok(())
+}
+
+fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>) {
+    let Some(path) = &config.history else {
+        return (None, None);
+    };
+    let opened = History::open_or_recover(path);
+    for warning in &opened.warnings {
+        eprintln!("headroom: warning: {warning}");
+    }
+    let Some(history) = opened.history else {
+        return (None, None);
+    };
+    let build = BuildRecord {
+        id: 0,
+        started_unix_ms: config.started_unix_ms,
+        duration_ms: None,
+        command: config.command.clone(),
+        cwd: config.cwd.clone(),
+        budget: config.budget,
+        budget_source: config.budget_source.clone(),
+        slots: config.slots as u32,
+        exit_code: None,
+        peak_total: None,
+    };
+    match history.begin_build(&build) {
+        Ok(id) => (Some(history), Some(id)),
+        Err(err) => {
+            eprintln!("headroom: warning: {err}; this build runs without history");
+            (None, None)
+        }
+    }
+}
+
+impl Governor {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking connection thread must not take the whole build down: keep going.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn handle(&self, stream: UnixStream) {
+        match read_frame::<Request>(&stream) {
+            Ok(Request::Job {
+                compiler,
+                args,
+                cwd,
+            }) => {
+                let id = self.offer(compiler, &args, cwd);
+                if self.supervise(id, &stream).is_err() {
+                    self.abandon(id);
+                }
+            }
+            Ok(Request::Shutdown {
+                exit_code,
+                kill_jobs,
+            }) => self.shut_down(&stream, exit_code, kill_jobs),
+            Ok(other) => tracing::warn!("unexpected first message {other:?}"),
+            Err(err) => tracing::debug!("connection closed before a request: {err}"),
+        }
+    }
+
+    /// Registers a job the build system just started, and queues it.
+    fn offer(&self, compiler: String, args: &[String], cwd: String) -> JobId {
+        let identity = JobIdentity::new(&compiler, args, &cwd);
+        let mut state = self.lock();
+        let history_peak = state
+            .history
+            .as_ref()
+            .and_then(|h| h.peak_of(&identity.key).ok().flatten());
+        let prediction = state.predictor.predict(history_peak, identity.group);
+        let id = state.next_id;
+        state.next_id += 1;
+        state.jobs.insert(
+            id,
+            Job {
+                identity,
+                compiler,
+                cwd,
+                offered_ms: self.now_ms(),
+                first_start_ms: None,
+                admitted: false,
+                attempt_running: false,
+                pgid: None,
+                suspended: false,
+                killed_by_governor: false,
+                alone: false,
+                rung: 0,
+                attempts: 0,
+                suspends: 0,
+                requeues: 0,
+                oom_retries: 0,
+                peak: 0,
+                cpu_ms: 0,
+                predicted: prediction.peak,
+                source: prediction.source,
+            },
+        );
+        state.scheduler.submit(id, prediction.peak, false);
+        self.decide(&mut state, None);
+        id
+    }
+
+    /// Talks with one job's shim until the job is done.
+    fn supervise(&self, id: JobId, stream: &UnixStream) -> io::Result<()> {
+        loop {
+            let rung = self.wait_for_admission(id)?;
+            write_frame(stream, &Reply::Run { job_id: id, rung })?;
+            match read_frame::<Request>(stream)? {
+                Request::Started { pid } => self.started(id, pid),
+                other => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{other:?}"),
+                    ))
+                }
+            }
+            let attempt = match read_frame::<Request>(stream)? {
+                Request::Finished(attempt) => attempt,
+                other => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{other:?}"),
+                    ))
+                }
+            };
+            let reply = self.finished(id, attempt);
+            write_frame(stream, &reply)?;
+            if reply == Reply::Done {
+                return Ok(());
+            }
+        }
+    }
+
+    fn wait_for_admission(&self, id: JobId) -> io::Result<Option<Rung>> {
+        let mut state = self.lock();
+        loop {
+            if state.shutting_down {
+                return Err(io::Error::other("the governor is shutting down"));
+            }
+            let ladder = &self.config.ladder;
+            let job = state
+                .jobs
+                .get_mut(&id)
+                .expect("a supervised job stays registered");
+            if job.admitted {
+                job.admitted = false;
+                job.attempt_running = true;
+                return Ok(job.rung.checked_sub(1).map(|rung| ladder[rung].clone()));
+            }
+            state = self
+                .admitted
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    fn started(&self, id: JobId, pid: i32) {
+        let mut state = self.lock();
+        let Some(job) = state.jobs.get_mut(&id) else {
+            return;
+        };
+        job.pgid = Some(pid);
+        // The scheduler may have acted before the process existed.
+        if job.killed_by_governor {
+            signal_group(pid, Signal::KILL);
+        } else if job.suspended {
+            signal_group(pid, Signal::STOP);
+        }
+    }
+
+    /// Decides what becomes of a job whose attempt ended.
+    fn finished(&self, id: JobId, attempt: Attempt) -> Reply {
+        let mut state = self.lock();
+        let shutting_down = state.shutting_down;
+        let job = state
+            .jobs
+            .get_mut(&id)
+            .expect("a supervised job stays registered");
+        job.attempt_running = false;
+        job.pgid = None;
+        job.suspended = false;
+        job.cpu_ms += attempt.cpu_ms;
+        job.peak = job.peak.max(attempt.max_rss);
+        if job.killed_by_governor {
+            // The scheduler requeued it when it chose the kill.
+            job.killed_by_governor = false;
+            return Reply::Retry;
+        }
+        let retry = !shutting_down && ran_out_of_memory(&attempt) && self.escalate(job);
+        if retry {
+            let (predicted, peak) = (job.predicted, job.peak);
+            state.scheduler.remove(id);
+            state.scheduler.submit(id, predicted.max(peak), true);
+            self.decide(&mut state, None);
+            return Reply::Retry;
+        }
+        state.scheduler.remove(id);
+        let job = state.jobs.remove(&id).expect("checked above");
+        self.record(&mut state, id, job, &attempt);
+        self.decide(&mut state, None);
+        Reply::Done
+    }
+
+    /// Moves a job that ran out of memory one step up: first alone, then, where the user opted
+    /// in, down the flag ladder. Returns false when nothing is left to try.
+    fn escalate(&self, job: &mut Job) -> bool {
+        if !job.alone {
+            job.alone = true;
+        } else if job.rung < self.config.ladder.len() && speaks_gcc_flags(job.compiler.as_ref()) {
+            job.rung += 1;
+        } else {
+            return false;
+        }
+        job.oom_retries += 1;
+        true
+    }
+
+    fn record(&self, state: &mut State, id: JobId, job: Job, attempt: &Attempt) {
+        let succeeded = attempt.exit_code == Some(0);
+        if succeeded && job.rung == 0 {
+            learn(state, job.identity.group, job.peak);
+        }
+        let record = JobRecord {
+            job_id: id,
+            key: job.identity.key,
+            group: format!("{:016x}", job.identity.group),
+            label: job.identity.label,
+            compiler: job.compiler,
+            command: job.identity.command,
+            cwd: job.cwd,
+            offered_ms: job.offered_ms,
+            start_ms: job.first_start_ms.unwrap_or(job.offered_ms),
+            end_ms: self.now_ms(),
+            peak: job.peak,
+            cpu_ms: job.cpu_ms,
+            exit_code: attempt.exit_code,
+            signal: attempt.signal,
+            predicted: job.predicted,
+            prediction_source: format!("{:?}", job.source).to_lowercase(),
+            attempts: job.attempts,
+            suspends: job.suspends,
+            requeues: job.requeues,
+            oom_retries: job.oom_retries,
+            lowered_flags: job
+                .rung
+                .checked_sub(1)
+                .map(|rung| self.config.ladder[rung].describe()),
+            over_budget: job.predicted > self.config.budget,
+        };
+        if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
+            if let Err(err) = history.record_job(build_id, &record) {
+                eprintln!("headroom: warning: {err}");
+            }
+        }
+    }
+
+    /// The shim went away (killed, or the build was interrupted): forget the job.
+    fn abandon(&self, id: JobId) {
+        let mut state = self.lock();
+        state.scheduler.remove(id);
+        if let Some(job) = state.jobs.remove(&id) {
+            if let Some(pgid) = job.pgid.filter(|_| job.suspended) {
+                signal_group(pgid, Signal::CONT);
+            }
+        }
+        self.decide(&mut state, None);
+    }
+
+    /// Asks the scheduler what to do and does it.
+    fn decide(&self, state: &mut State, machine_left: Option<u64>) {
+        if state.shutting_down {
+            return;
+        }
+        let now = self.now_ms();
+        for action in state.scheduler.decide(machine_left) {
+            let (Action::Start(id) | Action::Suspend(id) | Action::Resume(id) | Action::Kill(id)) =
+                action;
+            let Some(job) = state.jobs.get_mut(&id) else {
+                continue;
+            };
+            match action {
+                Action::Start(_) => {
+                    job.admitted = true;
+                    job.attempts += 1;
+                    job.first_start_ms.get_or_insert(now);
+                    self.admitted.notify_all();
+                }
+                Action::Suspend(_) => {
+                    job.suspended = true;
+                    job.suspends += 1;
+                    job.pgid.inspect(|&pgid| signal_group(pgid, Signal::STOP));
+                }
+                Action::Resume(_) => {
+                    job.suspended = false;
+                    job.pgid.inspect(|&pgid| signal_group(pgid, Signal::CONT));
+                }
+                Action::Kill(_) => {
+                    job.requeues += 1;
+                    job.suspended = false;
+                    if job.admitted {
+                        // Not handed to the shim yet: nothing runs, the requeue is all.
+                        job.admitted = false;
+                    } else if job.attempt_running {
+                        job.killed_by_governor = true;
+                        if let Some(pgid) = job.pgid.take() {
+                            signal_group(pgid, Signal::KILL);
+                            signal_group(pgid, Signal::CONT);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Samples every running job until told to stop.
+    fn sample_until(&self, terminate: &AtomicBool) {
+        let interval = Duration::from_millis(self.config.sample_interval_ms.max(10));
+        loop {
+            std::thread::sleep(interval);
+            if terminate.load(Ordering::Relaxed) {
+                self.release_jobs(false);
+                self.finish_history(None);
+                std::process::exit(0);
+            }
+            let groups: Vec<(JobId, i32)> = self
+                .lock()
+                .jobs
+                .iter()
+                .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
+                .collect();
+            let readings: Vec<(JobId, u64)> = groups
+                .iter()
+                .map(|&(id, pgid)| (id, tree_rss(pgid).unwrap_or(0)))
+                .collect();
+            let machine_left = MemoryFacts::read().ok().map(|facts| facts.room().0);
+            let t_ms = self.now_ms();
+            let mut state = self.lock();
+            let mut total = 0;
+            for &(id, bytes) in &readings {
+                let Some(job) = state.jobs.get_mut(&id) else {
+                    continue;
+                };
+                if job.pgid.is_none() {
+                    continue;
+                }
+                job.peak = job.peak.max(bytes);
+                total += bytes;
+                state.scheduler.observe(id, bytes);
+                state.samples.push(Sample {
+                    t_ms,
+                    job_id: id,
+                    bytes,
+                });
+            }
+            state.peak_total = state.peak_total.max(total);
+            self.decide(&mut state, machine_left);
+            if state.last_flush.elapsed() >= SAMPLE_FLUSH_INTERVAL {
+                flush_samples(&mut state);
+            }
+        }
+    }
+
+    /// Resumes every suspended job, and kills every running one if asked: no process is ever
+    /// left stopped behind the governor.
+    fn release_jobs(&self, kill: bool) {
+        let mut state = self.lock();
+        state.shutting_down = true;
+        for job in state.jobs.values() {
+            if let Some(pgid) = job.pgid {
+                if kill {
+                    signal_group(pgid, Signal::KILL);
+                }
+                signal_group(pgid, Signal::CONT);
+            }
+        }
+        self.admitted.notify_all();
+    }
+
+    fn finish_history(&self, exit_code: Option<i32>) -> Option<i64> {
+        let mut state = self.lock();
+        flush_samples(&mut state);
+        let (build_id, peak_total) = (state.build_id?, state.peak_total);
+        let history = state.history.as_ref()?;
+        if let Err(err) = history.finish_build(build_id, self.now_ms(), exit_code, peak_total) {
+            eprintln!("headroom: warning: {err}");
+        }
+        Some(build_id)
+    }
+
+    fn shut_down(&self, stream: &UnixStream, exit_code: Option<i32>, kill_jobs: bool) {
+        self.release_jobs(kill_jobs);
+        let build_id = self.finish_history(exit_code);
+        let _ = write_frame(stream, &Reply::ShutDown { build_id });
+        std::process::exit(0);
+    }
+}
+
+/// Teaches the predictor a group's peak, and passes the better guess on to the jobs of that
+/// group that were offered before anything was known about them.
+fn learn(state: &mut State, group: u64, peak: u64) {
+    state.predictor.learn(group, peak);
+    let prediction = state.predictor.predict(None, group);
+    for (&id, job) in state.jobs.iter_mut() {
+        if job.identity.group == group && job.source == PredictionSource::Default {
+            job.predicted = prediction.peak;
+            job.source = prediction.source;
+            state.scheduler.repredict(id, prediction.peak);
+        }
+    }
+}
+
+fn flush_samples(state: &mut State) {
+    state.last_flush = Instant::now();
+    let samples = std::mem::take(&mut state.samples);
+    if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
+        if let Err(err) = history.record_samples(build_id, &samples) {
+            eprintln!("headroom: warning: {err}");
+        }
+    }
+}
+
+fn signal_group(pgid: i32, signal: Signal) {
+    if let Some(pgid) = Pid::from_raw(pgid) {
+        // The group may have exited a moment ago: nothing to do then.
+        let _ = kill_process_group(pgid, signal);
+    }
+}

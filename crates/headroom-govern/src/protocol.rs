@@ -1,0 +1,111 @@
+//! The wire protocol between shims (and the CLI) and the governor: serde enums in
+//! length-prefixed JSON frames over a Unix socket.
+
+use std::io::{self, Read, Write};
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::ladder::Rung;
+
+/// Frames larger than this are refused: no honest message comes close.
+const MAX_FRAME: u32 = 16 << 20;
+
+/// What a shim or the CLI says to the governor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// A compiler job asks to run. Arguments are lossy UTF-8: they only name and key the job;
+    /// the shim runs the original bytes.
+    Job {
+        compiler: String,
+        args: Vec<String>,
+        cwd: String,
+    },
+    /// The admitted job's process started; `pid` is also its process group.
+    Started { pid: i32 },
+    /// The attempt ended.
+    Finished(Attempt),
+    /// From the CLI: the build command exited (or was interrupted).
+    Shutdown {
+        exit_code: Option<i32>,
+        kill_jobs: bool,
+    },
+}
+
+/// How one attempt of a job ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Largest resident set of any one process of the attempt, from `getrusage`.
+    pub max_rss: u64,
+    pub cpu_ms: u64,
+    /// The end of what the job wrote to stderr, to recognise out-of-memory messages.
+    pub stderr_tail: String,
+}
+
+/// What the governor answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Run now, with lower-memory flags if `rung` says so.
+    Run { job_id: u64, rung: Option<Rung> },
+    /// Report the attempt's result to the build system.
+    Done,
+    /// Do not report this attempt: the job runs again when the next `Run` arrives.
+    Retry,
+    /// The governor has written the build's history and exits.
+    ShutDown { build_id: Option<i64> },
+}
+
+/// Writes one frame: a little-endian u32 length, then the JSON body.
+pub fn write_frame<T: Serialize>(mut writer: impl Write, message: &T) -> io::Result<()> {
+    let body = serde_json::to_vec(message)?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    writer.write_all(&frame)
+}
+
+/// Reads one frame; `UnexpectedEof` when the peer has gone.
+pub fn read_frame<T: DeserializeOwned>(mut reader: impl Read) -> io::Result<T> {
+    let mut length = [0u8; 4];
+    reader.read_exact(&mut length)?;
+    let length = u32::from_le_bytes(length);
+    if length > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {length} bytes is too large"),
+        ));
+    }
+    let mut body = vec![0u8; length as usize];
+    reader.read_exact(&mut body)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_end_cleanly() {
+        let mut wire = Vec::new();
+        let job = Request::Job {
+            compiler: "/usr/bin/g++".into(),
+            args: vec!["-c".into(), "a b.cpp".into()],
+            cwd: "/".into(),
+        };
+        write_frame(&mut wire, &job).unwrap();
+        write_frame(&mut wire, &Reply::Retry).unwrap();
+        let mut reader = wire.as_slice();
+        assert_eq!(read_frame::<Request>(&mut reader).unwrap(), job);
+        assert_eq!(read_frame::<Reply>(&mut reader).unwrap(), Reply::Retry);
+        let end = read_frame::<Reply>(&mut reader).unwrap_err();
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn refuses_oversized_frames() {
+        let wire = (MAX_FRAME + 1).to_le_bytes();
+        let err = read_frame::<Reply>(wire.as_slice()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+}

@@ -1,0 +1,218 @@
+//! A governed session: everything needed to put a governor in front of a set of compiler
+//! processes, for `headroom build` (a whole build command) and `headroom kernels build` (its
+//! own compile jobs through the launcher) alike.
+//!
+//! Race-free start: the socket is bound here, before the governor process exists, and handed
+//! to it as fd 3; no shim can ever find the socket missing.
+
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use headroom_store::history::state_dir;
+
+use crate::governor::{serve, GovernorConfig};
+use crate::protocol::{read_frame, write_frame, Reply, Request};
+use crate::shim::{LAUNCHER_NAME, SHIM_DIR_ENV, SOCKET_ENV};
+use crate::shimdir;
+
+/// The governor reads its configuration from this variable and its socket from fd 3.
+const GOVERNOR_CONFIG_ENV: &str = "HEADROOM_GOVERNOR_CONFIG";
+const GOVERNOR_FD: i32 = 3;
+/// The hidden subcommand that runs the governor.
+pub const GOVERNOR_SUBCOMMAND: &str = "__governor";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot create the shim directory {path} (set HEADROOM_STATE_DIR to use another place): {source}")]
+    ShimDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create the private runtime directory {path} (set XDG_RUNTIME_DIR to use another place): {source}")]
+    RuntimeDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the runtime directory {0} is not private to you (owner or mode); remove it or set XDG_RUNTIME_DIR")]
+    NotPrivate(PathBuf),
+    #[error("cannot start the governor: {0}")]
+    Governor(#[source] std::io::Error),
+    #[error("the governor must be started by `headroom build`, not by hand")]
+    NotStartedByHeadroom,
+    #[error("invalid governor configuration: {0}")]
+    Config(#[from] serde_json::Error),
+}
+
+/// A running governor and the shims that lead to it.
+pub struct Session {
+    socket: PathBuf,
+    shim_dir: PathBuf,
+    governor: Child,
+}
+
+impl Session {
+    /// Refreshes the shim directory, binds the socket and starts the governor process
+    /// (`exe __governor`, in its own process group so a Ctrl-C aimed at the build reaches it
+    /// only through an orderly shutdown).
+    pub fn start(exe: &Path, config: &GovernorConfig) -> Result<Session, SessionError> {
+        let shim_dir = state_dir().join("shims");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        shimdir::install(&shim_dir, exe, &shimdir::compiler_names(&path)).map_err(|source| {
+            SessionError::ShimDir {
+                path: shim_dir.clone(),
+                source,
+            }
+        })?;
+        let socket = socket_path()?;
+        let listener = UnixListener::bind(&socket).map_err(|source| SessionError::RuntimeDir {
+            path: socket.clone(),
+            source,
+        })?;
+        let fd = listener.as_raw_fd();
+        let mut command = Command::new(exe);
+        command
+            .arg(GOVERNOR_SUBCOMMAND)
+            .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(config)?)
+            .stdin(Stdio::null())
+            .process_group(0);
+        // SAFETY: dup2 and fcntl are async-signal-safe and touch only the listener's descriptor.
+        unsafe {
+            command.pre_exec(move || {
+                let moved = if fd == GOVERNOR_FD {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, GOVERNOR_FD)
+                };
+                if moved < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let governor = command.spawn().map_err(SessionError::Governor)?;
+        Ok(Session {
+            socket,
+            shim_dir,
+            governor,
+        })
+    }
+
+    /// `headroom-launch`: put it before a compiler's path to run that compiler governed.
+    pub fn launcher(&self) -> PathBuf {
+        self.shim_dir.join(LAUNCHER_NAME)
+    }
+
+    /// Sets up `command` (a build command) so every compiler it starts is governed: the shims
+    /// first on PATH, the launcher in the variables build tools read (where the user has not
+    /// set them), and the parallelism variables offering `offered` jobs.
+    pub fn govern(&self, command: &mut Command, offered: usize) {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![self.shim_dir.clone()];
+        dirs.extend(std::env::split_paths(&path));
+        command.env("PATH", std::env::join_paths(dirs).unwrap_or(path));
+        command
+            .env(SOCKET_ENV, &self.socket)
+            .env(SHIM_DIR_ENV, &self.shim_dir);
+        let unset = |name: &str| std::env::var_os(name).is_none();
+        for name in [
+            "CMAKE_C_COMPILER_LAUNCHER",
+            "CMAKE_CXX_COMPILER_LAUNCHER",
+            "CMAKE_CUDA_COMPILER_LAUNCHER",
+            "CMAKE_HIP_COMPILER_LAUNCHER",
+            "CCACHE_PREFIX",
+            "RUSTC_WRAPPER",
+        ] {
+            if unset(name) {
+                command.env(name, self.launcher());
+            }
+        }
+        let offered = offered.to_string();
+        for name in ["MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "CARGO_BUILD_JOBS"] {
+            if unset(name) {
+                command.env(name, &offered);
+            }
+        }
+        let makeflags = std::env::var("MAKEFLAGS").unwrap_or_default();
+        let has_jobs = makeflags
+            .split_whitespace()
+            .any(|f| f.starts_with("-j") || f.starts_with("--jobs"));
+        if !has_jobs {
+            command.env("MAKEFLAGS", format!("{makeflags} -j{offered}").trim_start());
+        }
+    }
+
+    /// Only the socket and shim variables, for running compile jobs through the launcher.
+    pub fn connect(&self, command: &mut Command) {
+        command
+            .env(SOCKET_ENV, &self.socket)
+            .env(SHIM_DIR_ENV, &self.shim_dir);
+    }
+
+    /// Ends the session: the governor resumes anything stopped (and kills every job if
+    /// `kill_jobs`), records how the build ended, and exits. Returns `None` when the governor
+    /// was already gone, else the build's id in the history, if it has one.
+    pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Option<Option<i64>> {
+        let ended = (|| {
+            let stream = UnixStream::connect(&self.socket).ok()?;
+            write_frame(
+                &stream,
+                &Request::Shutdown {
+                    exit_code,
+                    kill_jobs,
+                },
+            )
+            .ok()?;
+            match read_frame::<Reply>(&stream).ok()? {
+                Reply::ShutDown { build_id } => Some(build_id),
+                _ => None,
+            }
+        })();
+        let _ = self.governor.wait();
+        let _ = std::fs::remove_file(&self.socket);
+        ended
+    }
+}
+
+/// A fresh socket path in the per-user runtime directory (mode 0700).
+fn socket_path() -> Result<PathBuf, SessionError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let uid = rustix::process::getuid().as_raw();
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(runtime) => PathBuf::from(runtime).join("headroom"),
+        None => std::env::temp_dir().join(format!("headroom-{uid}")),
+    };
+    let runtime_error = |source| SessionError::RuntimeDir {
+        path: dir.clone(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(runtime_error)?;
+    let meta = std::fs::metadata(&dir).map_err(runtime_error)?;
+    if meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(SessionError::NotPrivate(dir));
+    }
+    let socket = dir.join(format!("session-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    Ok(socket)
+}
+
+/// Entry point of the governor process (`headroom __governor`).
+pub fn governor_main() -> Result<(), SessionError> {
+    let config =
+        std::env::var(GOVERNOR_CONFIG_ENV).map_err(|_| SessionError::NotStartedByHeadroom)?;
+    let config: GovernorConfig = serde_json::from_str(&config)?;
+    // If the CLI dies, end too, releasing every stopped job on the way out.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .map_err(|e| SessionError::Governor(e.into()))?;
+    // SAFETY: `Session::start` passes the listening socket as this descriptor.
+    let listener = unsafe { UnixListener::from_raw_fd(GOVERNOR_FD) };
+    serve(listener, config).map_err(SessionError::Governor)
+}

@@ -1,0 +1,296 @@
+//! The compiler shim: the tiny program every compiler invocation of a governed build goes
+//! through. It asks the governor for admission, runs the real compiler in its own process
+//! group, and reports how it ended; a retried attempt is invisible to the build system.
+//!
+//! Fail open: without a reachable governor the shim simply becomes the real compiler.
+//! No async runtime, no configuration files: nothing that is not needed before `exec`.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+
+use rustix::process::{kill_process_group, Pid, Signal};
+
+use crate::ladder::Rung;
+use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
+
+/// The name under which the shim works as a compiler launcher: `headroom-launch COMPILER ARGS…`.
+pub const LAUNCHER_NAME: &str = "headroom-launch";
+/// The governor's socket.
+pub const SOCKET_ENV: &str = "HEADROOM_SOCKET";
+/// The shim directory, skipped when looking for the real compiler.
+pub const SHIM_DIR_ENV: &str = "HEADROOM_SHIM_DIR";
+/// Set for a job's processes, so a compiler started by a compiler is not governed twice.
+pub const JOB_ENV: &str = "HEADROOM_JOB";
+/// How much of the end of a failed job's stderr is sent to the governor.
+const STDERR_TAIL: usize = 8 << 10;
+
+/// Process group of the attempt now running, for the signal handler; 0 when none.
+static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the program was called through a shim link: as the launcher or a compiler name.
+pub fn is_shim(argv0: &OsStr) -> bool {
+    let name = Path::new(argv0)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or("");
+    name == LAUNCHER_NAME || crate::shimdir::is_shim_name(name)
+}
+
+/// Runs the shim; never returns.
+pub fn main(argv: Vec<OsString>) -> ! {
+    let shim_dir = std::env::var_os(SHIM_DIR_ENV).map(PathBuf::from);
+    let name = Path::new(&argv[0])
+        .file_name()
+        .unwrap_or_default()
+        .to_os_string();
+    let (wanted, args) = if name == LAUNCHER_NAME {
+        match argv.get(1) {
+            Some(compiler) => (compiler.clone(), argv[2..].to_vec()),
+            None => fail(2, "usage: headroom-launch COMPILER [ARGS…] (set as CMAKE_<LANG>_COMPILER_LAUNCHER, CCACHE_PREFIX or RUSTC_WRAPPER)"),
+        }
+    } else {
+        (name, argv[1..].to_vec())
+    };
+    let compiler = find_real_compiler(&wanted, shim_dir.as_deref()).unwrap_or_else(|| {
+        fail(
+            127,
+            &format!(
+                "cannot find the real `{}` on PATH (headroom's shim directory is skipped)",
+                wanted.to_string_lossy()
+            ),
+        )
+    });
+    let mut command = Command::new(&compiler);
+    command.args(&args);
+    if let (Some(dir), Some(path)) = (&shim_dir, std::env::var_os("PATH")) {
+        command.env("PATH", path_without(&path, dir));
+    }
+    let socket = std::env::var_os(SOCKET_ENV).filter(|_| std::env::var_os(JOB_ENV).is_none());
+    let Some(stream) = socket.and_then(|path| UnixStream::connect(path).ok()) else {
+        become_compiler(command)
+    };
+    governed(stream, command, &compiler, &args)
+}
+
+fn fail(code: i32, message: &str) -> ! {
+    eprintln!("headroom: {message}");
+    std::process::exit(code)
+}
+
+/// Replaces this process with the compiler: the ungoverned path, as cheap as a shim can be.
+fn become_compiler(mut command: Command) -> ! {
+    let err = command.exec();
+    fail(
+        127,
+        &format!(
+            "cannot run `{}`: {err}",
+            command.get_program().to_string_lossy()
+        ),
+    )
+}
+
+/// The real compiler for `wanted`: a path is taken as it is, unless it is a shim itself; a
+/// name is looked up on PATH, skipping the shim directory and anything that is this program.
+pub fn find_real_compiler(wanted: &OsStr, shim_dir: Option<&Path>) -> Option<PathBuf> {
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok());
+    let is_me = |candidate: &Path| me.is_some() && candidate.canonicalize().ok() == me;
+    let wanted_path = Path::new(wanted);
+    if wanted.as_bytes().contains(&b'/') && !is_me(wanted_path) {
+        return Some(wanted_path.to_path_buf());
+    }
+    let name = wanted_path.file_name()?;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| shim_dir.is_none_or(|shims| !same_dir(dir, shims)))
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate) && !is_me(candidate))
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b
+        || (a
+            .canonicalize()
+            .ok()
+            .is_some_and(|a| Some(a) == b.canonicalize().ok()))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// PATH with the shim directory removed, so the compiler's own children are never shims.
+fn path_without(path: &OsStr, shim_dir: &Path) -> OsString {
+    let kept: Vec<PathBuf> = std::env::split_paths(path)
+        .filter(|dir| !same_dir(dir, shim_dir))
+        .collect();
+    std::env::join_paths(kept).unwrap_or_else(|_| path.to_os_string())
+}
+
+/// Runs the job under the governor, retrying attempts the governor asks to retry.
+fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[OsString]) -> ! {
+    install_signal_forwarding();
+    let request = Request::Job {
+        compiler: compiler.to_string_lossy().into_owned(),
+        args: args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let replies = match write_frame(&stream, &request).and_then(|()| stream.try_clone()) {
+        Ok(reader) => listen(reader),
+        Err(_) => become_compiler(command),
+    };
+    let mut cpu_before = children_cpu_ms();
+    loop {
+        let Ok(Reply::Run { job_id, rung }) = replies.recv() else {
+            // The governor is gone before admitting us: run as if it never existed.
+            become_compiler(command)
+        };
+        command.env(crate::shim::JOB_ENV, job_id.to_string());
+        let outcome = run_attempt(&mut command, args, rung.as_ref(), &stream);
+        let Ok((status, stderr)) = outcome else {
+            let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+            fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
+        };
+        let cpu_now = children_cpu_ms();
+        let attempt = Attempt {
+            exit_code: status.code(),
+            signal: status.signal(),
+            max_rss: children_max_rss(),
+            cpu_ms: cpu_now - cpu_before,
+            stderr_tail: tail(&stderr),
+        };
+        cpu_before = cpu_now;
+        let interrupted = matches!(
+            status.signal(),
+            Some(libc::SIGINT | libc::SIGTERM | libc::SIGHUP)
+        );
+        let reply = write_frame(&stream, &Request::Finished(attempt))
+            .ok()
+            .and_then(|()| replies.recv().ok());
+        if reply == Some(Reply::Retry) && !interrupted {
+            continue;
+        }
+        let _ = std::io::stderr().write_all(&stderr);
+        std::process::exit(
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        )
+    }
+}
+
+/// Forwards the governor's replies; when the governor disappears, resumes the running
+/// attempt (it may have been stopped) and closes the channel.
+fn listen(reader: UnixStream) -> mpsc::Receiver<Reply> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        while let Ok(reply) = read_frame::<Reply>(&reader) {
+            if sender.send(reply).is_err() {
+                return;
+            }
+        }
+        signal_running_group(Signal::CONT);
+    });
+    receiver
+}
+
+/// Runs one attempt in its own process group, so the governor can stop, resume or kill it
+/// whole; returns its status and everything it wrote to stderr.
+fn run_attempt(
+    command: &mut Command,
+    args: &[OsString],
+    rung: Option<&Rung>,
+    stream: &UnixStream,
+) -> std::io::Result<(std::process::ExitStatus, Vec<u8>)> {
+    if let Some(rung) = rung {
+        let mut lowered = Command::new(command.get_program());
+        lowered.args(rung.apply(args));
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => lowered.env(key, value),
+                None => lowered.env_remove(key),
+            };
+        }
+        *command = lowered;
+    }
+    command.process_group(0).stderr(Stdio::piped());
+    let mut child = command.spawn()?;
+    let pid = child.id() as i32;
+    RUNNING_GROUP.store(pid, Ordering::SeqCst);
+    let _ = write_frame(stream, &Request::Started { pid });
+    let mut stderr = Vec::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_end(&mut stderr);
+    }
+    let status = child.wait()?;
+    RUNNING_GROUP.store(0, Ordering::SeqCst);
+    Ok((status, stderr))
+}
+
+fn signal_running_group(signal: Signal) {
+    if let Some(pgid) = Pid::from_raw(RUNNING_GROUP.load(Ordering::SeqCst)) {
+        let _ = kill_process_group(pgid, signal);
+    }
+}
+
+/// Ctrl-C reaches the shim (it is in the build's process group) but not the compiler (in its
+/// own group): pass it on, waking the compiler first in case it is stopped. A shim with no
+/// compiler running exits at once, as it would have without a handler.
+fn install_signal_forwarding() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let forward = move || {
+            let pgid = RUNNING_GROUP.load(Ordering::SeqCst);
+            match Pid::from_raw(pgid) {
+                Some(pgid) => {
+                    let _ = kill_process_group(pgid, Signal::CONT);
+                    // SAFETY: kill(2) with a signal number from the set above.
+                    unsafe { libc::kill(-pgid.as_raw_nonzero().get(), signal) };
+                }
+                // SAFETY: _exit is async-signal-safe.
+                None => unsafe { libc::_exit(128 + signal) },
+            }
+        };
+        // SAFETY: the handler only loads an atomic and calls async-signal-safe functions.
+        let _ = unsafe { signal_hook::low_level::register(signal, forward) };
+    }
+}
+
+fn tail(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(STDERR_TAIL)..]).into_owned()
+}
+
+fn children_usage() -> libc::rusage {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    }
+}
+
+/// Largest resident set of any waited-for child process, in bytes.
+fn children_max_rss() -> u64 {
+    children_usage().ru_maxrss.max(0) as u64 * 1024
+}
+
+/// User plus system CPU time of all waited-for children, in milliseconds.
+fn children_cpu_ms() -> u64 {
+    let usage = children_usage();
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}

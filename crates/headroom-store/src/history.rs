@@ -1,0 +1,566 @@
+//! The per-machine history in SQLite: one file, no server, safe for several builds at once
+//! (WAL journal, busy timeout) and for crashes (every job is its own transaction).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::model::{BuildRecord, BuildReport, JobRecord, Sample, REPORT_SCHEMA};
+
+/// Layout version, kept in `PRAGMA user_version`.
+const SCHEMA_VERSION: i32 = 1;
+/// Samples are kept for this many most recent builds; jobs and peaks for all.
+const BUILDS_WITH_SAMPLES: i64 = 50;
+/// How long to wait for another build's write to finish before giving up on the history.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS builds (
+    id INTEGER PRIMARY KEY,
+    started_unix_ms INTEGER NOT NULL,
+    duration_ms INTEGER,
+    command TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    budget INTEGER NOT NULL,
+    budget_source TEXT NOT NULL,
+    slots INTEGER NOT NULL,
+    exit_code INTEGER,
+    peak_total INTEGER
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    build_id INTEGER NOT NULL REFERENCES builds(id),
+    job_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    label TEXT NOT NULL,
+    compiler TEXT NOT NULL,
+    command TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    offered_ms INTEGER NOT NULL,
+    start_ms INTEGER NOT NULL,
+    end_ms INTEGER NOT NULL,
+    peak INTEGER NOT NULL,
+    cpu_ms INTEGER NOT NULL,
+    exit_code INTEGER,
+    signal INTEGER,
+    predicted INTEGER NOT NULL,
+    prediction_source TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    suspends INTEGER NOT NULL,
+    requeues INTEGER NOT NULL,
+    oom_retries INTEGER NOT NULL,
+    lowered_flags TEXT,
+    over_budget INTEGER NOT NULL,
+    PRIMARY KEY (build_id, job_id)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    build_id INTEGER NOT NULL,
+    t_ms INTEGER NOT NULL,
+    job_id INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_by_build ON samples(build_id);
+CREATE TABLE IF NOT EXISTS peaks (
+    key TEXT PRIMARY KEY,
+    peak INTEGER NOT NULL,
+    runs INTEGER NOT NULL
+);
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("history database {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot create the history directory {path}: {source}")]
+    Directory {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "build {0} is not in the history; `headroom report` without an id shows the last build"
+    )]
+    NoSuchBuild(i64),
+    #[error("the history has no builds yet: run `headroom build -- …` first, or pass a report JSON file")]
+    Empty,
+}
+
+/// The history, open.
+pub struct History {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// The outcome of [`History::open_or_recover`]: a history if one could be had, and what
+/// happened on the way, for the user to read.
+pub struct Opened {
+    pub history: Option<History>,
+    pub warnings: Vec<String>,
+}
+
+impl History {
+    /// The default location: `$HEADROOM_STATE_DIR/history.sqlite`, else
+    /// `$XDG_STATE_HOME/headroom/history.sqlite`, else `~/.local/state/headroom/history.sqlite`.
+    pub fn default_path() -> PathBuf {
+        state_dir().join("history.sqlite")
+    }
+
+    /// Opens (creating if needed) the history at `path`.
+    pub fn open(path: &Path) -> Result<History, StoreError> {
+        let sqlite = |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(sqlite)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sqlite)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sqlite)?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |row| row.get(0))
+            .map_err(sqlite)?;
+        if check != "ok" {
+            return Err(sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+                Some(check),
+            )));
+        }
+        let version: i32 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(sqlite)?;
+        if version < SCHEMA_VERSION {
+            conn.execute_batch(SCHEMA).map_err(sqlite)?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(sqlite)?;
+        }
+        Ok(History {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens the history for a build, which must go on whatever state the file is in: a corrupt
+    /// file is moved aside and a new one started; a file locked for too long is skipped.
+    pub fn open_or_recover(path: &Path) -> Opened {
+        match History::open(path) {
+            Ok(history) => Opened { history: Some(history), warnings: Vec::new() },
+            Err(StoreError::Sqlite { source, .. }) if is_corruption(&source) => {
+                let aside = aside_path(path);
+                let mut warnings = vec![format!(
+                    "the history database {} is corrupt ({source}); moved it to {} and started a new one",
+                    path.display(),
+                    aside.display()
+                )];
+                for suffix in ["", "-wal", "-shm"] {
+                    let from = PathBuf::from(format!("{}{suffix}", path.display()));
+                    let to = PathBuf::from(format!("{}{suffix}", aside.display()));
+                    let _ = std::fs::rename(from, to);
+                }
+                match History::open(path) {
+                    Ok(history) => Opened { history: Some(history), warnings },
+                    Err(err) => {
+                        warnings.push(format!("{err}; this build runs without history"));
+                        Opened { history: None, warnings }
+                    }
+                }
+            }
+            Err(err) => Opened {
+                history: None,
+                warnings: vec![format!(
+                    "{err}; this build runs without history (set HEADROOM_STATE_DIR to use another location)"
+                )],
+            },
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sqlite(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Records the start of a build and returns its id.
+    pub fn begin_build(&self, build: &BuildRecord) -> Result<i64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO builds (started_unix_ms, command, cwd, budget, budget_source, slots)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    build.started_unix_ms,
+                    build.command,
+                    build.cwd,
+                    build.budget as i64,
+                    build.budget_source,
+                    build.slots
+                ],
+            )
+            .map_err(|e| self.sqlite(e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Records a finished job and remembers its peak for the next build.
+    pub fn record_job(&mut self, build_id: i64, job: &JobRecord) -> Result<(), StoreError> {
+        let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        let result = (|| {
+            tx.execute(
+                "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                 ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+                params![
+                    build_id,
+                    job.job_id as i64,
+                    job.key,
+                    job.group,
+                    job.label,
+                    job.compiler,
+                    job.command,
+                    job.cwd,
+                    job.offered_ms as i64,
+                    job.start_ms as i64,
+                    job.end_ms as i64,
+                    job.peak as i64,
+                    job.cpu_ms as i64,
+                    job.exit_code,
+                    job.signal,
+                    job.predicted as i64,
+                    job.prediction_source,
+                    job.attempts,
+                    job.suspends,
+                    job.requeues,
+                    job.oom_retries,
+                    job.lowered_flags,
+                    job.over_budget,
+                ],
+            )?;
+            // Only a clean run tells the job's real peak; lowered flags change it too.
+            if job.exit_code == Some(0) && job.lowered_flags.is_none() && job.peak > 0 {
+                tx.execute(
+                    "INSERT INTO peaks (key, peak, runs) VALUES (?1, ?2, 1)
+                     ON CONFLICT(key) DO UPDATE SET peak = excluded.peak, runs = runs + 1",
+                    params![job.key, job.peak as i64],
+                )?;
+            }
+            Ok(())
+        })();
+        result
+            .and_then(|()| tx.commit())
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// Appends memory samples of a running build.
+    pub fn record_samples(&mut self, build_id: i64, samples: &[Sample]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        let result = (|| {
+            let mut insert = tx.prepare_cached("INSERT INTO samples VALUES (?1, ?2, ?3, ?4)")?;
+            for sample in samples {
+                insert.execute(params![
+                    build_id,
+                    sample.t_ms as i64,
+                    sample.job_id as i64,
+                    sample.bytes as i64
+                ])?;
+            }
+            drop(insert);
+            Ok(())
+        })();
+        result
+            .and_then(|()| tx.commit())
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// Records how a build ended, and drops the samples of old builds.
+    pub fn finish_build(
+        &self,
+        build_id: i64,
+        duration_ms: u64,
+        exit_code: Option<i32>,
+        peak_total: u64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE builds SET duration_ms = ?2, exit_code = ?3, peak_total = ?4 WHERE id = ?1",
+                params![build_id, duration_ms as i64, exit_code, peak_total as i64],
+            )
+            .and_then(|_| {
+                self.conn.execute(
+                    "DELETE FROM samples WHERE build_id <= (SELECT MAX(id) FROM builds) - ?1",
+                    params![BUILDS_WITH_SAMPLES],
+                )
+            })
+            .map(drop)
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// The last clean peak recorded for job `key`.
+    pub fn peak_of(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.conn
+            .query_row("SELECT peak FROM peaks WHERE key = ?1", [key], |row| {
+                row.get::<_, i64>(0)
+            })
+            .optional()
+            .map(|peak| peak.map(|p| p as u64))
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// The id of the most recent build.
+    pub fn last_build_id(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("SELECT MAX(id) FROM builds", [], |row| {
+                row.get::<_, Option<i64>>(0)
+            })
+            .map_err(|e| self.sqlite(e))?
+            .ok_or(StoreError::Empty)
+    }
+
+    /// Loads everything recorded about build `id`.
+    pub fn load_build(&self, id: i64) -> Result<BuildReport, StoreError> {
+        let build = self
+            .conn
+            .query_row(
+                "SELECT id, started_unix_ms, duration_ms, command, cwd, budget, budget_source, slots,
+                        exit_code, peak_total FROM builds WHERE id = ?1",
+                [id],
+                |row| {
+                    Ok(BuildRecord {
+                        id: row.get(0)?,
+                        started_unix_ms: row.get(1)?,
+                        duration_ms: row.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+                        command: row.get(3)?,
+                        cwd: row.get(4)?,
+                        budget: row.get::<_, i64>(5)? as u64,
+                        budget_source: row.get(6)?,
+                        slots: row.get(7)?,
+                        exit_code: row.get(8)?,
+                        peak_total: row.get::<_, Option<i64>>(9)?.map(|v| v as u64),
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.sqlite(e))?
+            .ok_or(StoreError::NoSuchBuild(id))?;
+        let jobs = self.load_jobs(id).map_err(|e| self.sqlite(e))?;
+        let samples = self.load_samples(id).map_err(|e| self.sqlite(e))?;
+        Ok(BuildReport {
+            schema: REPORT_SCHEMA,
+            build,
+            jobs,
+            samples,
+        })
+    }
+
+    fn load_jobs(&self, id: i64) -> rusqlite::Result<Vec<JobRecord>> {
+        let mut query = self.conn.prepare(
+            "SELECT job_id, key, grp, label, compiler, command, cwd, offered_ms, start_ms, end_ms, peak,
+                    cpu_ms, exit_code, signal, predicted, prediction_source, attempts, suspends, requeues,
+                    oom_retries, lowered_flags, over_budget
+             FROM jobs WHERE build_id = ?1 ORDER BY job_id",
+        )?;
+        let rows = query.query_map([id], |row| {
+            let unsigned = |i| row.get::<_, i64>(i).map(|v| v as u64);
+            Ok(JobRecord {
+                job_id: unsigned(0)?,
+                key: row.get(1)?,
+                group: row.get(2)?,
+                label: row.get(3)?,
+                compiler: row.get(4)?,
+                command: row.get(5)?,
+                cwd: row.get(6)?,
+                offered_ms: unsigned(7)?,
+                start_ms: unsigned(8)?,
+                end_ms: unsigned(9)?,
+                peak: unsigned(10)?,
+                cpu_ms: unsigned(11)?,
+                exit_code: row.get(12)?,
+                signal: row.get(13)?,
+                predicted: unsigned(14)?,
+                prediction_source: row.get(15)?,
+                attempts: row.get(16)?,
+                suspends: row.get(17)?,
+                requeues: row.get(18)?,
+                oom_retries: row.get(19)?,
+                lowered_flags: row.get(20)?,
+                over_budget: row.get(21)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    fn load_samples(&self, id: i64) -> rusqlite::Result<Vec<Sample>> {
+        let mut query = self.conn.prepare(
+            "SELECT t_ms, job_id, bytes FROM samples WHERE build_id = ?1 ORDER BY t_ms, job_id",
+        )?;
+        let rows = query.query_map([id], |row| {
+            Ok(Sample {
+                t_ms: row.get::<_, i64>(0)? as u64,
+                job_id: row.get::<_, i64>(1)? as u64,
+                bytes: row.get::<_, i64>(2)? as u64,
+            })
+        })?;
+        rows.collect()
+    }
+}
+
+/// `$HEADROOM_STATE_DIR`, else `$XDG_STATE_HOME/headroom`, else `~/.local/state/headroom`.
+pub fn state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HEADROOM_STATE_DIR") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("headroom")
+}
+
+fn is_corruption(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}
+
+fn aside_path(path: &Path) -> PathBuf {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from(format!("{}.corrupt-{stamp}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn job(job_id: u64, key: &str, peak: u64) -> JobRecord {
+        JobRecord {
+            job_id,
+            key: key.into(),
+            group: "g".into(),
+            label: format!("{key}.o"),
+            compiler: "/usr/bin/g++".into(),
+            command: format!("g++ -c {key}.cpp -o {key}.o"),
+            cwd: "/src".into(),
+            offered_ms: job_id * 10,
+            start_ms: job_id * 10,
+            end_ms: job_id * 10 + 500,
+            peak,
+            cpu_ms: 480,
+            exit_code: Some(0),
+            signal: None,
+            predicted: 1 << 30,
+            prediction_source: "default".into(),
+            attempts: 1,
+            suspends: 0,
+            requeues: 0,
+            oom_retries: 0,
+            lowered_flags: None,
+            over_budget: false,
+        }
+    }
+
+    fn build() -> BuildRecord {
+        BuildRecord {
+            id: 0,
+            started_unix_ms: 1_700_000_000_000,
+            duration_ms: None,
+            command: "make -j8".into(),
+            cwd: "/src".into(),
+            budget: 6 << 30,
+            budget_source: "--budget 6G".into(),
+            slots: 2,
+            exit_code: None,
+            peak_total: None,
+        }
+    }
+
+    #[test]
+    fn a_build_round_trips_and_teaches_peaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        let id = history.begin_build(&build()).unwrap();
+        history.record_job(id, &job(0, "a", 100)).unwrap();
+        let mut failed = job(1, "b", 999);
+        failed.exit_code = Some(1);
+        history.record_job(id, &failed).unwrap();
+        history
+            .record_samples(
+                id,
+                &[Sample {
+                    t_ms: 5,
+                    job_id: 0,
+                    bytes: 50,
+                }],
+            )
+            .unwrap();
+        history.finish_build(id, 1234, Some(0), 100).unwrap();
+
+        assert_eq!(history.peak_of("a").unwrap(), Some(100));
+        assert_eq!(
+            history.peak_of("b").unwrap(),
+            None,
+            "a failed run teaches nothing"
+        );
+        assert_eq!(history.last_build_id().unwrap(), id);
+        let report = history.load_build(id).unwrap();
+        assert_eq!(report.jobs, vec![job(0, "a", 100), failed]);
+        assert_eq!(report.samples.len(), 1);
+        assert_eq!(report.build.duration_ms, Some(1234));
+        assert!(matches!(
+            history.load_build(id + 1),
+            Err(StoreError::NoSuchBuild(_))
+        ));
+    }
+
+    #[test]
+    fn a_corrupt_file_is_moved_aside_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+        let opened = History::open_or_recover(&path);
+        assert!(opened.history.is_some());
+        assert!(
+            opened.warnings[0].contains("corrupt"),
+            "{:?}",
+            opened.warnings
+        );
+        let moved: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".corrupt-"))
+            .collect();
+        assert_eq!(moved.len(), 1);
+    }
+
+    #[test]
+    fn an_unusable_location_is_skipped_with_a_warning() {
+        let opened = History::open_or_recover(Path::new("/proc/headroom/h.sqlite"));
+        assert!(opened.history.is_none());
+        assert!(
+            opened.warnings[0].contains("without history"),
+            "{:?}",
+            opened.warnings
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! What a build leaves behind: the build, its jobs and its memory samples. These types are both
+//! the rows of the history and the `--report` JSON, so the two can never disagree.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the JSON report layout; bumped on incompatible changes.
+pub const REPORT_SCHEMA: u32 = 1;
+
+/// One `headroom build` run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildRecord {
+    pub id: i64,
+    pub started_unix_ms: i64,
+    /// Wall time; `None` while the build runs or when the governor died before the end.
+    pub duration_ms: Option<u64>,
+    pub command: String,
+    pub cwd: String,
+    pub budget: u64,
+    /// How the budget was chosen, for example `--budget 6G` or `cgroup limit 1.50 GiB − reserve`.
+    pub budget_source: String,
+    pub slots: u32,
+    pub exit_code: Option<i32>,
+    /// Highest total memory of all jobs together, as sampled.
+    pub peak_total: Option<u64>,
+}
+
+/// One compiler or linker job, over all its attempts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Number of the job within its build, in the order the build system offered it.
+    pub job_id: u64,
+    /// Identity of the job across builds: compiler, output, normalised flags and directory.
+    pub key: String,
+    /// Jobs with the same compiler and flags, whose peaks predict each other's.
+    pub group: String,
+    /// What people call the job: its output file, else its source.
+    pub label: String,
+    pub compiler: String,
+    pub command: String,
+    pub cwd: String,
+    /// Milliseconds from the build's start.
+    pub offered_ms: u64,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub peak: u64,
+    pub cpu_ms: u64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub predicted: u64,
+    /// `history`, `group` or `default`.
+    pub prediction_source: String,
+    pub attempts: u32,
+    pub suspends: u32,
+    /// Attempts the governor killed and ran again.
+    pub requeues: u32,
+    /// Attempts that ran out of memory and were retried alone.
+    pub oom_retries: u32,
+    /// The lower-memory flags the final attempt ran with, if the flag ladder was used.
+    pub lowered_flags: Option<String>,
+    /// Predicted bigger than the whole budget, so it ran alone.
+    pub over_budget: bool,
+}
+
+/// Memory of one job at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    pub t_ms: u64,
+    pub job_id: u64,
+    pub bytes: u64,
+}
+
+/// Everything known about one build: what `--report` writes and `headroom report` reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildReport {
+    pub schema: u32,
+    pub build: BuildRecord,
+    pub jobs: Vec<JobRecord>,
+    pub samples: Vec<Sample>,
+}
+
+impl BuildReport {
+    pub fn suspends(&self) -> u32 {
+        self.jobs.iter().map(|job| job.suspends).sum()
+    }
+
+    pub fn requeues(&self) -> u32 {
+        self.jobs.iter().map(|job| job.requeues).sum()
+    }
+
+    pub fn oom_retries(&self) -> u32 {
+        self.jobs.iter().map(|job| job.oom_retries).sum()
+    }
+
+    /// Jobs that were built with lower-memory flags: people must be told.
+    pub fn lowered(&self) -> impl Iterator<Item = &JobRecord> {
+        self.jobs.iter().filter(|job| job.lowered_flags.is_some())
+    }
+
+    /// Jobs by peak memory, largest first.
+    pub fn by_peak(&self) -> Vec<&JobRecord> {
+        let mut jobs: Vec<&JobRecord> = self.jobs.iter().collect();
+        jobs.sort_by(|a, b| b.peak.cmp(&a.peak).then(a.job_id.cmp(&b.job_id)));
+        jobs
+    }
+}

@@ -1,0 +1,102 @@
+//! `headroom-fakecc`: a stand-in compiler for tests and benchmarks. It grows to a given amount
+//! of really touched memory over a given time, holds it briefly, and writes its `-o` output.
+//!
+//! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
+//! - `--mem-file FILE`: read `MIB [MILLIS]` from FILE, so a job's flags (and so its identity
+//!   in the history) stay the same while its memory and time change between builds;
+//! - `--oom-unless=FLAG`: print gcc's "virtual memory exhausted" and exit 1 unless FLAG is
+//!   among the arguments (to exercise the lower-memory flag ladder);
+//! - `--fail-once MARKER`: the first run (when MARKER does not exist) creates MARKER and dies
+//!   like a kernel OOM kill (SIGKILL on itself) once it reached its memory.
+//!
+//! Other arguments are ignored, as a compiler's flags would be.
+
+use std::time::{Duration, Instant};
+
+const PAGE: usize = 4096;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+    };
+    let number = |flag: &str| {
+        value(flag).map(|v| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| usage(&format!("{flag} takes a whole number, not `{v}`")))
+        })
+    };
+    let from_file: Option<Vec<u64>> = value("--mem-file").map(|file| {
+        let text = std::fs::read_to_string(file)
+            .unwrap_or_else(|e| usage(&format!("cannot read {file}: {e}")));
+        let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse).collect();
+        numbers
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| usage(&format!("{file} must hold `MIB [MILLIS]`")))
+    });
+    let mem_mib = from_file
+        .as_ref()
+        .map(|n| n[0])
+        .or_else(|| number("--mem"))
+        .unwrap_or(16);
+    let millis = from_file
+        .as_ref()
+        .and_then(|n| n.get(1).copied())
+        .or_else(|| number("--ms"))
+        .unwrap_or(100);
+    if let Some(flag) = args.iter().find_map(|a| a.strip_prefix("--oom-unless=")) {
+        if !args.iter().any(|a| a == flag) {
+            eprintln!(
+                "cc1plus: out of memory allocating 1048576 bytes after a total of {mem_mib} MiB"
+            );
+            eprintln!("virtual memory exhausted: Cannot allocate memory");
+            std::process::exit(1);
+        }
+    }
+    let memory = grow(mem_mib as usize * (1 << 20), Duration::from_millis(millis));
+    if let Some(marker) = value("--fail-once") {
+        if std::fs::metadata(marker).is_err() {
+            std::fs::write(marker, b"failed once\n")
+                .unwrap_or_else(|e| usage(&format!("cannot write {marker}: {e}")));
+            // SAFETY: raising SIGKILL on ourselves, as the kernel's OOM killer would.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+    }
+    if let Some(out) = value("-o") {
+        let checksum: u64 = memory
+            .iter()
+            .flat_map(|chunk| chunk.iter().step_by(PAGE))
+            .map(|&b| b as u64)
+            .sum();
+        std::fs::write(
+            out,
+            format!("fake object, {mem_mib} MiB, checksum {checksum}\n"),
+        )
+        .unwrap_or_else(|e| usage(&format!("cannot write {out}: {e}")));
+    }
+}
+
+/// Allocates `bytes` in steady steps over `duration`, writing every byte so every page is
+/// resident, and holds it all to the end.
+fn grow(bytes: usize, duration: Duration) -> Vec<Vec<u8>> {
+    let start = Instant::now();
+    let steps = (duration.as_millis() / 10).max(1) as usize;
+    let mut memory = Vec::with_capacity(steps);
+    let mut allocated = 0;
+    for step in 1..=steps {
+        let target = bytes * step / steps;
+        memory.push(vec![1u8; target - allocated]);
+        allocated = target;
+        let due = duration * step as u32 / steps as u32;
+        std::thread::sleep(due.saturating_sub(start.elapsed()));
+    }
+    memory
+}
+
+fn usage(message: &str) -> ! {
+    eprintln!("headroom-fakecc: {message}");
+    std::process::exit(2)
+}

@@ -1,0 +1,210 @@
+//! `headroom build -- CMD…`: runs an unchanged build command as parallel as memory allows.
+//!
+//! The CLI works out the budget, starts a governed session (`headroom_govern::session`), runs
+//! CMD with the shims first on PATH, and at the end prints the summary. It exits with CMD's
+//! own exit code.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use headroom_govern::budget::{self, MemoryFacts};
+use headroom_govern::governor::GovernorConfig;
+use headroom_govern::session::Session;
+use headroom_probe::size::Size;
+use headroom_store::{summary, BuildReport, History};
+
+use crate::config::{BuildOverrides, BuildSettings, FileConfig};
+
+/// How long an interrupted build may take to stop before it is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+
+/// Arguments of `headroom build`.
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// Memory the build's jobs may use together: a size (`6G`, `1.5GiB`), a percentage of
+    /// available memory (`70%`) or `auto` (available memory or cgroup room, minus a reserve).
+    #[arg(long, env = "HEADROOM_BUDGET", value_name = "SIZE|PERCENT")]
+    budget: Option<String>,
+    /// Most jobs that run at once [default: the number of CPUs].
+    #[arg(long, short = 'j', env = "HEADROOM_JOBS", value_name = "N")]
+    jobs: Option<usize>,
+    /// Write the build report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Let jobs that run out of memory even alone be rebuilt with lower-memory flags
+    /// (`-g0`, then `-O1`, then `-O0` and small GC parameters); the report lists them.
+    #[arg(long, env = "HEADROOM_LOWER_FLAGS")]
+    lower_flags: bool,
+    /// Memory sampling interval of running jobs, in milliseconds.
+    #[arg(
+        long,
+        env = "HEADROOM_SAMPLE_INTERVAL_MS",
+        value_name = "MS",
+        hide = true
+    )]
+    sample_interval_ms: Option<u64>,
+    /// Do not read or write the build history.
+    #[arg(long)]
+    no_history: bool,
+    /// The build command, unchanged: `make -j8`, `ninja`, `cmake --build build`, `pip install .`…
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn main(args: BuildArgs) -> Result<u8> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let settings = settings(&args, &cwd)?;
+    let facts = MemoryFacts::read()?;
+    let budget = budget::resolve(settings.budget, &facts);
+    let (room, _) = facts.room();
+    if budget.bytes > room {
+        eprintln!(
+            "headroom: warning: the budget {} is more than this machine can hand out now ({}); jobs may be OOM-killed",
+            Size(budget.bytes),
+            Size(room)
+        );
+    }
+    let history = (!args.no_history).then(History::default_path);
+    let config = GovernorConfig {
+        budget: budget.bytes,
+        budget_source: budget.source,
+        slots: settings.jobs,
+        history: history.clone(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        cwd: cwd.to_string_lossy().into_owned(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+        ladder: settings.ladder,
+        sample_interval_ms: settings.sample_interval_ms,
+    };
+    let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
+    let session = Session::start(&exe, &config)?;
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    }
+    let start = Instant::now();
+    let mut build = Command::new(&args.command[0]);
+    build.args(&args.command[1..]);
+    // Offer more jobs than run, so the governor can pick small ones past a big one that waits.
+    session.govern(&mut build, 2 * settings.jobs);
+    let mut build = match build.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            session.finish(None, false);
+            let program = args.command[0].to_string_lossy();
+            if err.kind() == std::io::ErrorKind::NotFound {
+                eprintln!("headroom: command not found: {program}");
+                return Ok(127);
+            }
+            bail!("cannot run `{program}`: {err}");
+        }
+    };
+    let status = wait_for_build(&mut build, &interrupted)?;
+    let was_interrupted = interrupted.load(Ordering::Relaxed);
+    let exit_code = exit_code_of(status);
+
+    let build_id = session.finish(Some(exit_code), was_interrupted);
+    match (build_id, history) {
+        (Some(Some(id)), Some(path)) => report(&path, id, args.report.as_deref())?,
+        (None, _) => eprintln!(
+            "headroom: warning: the governor stopped before the build ended; the build ran ungoverned from then on and has no report ({:.1} s)",
+            start.elapsed().as_secs_f64()
+        ),
+        _ => eprintln!("headroom: build finished in {:.1} s (no history, so no report)", start.elapsed().as_secs_f64()),
+    }
+    Ok(if was_interrupted {
+        130
+    } else {
+        exit_code as u8
+    })
+}
+
+fn settings(args: &BuildArgs, cwd: &Path) -> Result<BuildSettings> {
+    let project = match FileConfig::find_project(cwd) {
+        Some(path) => FileConfig::load(&path)?,
+        None => FileConfig::default(),
+    };
+    let user = match FileConfig::user_path() {
+        Some(path) => FileConfig::load(&path)?,
+        None => FileConfig::default(),
+    };
+    let overrides = BuildOverrides {
+        budget: args.budget.clone(),
+        jobs: args.jobs,
+        lower_flags: args.lower_flags,
+        sample_interval_ms: args.sample_interval_ms,
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    BuildSettings::merge(&overrides, &project, &user, cpus)
+}
+
+/// Waits for the build; on Ctrl-C passes the interrupt on and, after a grace period, kills it.
+fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitStatus> {
+    let mut interrupted_at: Option<Instant> = None;
+    loop {
+        if let Some(status) = build.try_wait()? {
+            return Ok(status);
+        }
+        if interrupted.load(Ordering::Relaxed) {
+            match interrupted_at {
+                None => {
+                    interrupted_at = Some(Instant::now());
+                    // SAFETY: kill(2) on our own child.
+                    unsafe { libc::kill(build.id() as i32, libc::SIGINT) };
+                }
+                Some(at) if at.elapsed() > INTERRUPT_GRACE => {
+                    let _ = build.kill();
+                }
+                Some(_) => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The build's exit code, or 128 + signal as shells report it.
+fn exit_code_of(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Prints the summary of build `id` and writes the JSON report if asked.
+fn report(history: &Path, id: i64, json: Option<&Path>) -> Result<()> {
+    let report = History::open(history)?.load_build(id)?;
+    eprint!("{}", summary::render(&report));
+    if let Some(path) = json {
+        write_json_report(&report, path)?;
+    }
+    Ok(())
+}
+
+/// Writes a report atomically: a crash never leaves half a file.
+pub fn write_json_report(report: &BuildReport, path: &Path) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write a report in {}", dir.display()))?;
+    serde_json::to_writer_pretty(&mut file, report)?;
+    file.write_all(b"\n")?;
+    file.persist(path)
+        .with_context(|| format!("cannot write the report {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Settings from files: the project's `headroom.toml` (found in the working directory or a
+//! parent) and the user's `~/.config/headroom/config.toml`. Flags and `HEADROOM_*` variables
+//! (handled by clap) win over both; the project wins over the user. Merged in one place:
+//! [`BuildSettings::merge`].
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use headroom_govern::budget::{parse_budget, BudgetSpec};
+use headroom_govern::ladder::{default_ladder, Rung};
+
+/// The name of the project settings file.
+pub const PROJECT_FILE: &str = "headroom.toml";
+
+/// One settings file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub build: BuildSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildSection {
+    /// Like `--budget`: `6G`, `70%` or `auto`.
+    pub budget: Option<String>,
+    /// Like `--jobs`.
+    pub jobs: Option<usize>,
+    pub sample_interval_ms: Option<u64>,
+    pub ladder: Option<LadderSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LadderSection {
+    /// Opt in to lower-memory flags for jobs that run out of memory alone.
+    pub enabled: Option<bool>,
+    /// Custom rungs, each a list of edits such as `"-g*=-g0"` or `"+-fno-var-tracking"`.
+    pub rungs: Option<Vec<Vec<String>>>,
+}
+
+impl FileConfig {
+    /// Reads `path`; a missing file is an empty configuration.
+    pub fn load(path: &Path) -> Result<FileConfig> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text)
+                .with_context(|| format!("invalid settings in {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// The nearest `headroom.toml` in `dir` or its parents.
+    pub fn find_project(dir: &Path) -> Option<PathBuf> {
+        dir.ancestors()
+            .map(|d| d.join(PROJECT_FILE))
+            .find(|p| p.is_file())
+    }
+
+    /// `$HEADROOM_CONFIG`, else `$XDG_CONFIG_HOME/headroom/config.toml`, else
+    /// `~/.config/headroom/config.toml`.
+    pub fn user_path() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("HEADROOM_CONFIG") {
+            return Some(PathBuf::from(path));
+        }
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(base.join("headroom/config.toml"))
+    }
+}
+
+/// What flags and environment variables said (clap has already merged those two).
+#[derive(Debug, Default, Clone)]
+pub struct BuildOverrides {
+    pub budget: Option<String>,
+    pub jobs: Option<usize>,
+    pub lower_flags: bool,
+    pub sample_interval_ms: Option<u64>,
+}
+
+/// The settings a build runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildSettings {
+    pub budget: BudgetSpec,
+    pub jobs: usize,
+    pub ladder: Vec<Rung>,
+    pub sample_interval_ms: u64,
+}
+
+impl BuildSettings {
+    /// Merges flags/env over the project file over the user file over the defaults.
+    pub fn merge(
+        flags: &BuildOverrides,
+        project: &FileConfig,
+        user: &FileConfig,
+        cpus: usize,
+    ) -> Result<Self> {
+        let (project, user) = (&project.build, &user.build);
+        let budget_text = flags
+            .budget
+            .as_ref()
+            .or(project.budget.as_ref())
+            .or(user.budget.as_ref());
+        let budget = match budget_text {
+            Some(text) => parse_budget(text)?,
+            None => BudgetSpec::Auto,
+        };
+        let jobs = flags.jobs.or(project.jobs).or(user.jobs).unwrap_or(cpus);
+        anyhow::ensure!(
+            jobs > 0,
+            "--jobs must be at least 1 (or leave it out to use the {cpus} CPUs)"
+        );
+        let (project_ladder, user_ladder) = (project.ladder.as_ref(), user.ladder.as_ref());
+        let enabled = flags.lower_flags
+            || project_ladder
+                .and_then(|l| l.enabled)
+                .or(user_ladder.and_then(|l| l.enabled))
+                .unwrap_or(false);
+        let custom = project_ladder
+            .and_then(|l| l.rungs.as_ref())
+            .or(user_ladder.and_then(|l| l.rungs.as_ref()));
+        let ladder = match (enabled, custom) {
+            (false, _) => Vec::new(),
+            (true, None) => default_ladder(),
+            (true, Some(rungs)) => rungs
+                .iter()
+                .map(|edits| Rung::parse(edits))
+                .collect::<Result<_, _>>()?,
+        };
+        let sample_interval_ms = flags
+            .sample_interval_ms
+            .or(project.sample_interval_ms)
+            .or(user.sample_interval_ms)
+            .unwrap_or(100);
+        Ok(BuildSettings {
+            budget,
+            jobs,
+            ladder,
+            sample_interval_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn flags_beat_project_beats_user_beats_defaults() {
+        let user = file("[build]\nbudget = \"4G\"\njobs = 3\n[build.ladder]\nenabled = true\n");
+        let project = file("[build]\nbudget = \"50%\"\n");
+        let none = BuildOverrides::default();
+        let merged = BuildSettings::merge(&none, &project, &user, 8).unwrap();
+        assert_eq!(merged.budget, BudgetSpec::Percent(50.0));
+        assert_eq!(merged.jobs, 3);
+        assert_eq!(merged.ladder, default_ladder());
+        let flags = BuildOverrides {
+            budget: Some("2G".into()),
+            jobs: Some(1),
+            ..Default::default()
+        };
+        let merged = BuildSettings::merge(&flags, &project, &user, 8).unwrap();
+        assert_eq!(merged.budget, BudgetSpec::Bytes(2 << 30));
+        assert_eq!(merged.jobs, 1);
+        let defaults =
+            BuildSettings::merge(&none, &FileConfig::default(), &FileConfig::default(), 8).unwrap();
+        assert_eq!(
+            defaults,
+            BuildSettings {
+                budget: BudgetSpec::Auto,
+                jobs: 8,
+                ladder: vec![],
+                sample_interval_ms: 100
+            }
+        );
+    }
+
+    #[test]
+    fn custom_rungs_are_checked() {
+        let project =
+            file("[build.ladder]\nenabled = true\nrungs = [[\"-g*=-g0\"], [\"bogus\"]]\n");
+        let err = BuildSettings::merge(
+            &BuildOverrides::default(),
+            &project,
+            &FileConfig::default(),
+            2,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`bogus`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(PROJECT_FILE);
+        std::fs::write(&path, "[build]\nbudgett = \"6G\"\n").unwrap();
+        let err = format!("{:#}", FileConfig::load(&path).unwrap_err());
+        assert!(
+            err.contains("headroom.toml") && err.contains("budgett"),
+            "{err}"
+        );
+        let zero = BuildOverrides {
+            jobs: Some(0),
+            ..Default::default()
+        };
+        let err = BuildSettings::merge(&zero, &FileConfig::default(), &FileConfig::default(), 2)
+            .unwrap_err();
+        assert!(err.to_string().contains("--jobs"), "{err}");
+    }
+}

@@ -1,0 +1,576 @@
+//! `headroom build` end to end: the real binary, real `make`, real processes, and the fake
+//! compiler (`headroom-fakecc`, linked as `g++` first on PATH) that allocates what it is told.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_store::BuildReport;
+
+const MIB: u64 = 1 << 20;
+
+/// A fresh project directory with its own history and a `bin/` holding the fake `g++`.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new() -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_headroom-fakecc"),
+            dir.path().join("bin/g++"),
+        )
+        .unwrap();
+        Project { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.path(name), text).unwrap();
+    }
+
+    /// A Makefile with one fake compile per `(object, recipe arguments)`.
+    fn makefile(&self, jobs: &[(&str, String)]) {
+        let objects: Vec<&str> = jobs.iter().map(|(o, _)| *o).collect();
+        let mut text = format!("all: {}\n", objects.join(" "));
+        for (object, args) in jobs {
+            text += &format!("{object}:\n\tg++ {args} -c {object}.cpp -o {object}\n");
+        }
+        self.write("Makefile", &text);
+    }
+
+    /// `headroom build ARGS…` in this project, with the fake compiler first on PATH.
+    fn headroom(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        command
+            .arg("build")
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("HEADROOM_STATE_DIR", self.path("state"))
+            .env("HEADROOM_SAMPLE_INTERVAL_MS", "20")
+            .env("XDG_RUNTIME_DIR", self.path("run"))
+            .env("HOME", self.dir.path())
+            .env_remove("MAKEFLAGS")
+            .env_remove("HEADROOM_BUDGET")
+            .env_remove("HEADROOM_JOBS")
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    self.path("bin").display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            );
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.headroom(args).output().unwrap()
+    }
+
+    fn report(&self) -> BuildReport {
+        serde_json::from_slice(&std::fs::read(self.path("report.json")).unwrap()).unwrap()
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The most jobs that ran at the same time, from the report's start and end times.
+fn max_overlap(report: &BuildReport) -> usize {
+    report
+        .jobs
+        .iter()
+        .map(|a| {
+            report
+                .jobs
+                .iter()
+                .filter(|b| b.start_ms <= a.start_ms && a.start_ms < b.end_ms)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn admits_by_predicted_peak_and_learns_from_history() {
+    let project = Project::new();
+    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"]
+        .iter()
+        .map(|o| (*o, "--mem 300 --ms 600".to_string()))
+        .collect();
+    project.makefile(&jobs);
+    let build = [
+        "--budget",
+        "1000M",
+        "--jobs",
+        "4",
+        "--report",
+        "report.json",
+        "--",
+        "make",
+    ];
+
+    let cold = project.run(&build);
+    assert!(cold.status.success(), "{}", stderr(&cold));
+    let cold_report = project.report();
+    assert_eq!(cold_report.jobs.len(), 6);
+    assert!(cold_report
+        .jobs
+        .iter()
+        .all(|j| j.peak >= 290 * MIB && j.exit_code == Some(0)));
+    // Unknown jobs are predicted at 512 MiB, then at the learned 300 MiB + 15%: two at a time.
+    assert_eq!(max_overlap(&cold_report), 2, "{:?}", cold_report.jobs);
+    assert!(cold_report
+        .jobs
+        .iter()
+        .any(|j| j.prediction_source == "group"));
+
+    std::fs::remove_file(project.path("a.o")).unwrap();
+    for object in ["b.o", "c.o", "d.o", "e.o", "f.o"] {
+        std::fs::remove_file(project.path(object)).unwrap();
+    }
+    let warm = project.run(&build);
+    assert!(warm.status.success(), "{}", stderr(&warm));
+    let warm_report = project.report();
+    // Each job's own peak + 5% is known now: three fit in 1000M.
+    assert!(
+        warm_report
+            .jobs
+            .iter()
+            .all(|j| j.prediction_source == "history"),
+        "{:?}",
+        warm_report.jobs
+    );
+    assert_eq!(max_overlap(&warm_report), 3);
+    assert!(warm_report.build.peak_total.unwrap() <= 1000 * MIB);
+    let summary = stderr(&warm);
+    assert!(
+        summary.contains("headroom: 6 jobs") && summary.contains("a.o"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn suspends_and_requeues_jobs_that_outgrow_their_history() {
+    let project = Project::new();
+    project.write("mem", "60 100");
+    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o"]
+        .iter()
+        .map(|o| (*o, "--mem-file mem".to_string()))
+        .collect();
+    project.makefile(&jobs);
+    let build = [
+        "--budget",
+        "1000M",
+        "--jobs",
+        "3",
+        "--report",
+        "report.json",
+        "--",
+        "make",
+    ];
+    assert!(project.run(&build).status.success());
+
+    // Same jobs, now five times bigger than their history says: together 1350M > 1000M.
+    project.write("mem", "450 1500");
+    for object in ["a.o", "b.o", "c.o"] {
+        std::fs::remove_file(project.path(object)).unwrap();
+    }
+    let output = project.run(&build);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = project.report();
+    assert!(report.suspends() >= 1, "{:?}", report.jobs);
+    assert!(report.jobs.iter().all(|j| j.exit_code == Some(0)));
+    for object in ["a.o", "b.o", "c.o"] {
+        assert!(project.path(object).exists());
+    }
+    assert!(
+        !stderr(&output).contains("Error"),
+        "the build system never saw a failure: {}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_job_killed_for_memory_is_retried_alone_unseen_by_make() {
+    let project = Project::new();
+    project.makefile(&[
+        ("a.o", "--mem 50 --ms 300 --fail-once marker".into()),
+        ("b.o", "--mem 50 --ms 300".into()),
+    ]);
+    let output = project.run(&["--report", "report.json", "--", "make"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = project.report();
+    let a = report.jobs.iter().find(|j| j.label == "a.o").unwrap();
+    assert_eq!((a.oom_retries, a.attempts), (1, 2), "{a:?}");
+    assert!(project.path("marker").exists() && project.path("a.o").exists());
+    assert!(
+        stderr(&output).contains("OOM retries 1"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn the_flag_ladder_is_opt_in_and_reported_loudly() {
+    let project = Project::new();
+    project.makefile(&[("a.o", "-O2 -g --mem 20 --ms 50 --oom-unless=-O0".into())]);
+
+    let without = project.run(&["--", "make"]);
+    assert!(!without.status.success());
+    assert!(
+        stderr(&without).contains("virtual memory exhausted"),
+        "{}",
+        stderr(&without)
+    );
+
+    let with = project.run(&["--lower-flags", "--report", "report.json", "--", "make"]);
+    assert!(with.status.success(), "{}", stderr(&with));
+    let report = project.report();
+    let flags = report.jobs[0].lowered_flags.as_deref().unwrap();
+    assert!(flags.contains("-O*=-O0"), "{flags}");
+    assert_eq!(report.jobs[0].oom_retries, 4, "alone, then three rungs");
+    assert!(
+        stderr(&with).contains("WARNING: 1 jobs were built with lower-memory flags"),
+        "{}",
+        stderr(&with)
+    );
+}
+
+#[test]
+fn exit_codes_pass_through() {
+    let project = Project::new();
+    assert_eq!(
+        project.run(&["--", "sh", "-c", "exit 7"]).status.code(),
+        Some(7)
+    );
+    assert_eq!(project.run(&["--", "true"]).status.code(), Some(0));
+
+    let missing = project.run(&["--", "no-such-build-tool-xyz"]);
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(stderr(&missing).contains("command not found: no-such-build-tool-xyz"));
+
+    let bad_budget = project.run(&["--budget", "lots", "--", "true"]);
+    assert_eq!(bad_budget.status.code(), Some(2));
+    let message = stderr(&bad_budget);
+    assert!(
+        message.contains("--budget `lots`") && message.contains("70%"),
+        "{message}"
+    );
+
+    let bad_jobs = project.run(&["--jobs", "0", "--", "true"]);
+    assert_eq!(bad_jobs.status.code(), Some(2));
+    assert!(stderr(&bad_jobs).contains("--jobs"));
+}
+
+#[test]
+fn argv_passes_through_byte_for_byte_by_name_and_by_launcher() {
+    let project = Project::new();
+    // A "compiler" that records its arguments, NUL-separated.
+    let recorder = project.path("bin/recorder");
+    std::fs::write(&recorder, "#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$OUT\"\n").unwrap();
+    std::fs::set_permissions(
+        &recorder,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::remove_file(project.path("bin/g++")).unwrap();
+    std::os::unix::fs::symlink(&recorder, project.path("bin/g++")).unwrap();
+    project.write("args.rsp", "-DFROM_RESPONSE_FILE\n");
+
+    let args: Vec<OsString> = vec![
+        "-c".into(),
+        "a file with spaces.cpp".into(),
+        "@args.rsp".into(),
+        OsString::from_vec(b"caf\xe9-\xff.cpp".to_vec()),
+        "".into(),
+        "-DX=\"quoted value\"".into(),
+    ];
+    let expected: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.clone().into_vec(), vec![0]].concat())
+        .collect();
+
+    let by_name = project
+        .headroom(&["--"])
+        .arg("sh")
+        .arg("-c")
+        .arg("exec g++ \"$@\"")
+        .arg("sh")
+        .args(&args)
+        .env("OUT", project.path("by-name"))
+        .output()
+        .unwrap();
+    assert!(by_name.status.success(), "{}", stderr(&by_name));
+    assert_eq!(std::fs::read(project.path("by-name")).unwrap(), expected);
+
+    let launcher = project.path("state/shims/headroom-launch");
+    let by_launcher = project
+        .headroom(&["--"])
+        .arg(&launcher)
+        .arg(&recorder)
+        .args(&args)
+        .env("OUT", project.path("by-launcher"))
+        .output()
+        .unwrap();
+    assert!(by_launcher.status.success(), "{}", stderr(&by_launcher));
+    assert_eq!(
+        std::fs::read(project.path("by-launcher")).unwrap(),
+        expected
+    );
+}
+
+#[test]
+fn a_budget_smaller_than_a_job_runs_it_alone_and_says_so() {
+    let project = Project::new();
+    project.makefile(&[
+        ("big.o", "--mem 200 --ms 300".into()),
+        ("small.o", "--mem 10 --ms 300".into()),
+    ]);
+    let output = project.run(&["--budget", "100M", "--report", "report.json", "--", "make"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(max_overlap(&project.report()), 1);
+    // The second build knows big.o's peak (200M) exceeds the 100M budget.
+    std::fs::remove_file(project.path("big.o")).unwrap();
+    let again = project.run(&["--budget", "100M", "--", "make"]);
+    assert!(
+        stderr(&again).contains("big.o is predicted at") && stderr(&again).contains("ran alone"),
+        "{}",
+        stderr(&again)
+    );
+}
+
+#[test]
+fn a_corrupt_history_is_set_aside_and_the_build_goes_on() {
+    let project = Project::new();
+    std::fs::create_dir_all(project.path("state")).unwrap();
+    std::fs::write(project.path("state/history.sqlite"), vec![0x42; 4096]).unwrap();
+    project.makefile(&[("a.o", "--mem 10 --ms 50".into())]);
+    let output = project.run(&["--", "make"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("is corrupt"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("headroom: 1 jobs"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn two_builds_at_once_in_one_directory_share_an_intact_history() {
+    let project = Project::new();
+    let jobs: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("o{i}.o"), "--mem 20 --ms 200".to_string()))
+        .collect();
+    let borrowed: Vec<(&str, String)> = jobs.iter().map(|(o, a)| (o.as_str(), a.clone())).collect();
+    project.makefile(&borrowed);
+    let mut first = project
+        .headroom(&["--", "make", "-B"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut second = project
+        .headroom(&["--", "make", "-B"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(first.wait().unwrap().success());
+    assert!(second.wait().unwrap().success());
+    let history = headroom_store::History::open(&project.path("state/history.sqlite")).unwrap();
+    let last = history.last_build_id().unwrap();
+    let total_jobs = history.load_build(last).unwrap().jobs.len()
+        + history.load_build(last - 1).unwrap().jobs.len();
+    assert_eq!(total_jobs, 16);
+}
+
+#[test]
+fn a_real_make_and_gpp_build_compiles_and_runs() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: g++ is not installed");
+        return;
+    }
+    let project = Project::new();
+    std::fs::remove_file(project.path("bin/g++")).unwrap();
+    project.write(
+        "main.cpp",
+        "int twice(int);\n#include <cstdio>\nint main() { std::printf(\"%d\\n\", twice(21)); }\n",
+    );
+    project.write(
+        "twice.cpp",
+        "#include <vector>\nint twice(int x) { std::vector<int> v(2, x); return v[0] + v[1]; }\n",
+    );
+    project.write(
+        "Makefile",
+        "prog: main.o twice.o\n\tg++ -o $@ $^\n%.o: %.cpp\n\tg++ -O2 -c $< -o $@\n",
+    );
+    let output = project.run(&["--report", "report.json", "--", "make"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let ran = Command::new(project.path("prog")).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "42\n");
+    let report = project.report();
+    assert_eq!(
+        report.jobs.len(),
+        3,
+        "two compiles and a link: {:?}",
+        report.jobs
+    );
+    assert!(report
+        .jobs
+        .iter()
+        .all(|j| j.peak > MIB && j.compiler.ends_with("g++")));
+}
+
+/// Processes whose command line mentions `needle` (our temp dir), with their state letter.
+fn processes_mentioning(needle: &str) -> Vec<(i32, char)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&cmdline).contains(needle) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.chars().next())
+            .unwrap_or('?');
+        if state != 'Z' {
+            found.push((pid, state));
+        }
+    }
+    found
+}
+
+fn wait_until(deadline: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn ctrl_c_stops_every_job_and_leaves_nothing_stopped() {
+    let project = Project::new();
+    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o", "d.o"]
+        .iter()
+        .map(|o| (*o, "--mem-file mem".to_string()))
+        .collect();
+    project.makefile(&jobs);
+    // Teach a small history, so the jobs outgrow it and some are stopped when Ctrl-C comes.
+    project.write("mem", "30 50");
+    assert!(project.run(&["--", "make"]).status.success());
+    for (object, _) in &jobs {
+        std::fs::remove_file(project.path(object)).unwrap();
+    }
+    project.write("mem", "400 8000");
+    let mut child = project.headroom(&["--budget", "1000M", "--jobs", "4", "--", "make"]);
+    child.process_group(0).stderr(Stdio::piped());
+    let child = child.spawn().unwrap();
+    let needle = project.dir.path().to_string_lossy().into_owned();
+    let some_stopped = || {
+        processes_mentioning(&needle)
+            .iter()
+            .any(|(_, state)| *state == 'T')
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), some_stopped),
+        "no job was suspended: {:?}",
+        processes_mentioning(&needle)
+    );
+    // A terminal's Ctrl-C: SIGINT to the whole foreground process group.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let gone = wait_until(Duration::from_secs(5), || {
+        processes_mentioning(&needle).is_empty()
+    });
+    assert!(gone, "left behind: {:?}", processes_mentioning(&needle));
+}
+
+#[test]
+fn the_build_completes_when_the_governor_is_killed() {
+    let project = Project::new();
+    let jobs: Vec<(String, String)> = (0..6)
+        .map(|i| (format!("o{i}.o"), "--mem 20 --ms 700".to_string()))
+        .collect();
+    let borrowed: Vec<(&str, String)> = jobs.iter().map(|(o, a)| (o.as_str(), a.clone())).collect();
+    project.makefile(&borrowed);
+    let mut child = project
+        .headroom(&["--jobs", "1", "--", "make"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let headroom_pid = child.id() as i32;
+    let governor = || {
+        processes_mentioning("__governor")
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .find(|pid| parent_of(*pid) == Some(headroom_pid))
+    };
+    assert!(wait_until(Duration::from_secs(10), || governor().is_some()));
+    std::thread::sleep(Duration::from_millis(1200));
+    let pid = governor().unwrap();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let status = child.wait().unwrap();
+    let mut message = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut message).unwrap();
+    assert!(status.success(), "{message}");
+    assert!(message.contains("governor stopped"), "{message}");
+    for (object, _) in &jobs {
+        assert!(project.path(object).exists(), "{object} missing");
+    }
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()
+}
+
+#[test]
+fn report_renders_the_last_build_as_html_and_json() {
+    let project = Project::new();
+    project.makefile(&[
+        ("a.o", "--mem 50 --ms 400".into()),
+        ("b.o", "--mem 80 --ms 400".into()),
+    ]);
+    assert!(project.run(&["--", "make"]).status.success());
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["report", "--html", "timeline.html", "--json", "again.json"])
+        .current_dir(project.dir.path())
+        .env("HEADROOM_STATE_DIR", project.path("state"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let html = std::fs::read_to_string(project.path("timeline.html")).unwrap();
+    assert!(
+        html.contains("<svg") && html.contains("a.o") && html.contains("budget"),
+        "{html}"
+    );
+    let report: BuildReport =
+        serde_json::from_slice(&std::fs::read(project.path("again.json")).unwrap()).unwrap();
+    assert_eq!(report.jobs.len(), 2);
+    assert!(!report.samples.is_empty());
+}
