@@ -52,6 +52,7 @@ pub mod bound;
 pub mod compare;
 pub mod engine;
 pub mod generate;
+pub mod import;
 pub mod machine;
 pub mod policy;
 pub mod report;

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
+use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
     compare, report, Machine, PolicySpec, SimConfig, Trace, Workload, ALL_POLICIES,
 };
+use headroom_store::BuildReport;
 
 /// Arguments of `headroom sim`.
 #[derive(clap::Args)]
@@ -52,6 +54,28 @@ pub struct SimArgs {
 enum SimCommand {
     /// Write synthetic traces that match published memory figures.
     Generate(GenerateArgs),
+    /// Turn a `headroom build --report` JSON (or `headroom report BUILD --json`) into a trace.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// The report of one build.
+    #[arg(value_name = "REPORT.json")]
+    report: PathBuf,
+    /// Where to write the trace.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Name of the trace in reports (default: the file name of --out).
+    #[arg(long)]
+    name: Option<String>,
+    /// The machine the build ran on (default: this one).
+    #[arg(long, value_name = "CORES/MEMORY")]
+    machine: Option<Machine>,
+    /// The `-j` the build system ran with (default: the `-jN` in the build command, else the
+    /// machine's cores).
+    #[arg(long, value_name = "N")]
+    jobs_flag: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -69,8 +93,10 @@ struct GenerateArgs {
 }
 
 pub fn main(args: SimArgs) -> anyhow::Result<u8> {
-    if let Some(SimCommand::Generate(generate_args)) = args.command {
-        return generate_traces(generate_args);
+    match args.command {
+        Some(SimCommand::Generate(generate_args)) => return generate_traces(generate_args),
+        Some(SimCommand::Import(import_args)) => return import_trace(import_args),
+        None => {}
     }
     if args.traces.is_empty() {
         anyhow::bail!(
@@ -136,4 +162,83 @@ fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
         eprintln!("wrote {} ({} jobs)", path.display(), trace.jobs.len());
     }
     Ok(0)
+}
+
+fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
+    let text = std::fs::read_to_string(&args.report)
+        .with_context(|| format!("reading the report {}", args.report.display()))?;
+    let report: BuildReport = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a report written by `headroom build --report` or `headroom report --json`",
+            args.report.display()
+        )
+    })?;
+    let machine = match args.machine {
+        Some(machine) => machine,
+        None => this_machine()?,
+    };
+    let name = match args.name {
+        Some(name) => name,
+        None => args
+            .out
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .context("--out has no file name; pass --name")?,
+    };
+    let jobs_flag = args
+        .jobs_flag
+        .or_else(|| jobs_flag_of(&report.build.command))
+        .unwrap_or(machine.cores);
+    let options = ImportOptions {
+        name,
+        machine,
+        jobs_flag,
+    };
+    let trace = trace_from_report(&report, &options);
+    trace.validate()?;
+    trace.save(&args.out)?;
+    eprintln!(
+        "wrote {} ({} jobs, recorded on {machine} with -j{jobs_flag})",
+        args.out.display(),
+        trace.jobs.len()
+    );
+    Ok(0)
+}
+
+/// Cores and total memory of this machine.
+fn this_machine() -> anyhow::Result<Machine> {
+    let cores = std::thread::available_parallelism()
+        .context("cannot count this machine's CPUs; pass --machine")?
+        .get();
+    let memory = headroom_probe::meminfo::read_meminfo()
+        .context("cannot read this machine's memory; pass --machine")?
+        .total;
+    Ok(Machine { cores, memory })
+}
+
+/// The `N` of `-jN`, `-j N` or `--jobs N` in a build command.
+fn jobs_flag_of(command: &str) -> Option<usize> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    words.iter().enumerate().find_map(|(index, word)| {
+        let attached = word.strip_prefix("-j").filter(|rest| !rest.is_empty());
+        let value = match (*word, attached) {
+            (_, Some(rest)) => rest,
+            ("-j" | "--jobs", None) => words.get(index + 1)?,
+            _ => return None,
+        };
+        value.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_jobs_flag_of_a_build_command() {
+        assert_eq!(jobs_flag_of("make -j4"), Some(4));
+        assert_eq!(jobs_flag_of("cargo build -j 2"), Some(2));
+        assert_eq!(jobs_flag_of("ninja --jobs 8 all"), Some(8));
+        assert_eq!(jobs_flag_of("make"), None);
+    }
 }
