@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Records real builds with `headroom build` and imports them into traces/recorded/:
-#   rocksdb          librocksdb-sys from crates.io (RocksDB's C++ sources through cc-rs), cargo -j2
+#   zstd-sys         zstd-sys from crates.io (zstd's C sources through cc-rs), a minute at -j2
+#   rocksdb          librocksdb-sys from crates.io (RocksDB's C++ sources through cc-rs), an hour
 #   template-heavy   the bundled examples/template-heavy project, when the checkout has it
 # Usage: bench/sim/record.sh [JOBS]   (default 2; run on an otherwise quiet machine)
 set -euo pipefail
@@ -23,18 +24,19 @@ if [ -z "${LIBCLANG_PATH:-}" ]; then
     fi
 fi
 
-mkdir -p "$work/rocksdb/src"
-cat > "$work/rocksdb/Cargo.toml" <<'TOML'
-[package]
-name = "rocksdb-trace"
-version = "0.1.0"
-edition = "2021"
-[dependencies]
-librocksdb-sys = { version = "0.17", default-features = false }
-TOML
-echo 'fn main() {}' > "$work/rocksdb/src/main.rs"
-(cd "$work/rocksdb" && "$headroom" build --jobs "$jobs" --report "$work/rocksdb.json" -- cargo build -j "$jobs")
-"$headroom" sim import "$work/rocksdb.json" --out traces/recorded/rocksdb.json --jobs-flag "$jobs"
+# record_crate NAME DEPENDENCY-LINE: builds a one-dependency crate under headroom build.
+record_crate() {
+    local name=$1 dependency=$2
+    mkdir -p "$work/$name/src"
+    printf '[package]\nname = "%s-trace"\nversion = "0.1.0"\nedition = "2021"\n[dependencies]\n%s\n' \
+        "$name" "$dependency" > "$work/$name/Cargo.toml"
+    echo 'fn main() {}' > "$work/$name/src/main.rs"
+    (cd "$work/$name" && "$headroom" build --jobs "$jobs" --report "$work/$name.json" -- cargo build -j "$jobs")
+    "$headroom" sim import "$work/$name.json" --out "traces/recorded/$name.json" --jobs-flag "$jobs"
+}
+
+record_crate zstd-sys 'zstd-sys = "2"'
+record_crate rocksdb 'librocksdb-sys = { version = "0.17", default-features = false }'
 
 if [ -f examples/template-heavy/Makefile ] || [ -f examples/template-heavy/CMakeLists.txt ]; then
     cp -r examples/template-heavy "$work/template-heavy"

@@ -58,7 +58,7 @@ pub fn trace_from_report(report: &BuildReport, options: &ImportOptions) -> Trace
                 start_ms: job.start_ms,
                 end_ms: job.end_ms,
                 job: TraceJob {
-                    label: job.label.clone(),
+                    label: file_name(&job.label),
                     group: job.group.clone(),
                     kind: kind_of(&job.command),
                     deps: Vec::new(),
@@ -97,6 +97,16 @@ pub fn trace_from_report(report: &BuildReport, options: &ImportOptions) -> Trace
         }),
         jobs,
     }
+}
+
+/// The last part of a path: labels are often absolute paths, which must not leak into a
+/// committed trace and mean nothing on another machine.
+fn file_name(label: &str) -> String {
+    label
+        .rsplit('/')
+        .find(|part| !part.is_empty())
+        .unwrap_or(label)
+        .to_string()
 }
 
 /// Compiles have `-c` (or are rustc); anything else a compiler driver runs is a link.
@@ -217,7 +227,10 @@ mod tests {
             jobs: vec![
                 job(0, "g++ -c a.cc -o a.o", 0, 0, 2000),
                 job(1, "g++ -c b.cc -o b.o", 0, 0, 3000),
-                job(2, "g++ a.o b.o -o app", 5000, 5000, 9000),
+                JobRecord {
+                    label: "/home/someone/project/app".into(),
+                    ..job(2, "g++ a.o b.o -o app", 5000, 5000, 9000)
+                },
             ],
             samples: vec![
                 Sample {
@@ -240,7 +253,7 @@ mod tests {
         let trace = trace_from_report(&report, &options);
         trace.validate().expect("valid trace");
         let labels: Vec<&str> = trace.jobs.iter().map(|job| job.label.as_str()).collect();
-        assert_eq!(labels, ["out0", "out1", "(ungoverned work)", "out2"]);
+        assert_eq!(labels, ["out0", "out1", "(ungoverned work)", "app"]);
         assert_eq!(trace.jobs[2].duration, 2.0);
         assert_eq!(trace.jobs[2].deps, [0, 1]);
         assert_eq!(trace.jobs[3].deps, [0, 1, 2]);
