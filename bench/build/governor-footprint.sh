@@ -28,10 +28,10 @@ make -s -C "$work" clean >/dev/null 2>&1 || rm -f "$work"/*.o
 
 ticks=$(getconf CLK_TCK)
 start=$(date +%s.%N)
-(cd "$work" && "$headroom" build -- make -s -j"$cpus" 2>"$work/summary") &
+(cd "$work" && exec "$headroom" build -- make -s -j"$cpus" 2>"$work/summary") &
 build=$!
 gov=""
-while [ -z "$gov" ] && kill -0 $build 2>/dev/null; do gov=$(pgrep -f "headroom __governor" -P $(pgrep -P $build -d, || echo 1) | head -1 || true); sleep 0.05; done
+while [ -z "$gov" ] && kill -0 $build 2>/dev/null; do gov=$(pgrep -P $build -f __governor || true); sleep 0.02; done
 hwm=0; cpu=0
 while [ -n "$gov" ] && [ -r /proc/$gov/status ]; do
   h=$(awk '/VmHWM/ {print $2}' /proc/$gov/status 2>/dev/null || echo 0)

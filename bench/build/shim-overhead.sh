@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export HEADROOM_STATE_DIR=$work/state
 echo 'int main() { return 0; }' > "$work/trivial.cpp"
-ln -s "$(command -v true)" "$work/cc"   # a "compiler" that does nothing: `cc` is shimmed
+ln -s "$(type -P true)" "$work/cc"   # a "compiler" that does nothing: `cc` is shimmed
 cat > "$work/inner.sh" <<INNER
 set -e
 cd "$work"

@@ -258,7 +258,7 @@ fn table_has_enough_real_messages() {
     assert!(
         CASES
             .iter()
-            .filter(|c| c.expected.map_or(true, |k| !k.is_memory()))
+            .filter(|c| c.expected.is_none_or(|k| !k.is_memory()))
             .count()
             >= 8
     );
@@ -291,7 +291,7 @@ fn every_real_message_is_classified_as_expected() {
 fn non_memory_failures_never_count_as_memory() {
     for case in CASES
         .iter()
-        .filter(|c| c.expected.map_or(true, |k| !k.is_memory()))
+        .filter(|c| c.expected.is_none_or(|k| !k.is_memory()))
     {
         let got = classify(case.output.as_bytes(), &ExitInfo::exited(1));
         assert!(

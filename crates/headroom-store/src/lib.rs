@@ -6,6 +6,7 @@
 pub mod chart;
 pub mod history;
 pub mod model;
+pub mod projects;
 pub mod summary;
 
 pub use history::{History, Opened, StoreError};

@@ -1,9 +1,613 @@
-//! `headroom doctor`: not built yet.
+//! `headroom doctor`: what this machine can take before a big build. It replaces the ritual of
+//! `free -h`, checking swap, and `dmesg | grep -i "killed process"` with one report that also
+//! says plainly what it could not read.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use headroom_govern::budget::{resolve, BudgetSpec, MemoryFacts};
+use headroom_probe::cgroup::{Cgroup, Version};
+use headroom_probe::kernel_log::{self, OomKill};
+use headroom_probe::meminfo::{read_meminfo, MemInfo};
+use headroom_probe::psi::{self, Pressure};
+use headroom_probe::size::{format_size, parse_size};
+use headroom_store::projects::{project_peaks, ProjectPeak};
+use headroom_store::History;
+use serde::Serialize;
+
+/// How many OOM kills from the kernel log the report lists.
+const RECENT_KILLS: usize = 5;
+/// PSI `some avg10` above this (percent) means the machine is already short of memory.
+const PRESSURE_WARNING: f64 = 10.0;
 
 /// Arguments of `headroom doctor`.
 #[derive(clap::Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Print the findings as JSON on stdout instead of the human report.
+    #[arg(long)]
+    json: bool,
+    /// Memory one build job needs, for the recommended `-j` (a PyTorch C++ extension unit takes
+    /// 1.4–1.9 GiB, an nvcc flash-attention job about 4.5 GB).
+    #[arg(long, default_value = "1.5G", value_name = "SIZE", value_parser = parse_job_memory)]
+    job_memory: u64,
+    /// The build history to check projects against.
+    #[arg(long, value_name = "FILE", env = "HEADROOM_HISTORY")]
+    history: Option<PathBuf>,
+}
 
-pub fn main(_args: DoctorArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("`headroom doctor` is not built yet")
+fn parse_job_memory(text: &str) -> Result<u64, String> {
+    match parse_size(text) {
+        Ok(0) => Err("--job-memory must be above zero".into()),
+        Ok(bytes) => Ok(bytes),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Everything doctor found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Findings {
+    pub memory: Memory,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<Pressure>,
+    pub cpus: usize,
+    pub environment: Environment,
+    pub oom_kills: OomKills,
+    pub budget: Recommendation,
+    pub history: HistoryCheck,
+    /// Things to fix or know, most important first.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    pub total: u64,
+    pub available: u64,
+    pub swap_total: u64,
+    pub swap_free: u64,
+}
+
+impl From<MemInfo> for Memory {
+    fn from(info: MemInfo) -> Self {
+        Memory {
+            total: info.total,
+            available: info.available,
+            swap_total: info.swap_total,
+            swap_free: info.swap_free,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupFacts {
+    pub version: &'static str,
+    pub dir: String,
+    /// The tightest limit over this process (its cgroup and ancestors); none when unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Environment {
+    /// `WSL1` or `WSL2` when running under Windows Subsystem for Linux.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wsl: Option<String>,
+    /// The container runtime, when inside one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OomKills {
+    pub readable: bool,
+    /// Why the kernel log could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub total: usize,
+    /// The most recent kills, newest last.
+    pub recent: Vec<OomKill>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Recommendation {
+    pub bytes: u64,
+    pub source: String,
+    pub job_memory: u64,
+    pub jobs: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryCheck {
+    pub path: String,
+    /// Why no project could be checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub projects: Vec<ProjectFit>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectFit {
+    #[serde(flatten)]
+    pub project: ProjectPeak,
+    /// Its largest job fits in the budget: it builds here, if slowly.
+    pub fits_one_job_at_a_time: bool,
+    /// Its recorded total peak fits: it builds here as parallel as it did before.
+    pub fits_as_recorded: bool,
+}
+
+pub fn main(args: DoctorArgs) -> anyhow::Result<u8> {
+    let findings = examine(&args)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&findings)
+                .context("cannot encode the findings as JSON")?
+        );
+    } else {
+        print!("{}", render(&findings));
+    }
+    Ok(0)
+}
+
+fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
+    let memory: Memory = read_meminfo()
+        .context("cannot read /proc/meminfo; headroom doctor needs Linux's /proc")?
+        .into();
+    let cgroup = Cgroup::of_self().ok().flatten().map(|cgroup| CgroupFacts {
+        version: match cgroup.version() {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        },
+        dir: cgroup.dir().display().to_string(),
+        limit: cgroup.effective_limit(),
+        usage: cgroup.usage().ok(),
+    });
+    let pressure = psi::system_memory_pressure();
+    let environment = Environment {
+        wsl: read("/proc/sys/kernel/osrelease").and_then(|release| wsl_from_release(&release)),
+        container: container_from(
+            std::env::var("container").ok().as_deref(),
+            Path::new("/.dockerenv").exists(),
+            Path::new("/run/.containerenv").exists(),
+            read("/proc/1/cgroup").as_deref().unwrap_or(""),
+        ),
+    };
+    let oom_kills = match kernel_log::oom_kills() {
+        Ok(kills) => OomKills {
+            readable: true,
+            error: None,
+            total: kills.len(),
+            recent: kills[kills.len().saturating_sub(RECENT_KILLS)..].to_vec(),
+        },
+        Err(e) => OomKills {
+            readable: false,
+            error: Some(e.to_string()),
+            total: 0,
+            recent: Vec::new(),
+        },
+    };
+    let facts = MemoryFacts::read().context("cannot work out a build budget")?;
+    let budget = resolve(BudgetSpec::Auto, &facts);
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let recommendation = Recommendation {
+        jobs: recommended_jobs(budget.bytes, args.job_memory, cpus),
+        bytes: budget.bytes,
+        source: budget.source,
+        job_memory: args.job_memory,
+    };
+    let history = check_history(
+        args.history.clone().unwrap_or_else(History::default_path),
+        recommendation.bytes,
+    );
+    let mut findings = Findings {
+        memory,
+        cgroup,
+        pressure: pressure.as_ref().ok().copied(),
+        cpus,
+        environment,
+        oom_kills,
+        budget: recommendation,
+        history,
+        warnings: Vec::new(),
+    };
+    findings.warnings = warnings(&findings, pressure.err().map(|e| e.to_string()));
+    Ok(findings)
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// `-j` for jobs of `job_memory` each within `budget`: at least 1, at most the CPU count.
+fn recommended_jobs(budget: u64, job_memory: u64, cpus: usize) -> usize {
+    ((budget / job_memory.max(1)) as usize).clamp(1, cpus.max(1))
+}
+
+/// WSL kernels say so in their release string: `5.15.90.1-microsoft-standard-WSL2` (WSL2) or
+/// `4.4.0-19041-Microsoft` (WSL1).
+fn wsl_from_release(release: &str) -> Option<String> {
+    let lower = release.to_ascii_lowercase();
+    if !lower.contains("microsoft") {
+        return None;
+    }
+    Some(
+        if lower.contains("wsl2") || lower.contains("microsoft-standard") {
+            "WSL2"
+        } else {
+            "WSL1"
+        }
+        .to_string(),
+    )
+}
+
+/// Container runtimes leave marks: systemd-nspawn and podman set `container=`, Docker creates
+/// `/.dockerenv`, podman `/run/.containerenv`, and PID 1's cgroup names the runtime.
+fn container_from(
+    env: Option<&str>,
+    dockerenv: bool,
+    containerenv: bool,
+    init_cgroup: &str,
+) -> Option<String> {
+    if let Some(name) = env.filter(|n| !n.is_empty()) {
+        return Some(name.to_string());
+    }
+    if dockerenv {
+        return Some("docker".into());
+    }
+    if containerenv {
+        return Some("podman".into());
+    }
+    ["kubepods", "docker", "containerd", "lxc", "libpod"]
+        .into_iter()
+        .find(|runtime| init_cgroup.contains(runtime))
+        .map(str::to_string)
+}
+
+fn check_history(path: PathBuf, budget: u64) -> HistoryCheck {
+    let display = path.display().to_string();
+    if !path.exists() {
+        return HistoryCheck {
+            path: display,
+            note: Some("no build history yet: `headroom build -- …` records one (set HEADROOM_HISTORY or --history to use another file)".into()),
+            projects: Vec::new(),
+        };
+    }
+    match History::open(&path).and_then(|history| project_peaks(&history)) {
+        Ok(projects) => HistoryCheck {
+            path: display,
+            note: None,
+            projects: projects
+                .into_iter()
+                .map(|project| ProjectFit {
+                    fits_one_job_at_a_time: project.largest_job <= budget,
+                    fits_as_recorded: project.peak_total <= budget,
+                    project,
+                })
+                .collect(),
+        },
+        Err(e) => HistoryCheck {
+            path: display,
+            note: Some(format!("cannot read the build history: {e}")),
+            projects: Vec::new(),
+        },
+    }
+}
+
+fn warnings(findings: &Findings, psi_error: Option<String>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for fit in &findings.history.projects {
+        if !fit.fits_one_job_at_a_time {
+            warnings.push(format!(
+                "{} will not build here: one of its jobs peaked at {}, above the {} budget; build it on a larger machine or add swap",
+                fit.project.cwd,
+                format_size(fit.project.largest_job),
+                format_size(findings.budget.bytes)
+            ));
+        }
+    }
+    if findings.memory.swap_total == 0 {
+        warnings.push("no swap: a build that overshoots is OOM-killed instead of slowing down; add a swap file (e.g. `fallocate -l 8G /swapfile && mkswap /swapfile && swapon /swapfile`)".into());
+    }
+    if let Some(CgroupFacts {
+        limit: Some(limit), ..
+    }) = &findings.cgroup
+    {
+        if *limit < findings.memory.total {
+            warnings.push(format!(
+                "this shell lives under a {} cgroup limit, below the machine's {}: builds get that, not the machine",
+                format_size(*limit),
+                format_size(findings.memory.total)
+            ));
+        }
+    }
+    if findings.environment.wsl.as_deref() == Some("WSL2") {
+        warnings.push("WSL2 gives its VM half the host's RAM by default: raise `memory=` under [wsl2] in %UserProfile%\\.wslconfig, then `wsl --shutdown`".into());
+    }
+    match (&findings.pressure, psi_error) {
+        (Some(pressure), _) if pressure.some.avg10 > PRESSURE_WARNING => warnings.push(format!(
+            "memory pressure is high right now (tasks stalled {:.1}% of the last 10 s): something else is using the memory",
+            pressure.some.avg10
+        )),
+        (None, Some(error)) => warnings.push(format!("memory pressure (PSI) is unavailable: {error}")),
+        _ => {}
+    }
+    if !findings.oom_kills.readable {
+        warnings.push("OOM kills cannot be checked: the kernel log is not readable here".into());
+    }
+    warnings
+}
+
+/// The human report.
+pub fn render(findings: &Findings) -> String {
+    let mut out = String::from("headroom doctor\n");
+    let memory = &findings.memory;
+    let swap = if memory.swap_total == 0 {
+        "no swap".to_string()
+    } else {
+        format!(
+            "swap {} ({} free)",
+            format_size(memory.swap_total),
+            format_size(memory.swap_free)
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  memory     {} total · {} available · {swap}",
+        format_size(memory.total),
+        format_size(memory.available)
+    );
+    match &findings.cgroup {
+        Some(cgroup) => {
+            let limit = cgroup.limit.map_or("no limit".to_string(), |l| {
+                format!("limit {}", format_size(l))
+            });
+            let usage = cgroup
+                .usage
+                .map_or(String::new(), |u| format!(", {} charged", format_size(u)));
+            let _ = writeln!(
+                out,
+                "  cgroup     {} {} · {limit}{usage}",
+                cgroup.version, cgroup.dir
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  cgroup     no memory cgroup controller");
+        }
+    }
+    match &findings.pressure {
+        Some(p) => {
+            let _ = writeln!(
+                out,
+                "  pressure   some {:.2}% / full {:.2}% of the last 10 s (60 s: {:.2}% / {:.2}%)",
+                p.some.avg10, p.full.avg10, p.some.avg60, p.full.avg60
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  pressure   unavailable");
+        }
+    }
+    let environment = match (&findings.environment.wsl, &findings.environment.container) {
+        (Some(wsl), Some(container)) => format!("{wsl}, in a {container} container"),
+        (Some(wsl), None) => wsl.clone(),
+        (None, Some(container)) => format!("{container} container"),
+        (None, None) => "bare metal or VM (not WSL, no container seen)".into(),
+    };
+    let _ = writeln!(out, "  system     {} CPUs · {environment}", findings.cpus);
+    let kills = &findings.oom_kills;
+    if kills.readable {
+        let _ = writeln!(out, "  OOM kills  {} in the kernel log", kills.total);
+        for kill in &kills.recent {
+            let _ = writeln!(
+                out,
+                "             at {:.0}s after boot: {} (pid {})",
+                kill.uptime_s, kill.comm, kill.pid
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "  OOM kills  unknown: {}",
+            kills.error.as_deref().unwrap_or("kernel log unreadable")
+        );
+    }
+    let budget = &findings.budget;
+    let _ = writeln!(
+        out,
+        "  budget     {} ({}) → -j{} at {} per job",
+        format_size(budget.bytes),
+        budget.source,
+        budget.jobs,
+        format_size(budget.job_memory)
+    );
+    let history = &findings.history;
+    match &history.note {
+        Some(note) => {
+            let _ = writeln!(out, "  history    {note}");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  history    {} project(s) in {}",
+                history.projects.len(),
+                history.path
+            );
+            for fit in &history.projects {
+                let verdict = match (fit.fits_one_job_at_a_time, fit.fits_as_recorded) {
+                    (false, _) => "does NOT fit",
+                    (true, false) => "fits, throttled below its recorded parallelism",
+                    (true, true) => "fits",
+                };
+                let _ = writeln!(
+                    out,
+                    "             {}: largest job {}, total peak {} — {verdict}",
+                    fit.project.cwd,
+                    format_size(fit.project.largest_job),
+                    format_size(fit.project.peak_total)
+                );
+            }
+        }
+    }
+    if !findings.warnings.is_empty() {
+        let _ = writeln!(out, "warnings:");
+        for warning in &findings.warnings {
+            let _ = writeln!(out, "  - {warning}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn jobs_are_bounded_by_memory_and_cpus() {
+        assert_eq!(recommended_jobs(16 * GIB, 2 * GIB, 32), 8);
+        assert_eq!(recommended_jobs(16 * GIB, 2 * GIB, 4), 4);
+        assert_eq!(recommended_jobs(GIB, 2 * GIB, 4), 1, "never below one");
+    }
+
+    #[test]
+    fn recognises_wsl_kernels() {
+        assert_eq!(
+            wsl_from_release("5.15.90.1-microsoft-standard-WSL2\n").as_deref(),
+            Some("WSL2")
+        );
+        assert_eq!(
+            wsl_from_release("4.4.0-19041-Microsoft").as_deref(),
+            Some("WSL1")
+        );
+        assert_eq!(wsl_from_release("6.1.0-18-amd64"), None);
+    }
+
+    #[test]
+    fn recognises_containers() {
+        assert_eq!(
+            container_from(Some("podman"), false, false, "").as_deref(),
+            Some("podman")
+        );
+        assert_eq!(
+            container_from(None, true, false, "").as_deref(),
+            Some("docker")
+        );
+        assert_eq!(
+            container_from(None, false, false, "0::/kubepods/besteffort/pod1").as_deref(),
+            Some("kubepods")
+        );
+        assert_eq!(container_from(None, false, false, "0::/init.scope"), None);
+    }
+
+    fn findings() -> Findings {
+        let project = |cwd: &str, job: u64, total: u64| ProjectPeak {
+            cwd: cwd.into(),
+            last_command: "ninja".into(),
+            builds: 3,
+            last_started_unix_ms: 0,
+            peak_total: total,
+            largest_job: job,
+        };
+        let mut findings = Findings {
+            memory: Memory {
+                total: 24 * GIB,
+                available: 20 * GIB,
+                swap_total: 0,
+                swap_free: 0,
+            },
+            cgroup: Some(CgroupFacts {
+                version: "v1",
+                dir: "/sys/fs/cgroup/memory/user".into(),
+                limit: Some(16 * GIB),
+                usage: Some(GIB),
+            }),
+            pressure: Some(Pressure::default()),
+            cpus: 8,
+            environment: Environment {
+                wsl: Some("WSL2".into()),
+                container: None,
+            },
+            oom_kills: OomKills {
+                readable: true,
+                error: None,
+                total: 1,
+                recent: vec![OomKill {
+                    pid: 4242,
+                    comm: "cc1plus".into(),
+                    uptime_s: 758.2,
+                    line: "Out of memory: Killed process 4242 (cc1plus)".into(),
+                }],
+            },
+            budget: Recommendation {
+                bytes: 13 * GIB,
+                source: "cgroup limit 16.0 GiB with 1.00 GiB in use, minus a reserve of 1.50 GiB"
+                    .into(),
+                job_memory: 3 * GIB / 2,
+                jobs: 8,
+            },
+            history: HistoryCheck {
+                path: "history.sqlite".into(),
+                note: None,
+                projects: vec![
+                    ProjectFit {
+                        project: project("/src/flash-attn", 30 * GIB, 60 * GIB),
+                        fits_one_job_at_a_time: false,
+                        fits_as_recorded: false,
+                    },
+                    ProjectFit {
+                        project: project("/src/torch-ext", 2 * GIB, 20 * GIB),
+                        fits_one_job_at_a_time: true,
+                        fits_as_recorded: false,
+                    },
+                    ProjectFit {
+                        project: project("/src/tiny", GIB / 4, GIB),
+                        fits_one_job_at_a_time: true,
+                        fits_as_recorded: true,
+                    },
+                ],
+            },
+            warnings: Vec::new(),
+        };
+        findings.warnings = warnings(&findings, None);
+        findings
+    }
+
+    #[test]
+    fn warnings_lead_with_projects_that_cannot_build() {
+        let findings = findings();
+        assert!(
+            findings.warnings[0].contains("/src/flash-attn will not build here"),
+            "{:?}",
+            findings.warnings
+        );
+        assert!(findings.warnings.iter().any(|w| w.starts_with("no swap")));
+        assert!(findings.warnings.iter().any(|w| w.contains(".wslconfig")));
+        assert!(findings.warnings.iter().any(|w| w.contains("cgroup limit")));
+    }
+
+    #[test]
+    fn report_snapshot() {
+        insta::assert_snapshot!(render(&findings()));
+    }
+
+    #[test]
+    fn unreadable_kernel_log_is_said_plainly() {
+        let mut findings = findings();
+        findings.oom_kills = OomKills {
+            readable: false,
+            error: Some("cannot read the kernel log (…)".into()),
+            total: 0,
+            recent: vec![],
+        };
+        findings.warnings = warnings(&findings, None);
+        assert!(render(&findings).contains("OOM kills  unknown: cannot read the kernel log"));
+        assert!(findings
+            .warnings
+            .iter()
+            .any(|w| w.contains("cannot be checked")));
+    }
 }

@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# caps.sh: why this script exists
+#
+# `headroom build` promises zero OOM kills and a wall time close to the fastest static
+# `make -jN` that survives. This script measures exactly that, side by side in one run:
+# for every memory cap it builds examples/template-heavy inside a fresh memory-limited
+# cgroup (v1 or v2) with static `make -j1`, `-j2`, `-jN` (N = nproc) and `-j8`, and
+# with `headroom build -- make`, interleaved, REPEATS times. Each run records wall time,
+# exit status, OOM kills and the cgroup's peak memory. It prints a Markdown table of
+# medians and writes the raw runs as CSV.
+#
+# Usage (from anywhere, as root or with a delegated cgroup):
+#   bench/build/caps.sh                 # caps 1.5G 3G 6G, default example mix, 3 repeats
+#   QUICK=1 bench/build/caps.sh         # tiny mix, caps 500M 1G, one repeat (~1 min)
+#
+# Environment (all optional):
+#   CAPS="1.5G 3G 6G"     memory caps (binary units: K, M, G, T)
+#   REPEATS=3             runs per cap and command; the table shows medians
+#   JOBS="1 2 N 8"        static -j values; N means nproc; duplicates are dropped
+#   MAKE_VARS="..."       example mix, e.g. "HEAVY=6 HEAVY_MIB=1024 LIGHT=12 LIGHT_MIB=150"
+#   HEADROOM=path         headroom binary (default target/release/headroom); rows are
+#                         skipped with a note when it is not there
+#   HEADROOM_ARGS="..."   extra arguments for `headroom build`, before `--`
+#   RESULTS=prefix        output prefix (default bench/build/results/caps, or .../quick);
+#                         writes PREFIX.csv and PREFIX.md
+#   REPORT_ONLY=1         only re-render PREFIX.md from PREFIX.csv (e.g. after Ctrl-C)
+set -euo pipefail
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$script_dir/../.." && pwd)
+example_dir="$repo_root/examples/template-heavy"
+
+if [[ "${QUICK:-0}" == 1 ]]; then
+  CAPS=${CAPS:-500M 1G}
+  REPEATS=${REPEATS:-1}
+  MAKE_VARS=${MAKE_VARS:-HEAVY=2 HEAVY_MIB=300 LIGHT=4 LIGHT_MIB=100}
+  RESULTS=${RESULTS:-$script_dir/results/quick}
+else
+  CAPS=${CAPS:-1.5G 3G 6G}
+  REPEATS=${REPEATS:-3}
+  MAKE_VARS=${MAKE_VARS:-}
+  RESULTS=${RESULTS:-$script_dir/results/caps}
+fi
+JOBS=${JOBS:-1 2 N 8}
+HEADROOM=${HEADROOM:-target/release/headroom}
+HEADROOM_ARGS=${HEADROOM_ARGS:-}
+headroom_shown=$HEADROOM
+[[ "$HEADROOM" == /* ]] || HEADROOM="$repo_root/$HEADROOM"
+
+die() {
+  echo "caps.sh: $*" >&2
+  exit 2
+}
+skip() {
+  echo "caps.sh: skipping: $*" >&2
+  exit 0
+}
+log() { echo "caps.sh: $*" >&2; }
+
+# "1.5G" -> bytes. Binary units, as everywhere in headroom.
+size_to_bytes() {
+  awk -v size="$1" 'BEGIN {
+    if (match(size, /^[0-9]+(\.[0-9]+)?[KkMmGgTt]?$/) == 0) exit 1
+    unit = toupper(substr(size, length(size)))
+    number = size + 0
+    factor = 1
+    if (unit == "K") factor = 1024
+    if (unit == "M") factor = 1024 ^ 2
+    if (unit == "G") factor = 1024 ^ 3
+    if (unit == "T") factor = 1024 ^ 4
+    printf "%.0f\n", number * factor
+  }' || die "invalid cap '$1' in CAPS: use a size like 500M, 1.5G or 6G"
+}
+
+# --- report --------------------------------------------------------------------
+# Prints the Markdown table of medians for the CSV in $1.
+table() {
+  awk -F, '
+    function median(list,    n, values, i, j, swap) {
+      n = split(list, values, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+        if (values[j] + 0 < values[i] + 0) { swap = values[i]; values[i] = values[j]; values[j] = swap }
+      return n % 2 ? values[(n + 1) / 2] : (values[n / 2] + values[n / 2 + 1]) / 2
+    }
+    NR == 1 { next }
+    {
+      key = $2 SUBSEP $4
+      if (!(key in walls)) { order[++rows] = key; cap_of[rows] = $2; label_of[rows] = $4 }
+      walls[key] = walls[key] " " $5
+      exits[key] = exits[key] == "" ? $6 : exits[key] "," $6
+      if ($6 != 0) failed[key] = 1
+      kills[key] += ($7 == "n/a" ? 0 : $7)
+      if ($8 != "n/a") peaks[key] = peaks[key] " " $8
+    }
+    END {
+      print "| cap | command | median wall s | OOM kills (all runs) | exit | median peak MiB | headroom / fastest static ok |"
+      print "|---|---|---:|---:|---|---:|---:|"
+      for (r = 1; r <= rows; r++) {
+        key = order[r]; cap = cap_of[r]; label = label_of[r]
+        ratio = ""
+        if (label ~ /^headroom/) {
+          best = ""
+          for (s = 1; s <= rows; s++) {
+            other = order[s]
+            if (cap_of[s] != cap || label_of[s] !~ /^make -j/) continue
+            if (kills[other] > 0 || (other in failed)) continue
+            if (best == "" || median(walls[other]) < best) { best = median(walls[other]); best_label = label_of[s] }
+          }
+          ratio = best == "" ? "n/a (every static -j failed)" : sprintf("%.2f (vs %s)", median(walls[key]) / best, best_label)
+        }
+        peak = peaks[key] == "" ? "n/a" : sprintf("%.0f", median(peaks[key]) / 1048576)
+        printf "| %s | %s | %.1f | %d | %s | %s | %s |\n", cap, label, median(walls[key]), kills[key], exits[key], peak, ratio
+      }
+    }' "$1"
+}
+
+# Writes $RESULTS.md from $RESULTS.csv and prints it; $1 describes how the runs were made.
+write_report() {
+  local runs=$1 csv="$RESULTS.csv" md="$RESULTS.md"
+  [[ -f "$csv" ]] || die "no results at $csv: run the benchmark first, or set RESULTS to its prefix"
+  {
+    echo "Machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(g++ --version | head -n 1)."
+    echo "$runs"
+    echo
+    table "$csv"
+  } >"$md"
+  cat "$md"
+  log "wrote $md"
+}
+
+if [[ "${REPORT_ONLY:-0}" == 1 ]]; then
+  write_report "Mix: ${MAKE_VARS:-Makefile defaults}; re-rendered with REPORT_ONLY=1 from the runs in $(basename "$RESULTS").csv."
+  exit 0
+fi
+
+# --- benchmark -----------------------------------------------------------------
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer, got '$REPEATS'"
+for cap in $CAPS; do size_to_bytes "$cap" >/dev/null; done
+[[ -f "$example_dir/Makefile" ]] || die "no example at $example_dir: run this script from a headroom checkout"
+command -v make >/dev/null || skip "make is not installed (apt-get install make)"
+command -v g++ >/dev/null || skip "g++ is not installed (apt-get install g++)"
+
+# --- cgroups -----------------------------------------------------------------
+# A child of this process's own memory cgroup, so the benchmark works inside
+# containers and never touches cgroups it does not own.
+cgroup_version=""
+cgroup_parent=""
+if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+  cgroup_version=2
+  own=$(awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup)
+  cgroup_parent="/sys/fs/cgroup${own%/}"
+  if ! grep -qw memory "$cgroup_parent/cgroup.subtree_control" 2>/dev/null; then
+    echo +memory >"$cgroup_parent/cgroup.subtree_control" 2>/dev/null ||
+      skip "cannot enable the memory controller under $cgroup_parent (cgroup v2 allows it only in a cgroup without processes of its own: run this under 'systemd-run --scope -p Delegate=yes' or from a delegated cgroup)"
+  fi
+else
+  own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
+  [[ -n "$own" && -d /sys/fs/cgroup/memory ]] ||
+    skip "no cgroup v1 memory controller is mounted at /sys/fs/cgroup/memory and no cgroup v2 at /sys/fs/cgroup"
+  cgroup_version=1
+  cgroup_parent="/sys/fs/cgroup/memory${own%/}"
+fi
+[[ -w "$cgroup_parent" ]] || skip "cannot create cgroups under $cgroup_parent (run as root or from a delegated cgroup)"
+
+made_cgroups=()
+# On exit, also after Ctrl-C: end what is left of our builds, then remove our cgroups.
+cleanup() {
+  local cgroup pid
+  for cgroup in "${made_cgroups[@]}"; do
+    [[ -d "$cgroup" ]] || continue
+    for _ in 1 2 3 4 5; do
+      while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$cgroup/cgroup.procs"
+      rmdir "$cgroup" 2>/dev/null && break
+      sleep 0.2
+    done
+    [[ -d "$cgroup" ]] && log "could not remove $cgroup; remove it by hand with rmdir"
+  done
+  [[ -n "${work_dir:-}" ]] && rm -rf "$work_dir"
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Makes a fresh cgroup limited to $1 bytes; its path is left in $cgroup.
+make_cgroup() {
+  local limit=$1
+  cgroup="$cgroup_parent/headroom-bench-$$-${#made_cgroups[@]}"
+  mkdir "$cgroup" || skip "cannot create the cgroup $cgroup"
+  made_cgroups+=("$cgroup")
+  if [[ $cgroup_version == 1 ]]; then
+    echo "$limit" >"$cgroup/memory.limit_in_bytes"
+    # Without this, a machine with swap would swap instead of OOM-killing.
+    if [[ -f "$cgroup/memory.memsw.limit_in_bytes" ]]; then
+      echo "$limit" >"$cgroup/memory.memsw.limit_in_bytes"
+    fi
+  else
+    echo "$limit" >"$cgroup/memory.max"
+    [[ -f "$cgroup/memory.swap.max" ]] && echo 0 >"$cgroup/memory.swap.max"
+  fi
+}
+
+cgroup_oom_kills() {
+  local file=$1/memory.oom_control
+  [[ $cgroup_version == 2 ]] && file=$1/memory.events
+  awk '$1 == "oom_kill" { print $2; found = 1 } END { if (!found) print "n/a" }' "$file"
+}
+
+cgroup_peak_bytes() {
+  local file=$1/memory.max_usage_in_bytes
+  [[ $cgroup_version == 2 ]] && file=$1/memory.peak
+  if [[ -f "$file" ]]; then cat "$file"; else echo "n/a"; fi
+}
+
+# --- what to run ---------------------------------------------------------------
+nproc=$(nproc)
+static_jobs=()
+for jobs in $JOBS; do
+  [[ "$jobs" == N ]] && jobs=$nproc
+  [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "JOBS must list positive integers or N, got '$jobs'"
+  [[ " ${static_jobs[*]} " == *" $jobs "* ]] || static_jobs+=("$jobs")
+done
+labels=()
+for jobs in "${static_jobs[@]}"; do labels+=("make -j$jobs"); done
+headroom_note=""
+if [[ -x "$HEADROOM" ]]; then
+  labels+=("headroom build -- make")
+else
+  headroom_note="headroom rows skipped: no executable at $headroom_shown (build it with 'cargo build --release -p headroom' or set HEADROOM)"
+  log "$headroom_note"
+fi
+
+# Prints the argv of the build for a label, one word per line.
+build_argv() {
+  local label=$1 var
+  local -a vars=()
+  for var in $MAKE_VARS; do vars+=("$var"); done
+  case "$label" in
+  "make -j"*) printf '%s\n' make "-j${label#make -j}" check "${vars[@]}" ;;
+  headroom*)
+    printf '%s\n' "$HEADROOM" build
+    for var in $HEADROOM_ARGS; do printf '%s\n' "$var"; done
+    printf '%s\n' -- make check "${vars[@]}"
+    ;;
+  esac
+}
+
+# The builds run in a scratch copy, so the source tree stays clean.
+work_dir=$(mktemp -d "${TMPDIR:-/tmp}/headroom-caps.XXXXXX")
+cp "$example_dir"/Makefile "$example_dir"/*.hpp "$example_dir"/*.cpp "$work_dir"/
+# A make that calls this script must not hand its jobserver or flags to the builds.
+unset MAKEFLAGS MFLAGS MAKELEVEL
+
+mkdir -p "$(dirname "$RESULTS")"
+csv="$RESULTS.csv"
+echo "repeat,cap,cap_bytes,command,wall_s,exit,oom_kills,peak_bytes" >"$csv"
+
+# Runs one build in a fresh cgroup and appends a CSV row.
+run_one() {
+  local repeat=$1 cap=$2 label=$3 cap_bytes cgroup start end wall status oom peak
+  local -a argv
+  mapfile -t argv < <(build_argv "$label")
+  cap_bytes=$(size_to_bytes "$cap")
+  make -C "$work_dir" clean >/dev/null
+  make_cgroup "$cap_bytes"
+  start=$EPOCHREALTIME
+  status=0
+  # The child shell moves itself into the cgroup before exec, so only the build is limited.
+  bash -c 'echo $$ >"$1/cgroup.procs" && cd "$2" && shift 2 && exec "$@"' \
+    caps-run "$cgroup" "$work_dir" "${argv[@]}" >"$work_dir/build.log" 2>&1 || status=$?
+  end=$EPOCHREALTIME
+  wall=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.2f", e - s }')
+  oom=$(cgroup_oom_kills "$cgroup")
+  peak=$(cgroup_peak_bytes "$cgroup")
+  rmdir "$cgroup" || log "could not remove $cgroup; remove it by hand with rmdir"
+  echo "$repeat,$cap,$cap_bytes,$label,$wall,$status,$oom,$peak" >>"$csv"
+  log "repeat $repeat cap $cap: $label: ${wall} s, exit $status, OOM kills $oom, peak $peak bytes"
+  if [[ $status != 0 && $oom == 0 ]]; then
+    log "the build failed without an OOM kill; last lines of its log:"
+    tail -n 5 "$work_dir/build.log" >&2
+  fi
+}
+
+log "cgroup v$cgroup_version under $cgroup_parent; caps: $CAPS; repeats: $REPEATS; mix: ${MAKE_VARS:-Makefile defaults}"
+# Interleaved: every repeat visits every cap and command, so drift in the machine's
+# load spreads over all rows alike.
+for ((repeat = 1; repeat <= REPEATS; repeat++)); do
+  for cap in $CAPS; do
+    for label in "${labels[@]}"; do
+      run_one "$repeat" "$cap" "$label"
+    done
+  done
+done
+
+runs="Mix: ${MAKE_VARS:-Makefile defaults}; cgroup v$cgroup_version; builds: \`make -jJ check\`; $REPEATS repeats, interleaved; $(date -u +%Y-%m-%d)."
+[[ -n "$headroom_note" ]] && runs+=" Note: ${headroom_note%% (*}."
+write_report "$runs"
+log "raw runs: $csv"

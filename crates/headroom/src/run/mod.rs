@@ -1,0 +1,330 @@
+//! `headroom run`: records memory per stage of any command, classifies its failure, and walks
+//! a fallback ladder (the full configuration, then a smaller one, …) on memory failures only.
+
+mod devices;
+mod report;
+mod stages;
+mod supervise;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use headroom_diagnose::classify;
+use regex::Regex;
+
+use report::{Peaks, Report, RungReport, StagedDiagnosis};
+use stages::StageDetector;
+use supervise::{Launch, Signals};
+
+/// Exit status when CMD cannot be found, as shells do.
+const EXIT_NOT_FOUND: u8 = 127;
+
+/// Arguments of `headroom run`.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Stages: print a line `##headroom stage NAME` from CMD (any language), or match existing log lines with --stage-regex.\n\
+Fallbacks: each --fallback is either a command (`python train.py --small`) or only KEY=VALUE environment overrides applied to CMD (`MAX_JOBS=1 CC_OPT=-O1`)."
+)]
+pub struct RunArgs {
+    /// How often to sample the process tree (`50ms`, `0.2s`, `1s`).
+    #[arg(long, default_value = "50ms", value_name = "DUR", value_parser = parse_interval, env = "HEADROOM_RUN_INTERVAL")]
+    interval: Duration,
+    /// A regex over CMD's output lines that starts a stage; the stage is named by the group
+    /// `(?<stage>…)`, else the first group, else the whole match.
+    #[arg(long, value_name = "RE", value_parser = parse_stage_regex)]
+    stage_regex: Option<Regex>,
+    /// Run CMD in its own memory cgroup limited to SIZE (`8G`), no swap, to reproduce a smaller
+    /// machine with the kernel's real OOM killer.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_limit, env = "HEADROOM_RUN_MEMORY_LIMIT")]
+    memory_limit: Option<u64>,
+    /// Next rung of the ladder, run only if the previous one failed for lack of memory.
+    #[arg(long = "fallback", value_name = "CMD")]
+    fallbacks: Vec<String>,
+    /// Write the full report (samples, stages, diagnosis, rungs) as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML timeline with stage bands and the limit line.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Write an mprof-compatible `.dat` file (`mprof plot FILE`).
+    #[arg(long, value_name = "FILE")]
+    mprof: Option<PathBuf>,
+    /// The command to run, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<OsString>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; write a duration such as `50ms`, `0.2s` or `1s`"))?;
+    if interval < Duration::from_millis(1) {
+        return Err("the interval must be at least 1ms".into());
+    }
+    Ok(interval)
+}
+
+fn parse_stage_regex(text: &str) -> Result<Regex, String> {
+    Regex::new(text).map_err(|e| format!("not a valid regex (Rust `regex` syntax):\n{e}"))
+}
+
+fn parse_memory_limit(text: &str) -> Result<u64, String> {
+    let bytes = headroom_probe::size::parse_size(text).map_err(|e| e.to_string())?;
+    if bytes < 4 << 20 {
+        return Err(format!(
+            "{text} is below the 4 MiB the kernel needs to start a process"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// One rung: what to run and with which environment overrides.
+#[derive(Debug, Clone, PartialEq)]
+struct Rung {
+    argv: Vec<OsString>,
+    env: Vec<(String, String)>,
+}
+
+/// A `--fallback` value: only `KEY=VALUE` words means "CMD with these overrides"; otherwise a
+/// command line (shell quoting understood, no shell run), optionally led by `KEY=VALUE` words.
+fn parse_fallback(text: &str, base: &[OsString]) -> anyhow::Result<Rung> {
+    let words = shell_words::split(text)
+        .with_context(|| format!("--fallback `{text}` has unbalanced quotes"))?;
+    let assignments = words.iter().take_while(|w| is_assignment(w)).count();
+    let env: Vec<(String, String)> = words[..assignments]
+        .iter()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let argv = if assignments == words.len() {
+        if env.is_empty() {
+            anyhow::bail!("--fallback is empty; give a command or KEY=VALUE overrides");
+        }
+        base.to_vec()
+    } else {
+        words[assignments..].iter().map(OsString::from).collect()
+    };
+    Ok(Rung { argv, env })
+}
+
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(key, _)| {
+        !key.is_empty()
+            && key.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+            && !key.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+pub fn main(args: RunArgs) -> anyhow::Result<u8> {
+    let mut rungs = vec![Rung {
+        argv: args.command.clone(),
+        env: Vec::new(),
+    }];
+    for fallback in &args.fallbacks {
+        rungs.push(parse_fallback(fallback, &args.command)?);
+    }
+    let detector = StageDetector::new(args.stage_regex.clone());
+    let signals = Signals::install()?;
+    supervise::become_subreaper();
+    let mut devices = devices::Devices::open();
+    let mut report = Report {
+        command: lossy(&args.command),
+        memory_limit: args.memory_limit,
+        interval_s: args.interval.as_secs_f64(),
+        rungs: Vec::new(),
+        succeeded_rung: None,
+        interrupted: false,
+        headroom_cpu_s: 0.0,
+    };
+    let mut exit_code = 0u8;
+    for (index, rung) in rungs.iter().enumerate() {
+        let launch = Launch {
+            program: rung.argv[0].clone(),
+            args: rung.argv[1..].to_vec(),
+            env: rung.env.clone(),
+            interval: args.interval,
+            memory_limit: args.memory_limit,
+            detector: &detector,
+            rung: index,
+        };
+        let outcome = match supervise::run(&launch, &signals, &mut devices)? {
+            Ok(outcome) => outcome,
+            Err(spawn_error) => {
+                eprintln!("headroom: error: {spawn_error}");
+                if spawn_error.is_not_found() {
+                    eprintln!("headroom: check the spelling of CMD or your PATH");
+                    write_outputs(&args, &report)?;
+                    return Ok(EXIT_NOT_FOUND);
+                }
+                write_outputs(&args, &report)?;
+                return Ok(2);
+            }
+        };
+        let stages = stages::summarise(
+            &outcome.stage_starts,
+            &outcome
+                .samples
+                .iter()
+                .map(|s| (s.t, s.rss))
+                .collect::<Vec<_>>(),
+            outcome.duration_s,
+        );
+        let succeeded = outcome.exit.success();
+        let diagnosis =
+            classify(&outcome.output_tail, &outcome.exit).map(|diagnosis| StagedDiagnosis {
+                stage: stages.last().map_or_else(String::new, |s| s.name.clone()),
+                is_memory: diagnosis.is_memory(),
+                diagnosis,
+            });
+        let memory_failure = diagnosis.as_ref().is_some_and(|d| d.is_memory);
+        exit_code = exit_status(&outcome.exit);
+        report.rungs.push(RungReport {
+            rung: index,
+            command: lossy(&rung.argv),
+            env: rung.env.clone(),
+            started_unix: outcome.started_unix,
+            duration_s: outcome.duration_s,
+            exit_code: outcome.exit.code,
+            signal: outcome.exit.signal,
+            succeeded,
+            peak: Peaks::from_samples(&outcome.samples, outcome.kernel.clone()),
+            stages,
+            diagnosis,
+            tracking: outcome.tracking.to_string(),
+            notes: outcome.notes.clone(),
+            samples: outcome.samples,
+        });
+        if outcome.interrupted.is_some() {
+            report.interrupted = true;
+            break;
+        }
+        if succeeded {
+            report.succeeded_rung = Some(index);
+            break;
+        }
+        if !memory_failure {
+            break;
+        }
+        if index + 1 < rungs.len() {
+            eprintln!(
+                "headroom: rung {index} failed for lack of memory; trying rung {}",
+                index + 1
+            );
+        }
+    }
+    report.headroom_cpu_s = headroom_probe::rusage::self_cpu_seconds();
+    eprint!("{}", report::render_table(&report));
+    write_outputs(&args, &report)?;
+    Ok(exit_code)
+}
+
+/// CMD's own exit status, passed through; death by a signal reads as `128 + signal`, as in shells.
+fn exit_status(exit: &headroom_diagnose::ExitInfo) -> u8 {
+    match (exit.code, exit.signal) {
+        (_, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+        (Some(code), None) => (code & 0xff) as u8,
+        (None, None) => 2,
+    }
+}
+
+fn write_outputs(args: &RunArgs, report: &Report) -> anyhow::Result<()> {
+    if let Some(path) = &args.json {
+        let json =
+            serde_json::to_string_pretty(report).context("cannot encode the report as JSON")?;
+        write_file(path, &json, "--json")?;
+    }
+    if let Some(path) = &args.html {
+        let html = headroom_store::chart::render_html(&report::timeline(report));
+        write_file(path, &html, "--html")?;
+    }
+    if let Some(path) = &args.mprof {
+        write_file(path, &report::render_mprof(report), "--mprof")?;
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, contents: &str, flag: &str) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| {
+        format!(
+            "cannot write {flag} file {}; check that its directory exists and is writable",
+            path.display()
+        )
+    })
+}
+
+fn lossy(argv: &[OsString]) -> Vec<String> {
+    argv.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Vec<OsString> {
+        vec!["python3".into(), "train.py".into()]
+    }
+
+    #[test]
+    fn fallback_of_only_assignments_overrides_the_environment_of_cmd() {
+        let rung = parse_fallback(
+            "MAX_JOBS=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            &base(),
+        )
+        .unwrap();
+        assert_eq!(rung.argv, base());
+        assert_eq!(rung.env[0], ("MAX_JOBS".to_string(), "1".to_string()));
+        assert_eq!(rung.env.len(), 2);
+    }
+
+    #[test]
+    fn fallback_command_may_lead_with_assignments_and_quotes() {
+        let rung =
+            parse_fallback("DEVICE=cpu python3 train.py --dtype 'bf16 half'", &base()).unwrap();
+        assert_eq!(rung.env, vec![("DEVICE".to_string(), "cpu".to_string())]);
+        assert_eq!(
+            rung.argv,
+            ["python3", "train.py", "--dtype", "bf16 half"].map(OsString::from)
+        );
+    }
+
+    #[test]
+    fn bad_fallbacks_are_errors_naming_the_flag() {
+        assert!(parse_fallback("", &base())
+            .unwrap_err()
+            .to_string()
+            .contains("--fallback"));
+        assert!(parse_fallback("echo 'open", &base())
+            .unwrap_err()
+            .to_string()
+            .contains("--fallback"));
+        assert!(!is_assignment("1X=2") && !is_assignment("=x") && is_assignment("A_1="));
+    }
+
+    #[test]
+    fn bad_flag_values_explain_themselves() {
+        assert!(parse_stage_regex("(unclosed")
+            .unwrap_err()
+            .contains("regex"));
+        assert!(parse_interval("fast").unwrap_err().contains("50ms"));
+        assert!(parse_memory_limit("8 parsecs")
+            .unwrap_err()
+            .contains("valid forms"));
+        assert!(parse_memory_limit("1k").unwrap_err().contains("4 MiB"));
+        assert_eq!(parse_memory_limit("8G"), Ok(8 << 30));
+    }
+
+    #[test]
+    fn exit_status_passes_through() {
+        use headroom_diagnose::ExitInfo;
+        assert_eq!(exit_status(&ExitInfo::exited(3)), 3);
+        assert_eq!(exit_status(&ExitInfo::signaled(9)), 137);
+    }
+}

@@ -1,0 +1,508 @@
+//! What `headroom run` tells: the end-of-run table, `--json`, the HTML timeline (through the
+//! shared chart) and an mprof-compatible `.dat` file so `mprof plot` keeps working.
+
+use std::fmt::Write as _;
+
+use headroom_diagnose::Diagnosis;
+use headroom_probe::size::format_size;
+use headroom_store::chart::{Band, Limit, Series, Timeline};
+use serde::Serialize;
+
+use super::stages::StageSummary;
+use super::supervise::{KernelPeaks, Sample};
+
+/// The whole run: every rung of the fallback ladder that ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
+    pub interval_s: f64,
+    pub rungs: Vec<RungReport>,
+    /// The rung that succeeded, if one did.
+    pub succeeded_rung: Option<usize>,
+    /// The user interrupted the run (Ctrl-C); the report covers what ran until then.
+    pub interrupted: bool,
+    /// CPU time headroom itself used (sampling, output pass-through), for judging its overhead.
+    pub headroom_cpu_s: f64,
+}
+
+/// One rung: a command and how it went.
+#[derive(Debug, Clone, Serialize)]
+pub struct RungReport {
+    pub rung: usize,
+    pub command: Vec<String>,
+    /// Environment overrides this rung applied.
+    pub env: Vec<(String, String)>,
+    pub started_unix: f64,
+    pub duration_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub succeeded: bool,
+    pub peak: Peaks,
+    pub stages: Vec<StageSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<StagedDiagnosis>,
+    /// How the process tree was followed.
+    pub tracking: String,
+    pub notes: Vec<String>,
+    pub samples: Vec<Sample>,
+}
+
+/// Peaks, sampled and as the kernel counted them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Peaks {
+    /// Largest sampled RSS of the whole tree.
+    pub rss: u64,
+    pub rss_at_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pss: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neuron: Option<u64>,
+    /// Lowest MemAvailable seen during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_mem_available: Option<u64>,
+    pub kernel: KernelPeaks,
+}
+
+impl Peaks {
+    pub fn from_samples(samples: &[Sample], kernel: KernelPeaks) -> Peaks {
+        let top = samples.iter().max_by_key(|s| s.rss);
+        Peaks {
+            rss: top.map_or(0, |s| s.rss),
+            rss_at_s: top.map_or(0.0, |s| s.t),
+            pss: samples.iter().filter_map(|s| s.pss).max(),
+            gpu: samples.iter().filter_map(|s| s.gpu).max(),
+            neuron: samples.iter().filter_map(|s| s.neuron).max(),
+            min_mem_available: samples.iter().filter_map(|s| s.mem_available).min(),
+            kernel,
+        }
+    }
+}
+
+/// A diagnosis and the stage it happened in.
+#[derive(Debug, Clone, Serialize)]
+pub struct StagedDiagnosis {
+    pub stage: String,
+    pub is_memory: bool,
+    #[serde(flatten)]
+    pub diagnosis: Diagnosis,
+}
+
+impl RungReport {
+    fn outcome(&self) -> String {
+        match (self.succeeded, self.exit_code, self.signal) {
+            (true, _, _) => "succeeded".to_string(),
+            (false, _, Some(signal)) => format!("killed by signal {signal}"),
+            (false, Some(code), None) => format!("failed (exit {code})"),
+            (false, None, None) => "did not finish".to_string(),
+        }
+    }
+}
+
+/// The human table printed at the end of a run.
+pub fn render_table(report: &Report) -> String {
+    let mut out = String::new();
+    for rung in &report.rungs {
+        let env = rung
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v} "))
+            .collect::<String>();
+        let _ = writeln!(
+            out,
+            "headroom run · rung {} · `{env}{}` · {} after {:.2}s",
+            rung.rung,
+            rung.command.join(" "),
+            rung.outcome(),
+            rung.duration_s
+        );
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11}",
+            "stage", "start", "end", "duration", "entry", "peak", "exit"
+        );
+        for stage in &rung.stages {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:>8.2}s {:>8.2}s {:>8.2}s {:>11} {:>11} {:>11}",
+                truncate(&stage.name, 24),
+                stage.start_s,
+                stage.end_s,
+                stage.duration_s,
+                format_size(stage.entry_bytes),
+                format_size(stage.peak_bytes),
+                format_size(stage.exit_bytes)
+            );
+        }
+        let peak = &rung.peak;
+        let mut facts = vec![format!(
+            "tree RSS {} at {:.2}s",
+            format_size(peak.rss),
+            peak.rss_at_s
+        )];
+        facts.extend(peak.pss.map(|b| format!("PSS {}", format_size(b))));
+        // getrusage(RUSAGE_CHILDREN) only ever grows: after the first rung it spans all rungs.
+        let scope = if rung.rung == 0 { "" } else { " so far" };
+        facts.push(format!(
+            "largest process{scope} (kernel) {}",
+            format_size(peak.kernel.largest_process)
+        ));
+        facts.extend(
+            peak.kernel
+                .cgroup
+                .map(|b| format!("cgroup (kernel) {}", format_size(b))),
+        );
+        facts.extend(peak.gpu.map(|b| format!("GPU {}", format_size(b))));
+        facts.extend(peak.neuron.map(|b| format!("Neuron {}", format_size(b))));
+        facts.extend(
+            peak.min_mem_available
+                .map(|b| format!("lowest MemAvailable {}", format_size(b))),
+        );
+        let _ = writeln!(out, "  peak: {}", facts.join(" · "));
+        if let Some(staged) = &rung.diagnosis {
+            let _ = writeln!(
+                out,
+                "  diagnosis: {} in stage `{}` ({})",
+                staged.diagnosis.kind.label(),
+                staged.stage,
+                if staged.is_memory {
+                    "memory"
+                } else {
+                    "not memory"
+                }
+            );
+            let _ = writeln!(
+                out,
+                "    evidence: {}",
+                truncate(&staged.diagnosis.evidence, 200)
+            );
+            let _ = writeln!(out, "    advice: {}", staged.diagnosis.advice);
+        }
+        for note in &rung.notes {
+            let _ = writeln!(out, "  note: {note}");
+        }
+    }
+    if report.rungs.len() > 1 || report.interrupted {
+        let ladder: Vec<String> = report
+            .rungs
+            .iter()
+            .map(|r| {
+                format!(
+                    "rung {} {} in {:.2}s, peak {}",
+                    r.rung,
+                    r.outcome(),
+                    r.duration_s,
+                    format_size(r.peak.rss)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "ladder: {}", ladder.join(" → "));
+        match (report.succeeded_rung, report.interrupted) {
+            (_, true) => {
+                let _ = writeln!(out, "interrupted: the report covers what ran until Ctrl-C");
+            }
+            (Some(rung), false) => {
+                let _ = writeln!(out, "rung {rung} succeeded");
+            }
+            (None, false) => {
+                let _ = writeln!(out, "no rung succeeded");
+            }
+        }
+    }
+    out
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// At most this many commands get their own layer in the chart; the rest are summed.
+const CHART_COMMANDS: usize = 7;
+
+/// The HTML timeline: memory by command, rungs one after another on one time axis, stages as
+/// bands, and the `--memory-limit` line.
+pub fn timeline(report: &Report) -> Timeline {
+    let mut totals: Vec<(String, u64)> = Vec::new();
+    for sample in report.rungs.iter().flat_map(|r| &r.samples) {
+        for (name, bytes) in &sample.by_command {
+            match totals.iter_mut().find(|(n, _)| n == name) {
+                Some(entry) => entry.1 = entry.1.max(*bytes),
+                None => totals.push((name.clone(), *bytes)),
+            }
+        }
+    }
+    totals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let named: Vec<String> = totals
+        .iter()
+        .take(CHART_COMMANDS)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut series: Vec<Series> = named
+        .iter()
+        .map(|n| Series {
+            name: n.clone(),
+            points: Vec::new(),
+        })
+        .collect();
+    let mut other = Series {
+        name: "other processes".into(),
+        points: Vec::new(),
+    };
+    let mut bands = Vec::new();
+    let mut offset = 0.0;
+    for rung in &report.rungs {
+        for sample in &rung.samples {
+            let t = offset + sample.t;
+            for layer in series.iter_mut() {
+                let bytes = sample
+                    .by_command
+                    .iter()
+                    .find(|(n, _)| *n == layer.name)
+                    .map_or(0, |(_, b)| *b);
+                layer.points.push((t, bytes));
+            }
+            let rest: u64 = sample
+                .by_command
+                .iter()
+                .filter(|(n, _)| !named.contains(n))
+                .map(|(_, b)| b)
+                .sum();
+            other.points.push((t, rest));
+        }
+        for stage in &rung.stages {
+            let label = if report.rungs.len() > 1 {
+                format!("rung {} · {}", rung.rung, stage.name)
+            } else {
+                stage.name.clone()
+            };
+            bands.push(Band {
+                label,
+                start: offset + stage.start_s,
+                end: offset + stage.end_s,
+            });
+        }
+        offset += rung.duration_s;
+    }
+    if other.points.iter().any(|p| p.1 > 0) {
+        series.push(other);
+    }
+    Timeline {
+        title: format!("headroom run: {}", report.command.join(" ")),
+        series,
+        limit: report.memory_limit.map(|bytes| Limit {
+            label: "--memory-limit".into(),
+            bytes,
+        }),
+        bands,
+    }
+}
+
+/// The `.dat` format of memory_profiler's `mprof`: `CMDLINE`, one `MEM <MiB> <unix time>` per
+/// sample, and one `FUNC` bracket per stage, so `mprof plot FILE` draws the stages.
+pub fn render_mprof(report: &Report) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let mut out = format!("CMDLINE {}\n", report.command.join(" "));
+    for rung in &report.rungs {
+        for sample in &rung.samples {
+            let _ = writeln!(
+                out,
+                "MEM {:.6} {:.4}",
+                sample.rss as f64 / MIB,
+                rung.started_unix + sample.t
+            );
+        }
+    }
+    for rung in &report.rungs {
+        for stage in &rung.stages {
+            // mprof splits on spaces: stage names must be one word.
+            let name: String = stage
+                .name
+                .chars()
+                .map(|c| if c.is_whitespace() { '_' } else { c })
+                .collect();
+            let _ = writeln!(
+                out,
+                "FUNC {name} {:.4} {:.4} {:.4} {:.4}",
+                stage.entry_bytes as f64 / MIB,
+                rung.started_unix + stage.start_s,
+                stage.exit_bytes as f64 / MIB,
+                rung.started_unix + stage.end_s
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_diagnose::{classify, ExitInfo};
+
+    const MIB: u64 = 1 << 20;
+
+    fn sample(t: f64, python: u64, cc1plus: u64) -> Sample {
+        let mut by_command = vec![("python3".to_string(), python * MIB)];
+        if cc1plus > 0 {
+            by_command.push(("cc1plus".to_string(), cc1plus * MIB));
+        }
+        Sample {
+            t,
+            rss: (python + cc1plus) * MIB,
+            pss: None,
+            processes: by_command.len(),
+            cgroup_usage: None,
+            mem_available: Some(8192 * MIB),
+            psi_some_avg10: Some(0.0),
+            gpu: None,
+            neuron: None,
+            by_command,
+        }
+    }
+
+    fn stage(name: &str, start: f64, end: f64, entry: u64, peak: u64, exit: u64) -> StageSummary {
+        StageSummary {
+            name: name.into(),
+            start_s: start,
+            end_s: end,
+            duration_s: end - start,
+            entry_bytes: entry * MIB,
+            exit_bytes: exit * MIB,
+            peak_bytes: peak * MIB,
+            peak_at_s: start,
+        }
+    }
+
+    fn ladder() -> Report {
+        let failed_samples = vec![
+            sample(0.0, 10, 0),
+            sample(0.5, 200, 0),
+            sample(1.0, 200, 700),
+        ];
+        let diagnosis = classify(
+            b"g++: fatal error: Killed signal terminated program cc1plus\n",
+            &ExitInfo::exited(1),
+        )
+        .unwrap();
+        let ok_samples = vec![
+            sample(0.0, 10, 0),
+            sample(0.5, 200, 300),
+            sample(1.5, 20, 0),
+        ];
+        Report {
+            command: vec!["python3".into(), "build.py".into()],
+            memory_limit: Some(1024 * MIB),
+            interval_s: 0.05,
+            rungs: vec![
+                RungReport {
+                    rung: 0,
+                    command: vec!["python3".into(), "build.py".into()],
+                    env: vec![],
+                    started_unix: 1_700_000_000.0,
+                    duration_s: 1.1,
+                    exit_code: Some(1),
+                    signal: None,
+                    succeeded: false,
+                    peak: Peaks::from_samples(
+                        &failed_samples,
+                        KernelPeaks {
+                            largest_process: 700 * MIB,
+                            cgroup: Some(930 * MIB),
+                        },
+                    ),
+                    stages: vec![
+                        stage("(start)", 0.0, 0.5, 10, 200, 200),
+                        stage("compile kernels", 0.5, 1.1, 200, 900, 900),
+                    ],
+                    diagnosis: Some(StagedDiagnosis {
+                        stage: "compile kernels".into(),
+                        is_memory: true,
+                        diagnosis,
+                    }),
+                    tracking: "cgroup".into(),
+                    notes: vec!["NVML is not available (test); GPU memory is not recorded".into()],
+                    samples: failed_samples,
+                },
+                RungReport {
+                    rung: 1,
+                    command: vec!["python3".into(), "build.py".into()],
+                    env: vec![("MAX_JOBS".into(), "1".into())],
+                    started_unix: 1_700_000_002.0,
+                    duration_s: 1.6,
+                    exit_code: Some(0),
+                    signal: None,
+                    succeeded: true,
+                    peak: Peaks::from_samples(
+                        &ok_samples,
+                        KernelPeaks {
+                            largest_process: 300 * MIB,
+                            cgroup: Some(520 * MIB),
+                        },
+                    ),
+                    stages: vec![
+                        stage("(start)", 0.0, 0.5, 10, 500, 500),
+                        stage("compile kernels", 0.5, 1.6, 500, 500, 20),
+                    ],
+                    diagnosis: None,
+                    tracking: "cgroup".into(),
+                    notes: vec![],
+                    samples: ok_samples,
+                },
+            ],
+            succeeded_rung: Some(1),
+            interrupted: false,
+            headroom_cpu_s: 0.01,
+        }
+    }
+
+    #[test]
+    fn table_snapshot() {
+        insta::assert_snapshot!(render_table(&ladder()));
+    }
+
+    #[test]
+    fn html_snapshot() {
+        insta::assert_snapshot!(headroom_store::chart::render_html(&timeline(&ladder())));
+    }
+
+    #[test]
+    fn timeline_puts_rungs_one_after_another() {
+        let timeline = timeline(&ladder());
+        let names: Vec<&str> = timeline.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["cc1plus", "python3"]);
+        assert_eq!(timeline.bands[2].label, "rung 1 · (start)");
+        assert!((timeline.bands[2].start - 1.1).abs() < 1e-9);
+        assert_eq!(timeline.limit.as_ref().map(|l| l.bytes), Some(1024 * MIB));
+    }
+
+    #[test]
+    fn mprof_file_has_mem_and_func_lines() {
+        let dat = render_mprof(&ladder());
+        let mut lines = dat.lines();
+        assert_eq!(lines.next(), Some("CMDLINE python3 build.py"));
+        assert_eq!(lines.next(), Some("MEM 10.000000 1700000000.0000"));
+        assert!(
+            dat.contains("FUNC compile_kernels 200.0000 1700000000.5000 900.0000 1700000001.1000")
+        );
+        assert_eq!(dat.lines().filter(|l| l.starts_with("MEM ")).count(), 6);
+    }
+
+    #[test]
+    fn json_names_the_stage_and_the_numbers() {
+        let json = serde_json::to_value(ladder()).unwrap();
+        assert_eq!(json["succeeded_rung"], 1);
+        assert_eq!(json["rungs"][0]["diagnosis"]["kind"], "compiler_killed");
+        assert_eq!(json["rungs"][0]["diagnosis"]["stage"], "compile kernels");
+        assert_eq!(json["rungs"][0]["peak"]["rss"], 900 * MIB);
+    }
+}

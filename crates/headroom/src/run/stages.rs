@@ -1,0 +1,205 @@
+//! Stages: named spans of a run, started by a marker line the command prints (from any
+//! language) or by a `--stage-regex` match on its existing log lines, and summarised from the
+//! memory samples that fall inside them.
+
+use regex::Regex;
+use serde::Serialize;
+
+/// The marker a command prints to start a stage: `##headroom stage NAME`.
+pub const MARKER: &str = "##headroom stage";
+
+/// Finds stage starts in output lines.
+#[derive(Debug, Clone, Default)]
+pub struct StageDetector {
+    regex: Option<Regex>,
+}
+
+impl StageDetector {
+    pub fn new(regex: Option<Regex>) -> Self {
+        StageDetector { regex }
+    }
+
+    /// The stage that `line` starts, if any. With `--stage-regex`, the stage name is the
+    /// capture group named `stage`, else the first group, else the whole match.
+    pub fn stage_in(&self, line: &[u8]) -> Option<String> {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches(['\r', '\n']);
+        if let Some(rest) = text.trim_start().strip_prefix(MARKER) {
+            let name = rest.trim();
+            if !name.is_empty() {
+                return Some(name.to_string());
+            }
+        }
+        let captures = self.regex.as_ref()?.captures(text)?;
+        let name = captures
+            .name("stage")
+            .or_else(|| captures.get(1))
+            .or_else(|| captures.get(0))?
+            .as_str()
+            .trim();
+        (!name.is_empty()).then(|| name.to_string())
+    }
+}
+
+/// A stage start seen in the output, in seconds since the command started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageStart {
+    pub t: f64,
+    pub name: String,
+}
+
+/// What one stage cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageSummary {
+    pub name: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub duration_s: f64,
+    /// Tree memory (RSS) at the stage's first sample.
+    pub entry_bytes: u64,
+    /// Tree memory at the stage's last sample.
+    pub exit_bytes: u64,
+    pub peak_bytes: u64,
+    /// Seconds since start when the peak was sampled.
+    pub peak_at_s: f64,
+}
+
+/// Name of the span before the first marker.
+pub const BEFORE_FIRST: &str = "(start)";
+/// Name of the only stage when the command printed no marker.
+pub const WHOLE_RUN: &str = "(whole run)";
+
+/// Cuts `[0, end]` at the stage starts and summarises `samples` (`(t, bytes)`, in time order)
+/// in each piece. A stage's range includes the sample taken at the next stage's start, which is
+/// its exit memory.
+pub fn summarise(starts: &[StageStart], samples: &[(f64, u64)], end: f64) -> Vec<StageSummary> {
+    let mut spans: Vec<(String, f64)> = Vec::new();
+    if starts.first().is_none_or(|first| first.t > 0.0) {
+        let name = if starts.is_empty() {
+            WHOLE_RUN
+        } else {
+            BEFORE_FIRST
+        };
+        spans.push((name.to_string(), 0.0));
+    }
+    spans.extend(starts.iter().map(|s| (s.name.clone(), s.t)));
+    let mut summaries = Vec::with_capacity(spans.len());
+    for (index, (name, start)) in spans.iter().enumerate() {
+        let stop = spans.get(index + 1).map_or(end, |next| next.1).max(*start);
+        let inside: Vec<(f64, u64)> = samples
+            .iter()
+            .copied()
+            .filter(|&(t, _)| t >= *start && t <= stop)
+            .collect();
+        // A stage shorter than the sampling interval has no sample of its own: use the last
+        // sample before it.
+        let before = samples.iter().rev().find(|&&(t, _)| t < *start).copied();
+        let entry = inside.first().copied().or(before).unwrap_or((*start, 0));
+        let exit = inside.last().copied().or(before).unwrap_or((stop, 0));
+        let peak = inside
+            .iter()
+            .copied()
+            .max_by_key(|&(_, bytes)| bytes)
+            .or(before)
+            .unwrap_or((*start, 0));
+        summaries.push(StageSummary {
+            name: name.clone(),
+            start_s: *start,
+            end_s: stop,
+            duration_s: stop - start,
+            entry_bytes: entry.1,
+            exit_bytes: exit.1,
+            peak_bytes: peak.1,
+            peak_at_s: peak.0,
+        });
+    }
+    summaries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(t: f64, name: &str) -> StageStart {
+        StageStart {
+            t,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn finds_markers_and_regex_stages() {
+        let plain = StageDetector::default();
+        assert_eq!(
+            plain.stage_in(b"##headroom stage load model\n"),
+            Some("load model".into())
+        );
+        assert_eq!(
+            plain.stage_in(b"  ##headroom stage compile\r\n"),
+            Some("compile".into())
+        );
+        assert_eq!(plain.stage_in(b"##headroom stage   \n"), None);
+        assert_eq!(plain.stage_in(b"Memory at model_loaded_cpu: 3 GB"), None);
+        let regex = StageDetector::new(Some(Regex::new(r"Memory at (\w+):").unwrap()));
+        assert_eq!(
+            regex.stage_in(b"Memory at model_loaded_cpu: 3 GB"),
+            Some("model_loaded_cpu".into())
+        );
+        let named = StageDetector::new(Some(Regex::new(r"step (?<n>\d+) (?<stage>\w+)").unwrap()));
+        assert_eq!(named.stage_in(b"step 3 backward"), Some("backward".into()));
+        let whole = StageDetector::new(Some(Regex::new(r"compiling").unwrap()));
+        assert_eq!(whole.stage_in(b"now compiling"), Some("compiling".into()));
+        assert_eq!(
+            plain.stage_in(&[0xff, 0xfe, b'\n']),
+            None,
+            "binary lines are harmless"
+        );
+    }
+
+    #[test]
+    fn a_run_without_markers_is_one_stage() {
+        let summary = summarise(&[], &[(0.0, 10), (1.0, 30), (2.0, 20)], 2.5);
+        assert_eq!(summary.len(), 1);
+        assert_eq!(summary[0].name, WHOLE_RUN);
+        assert_eq!(
+            (
+                summary[0].entry_bytes,
+                summary[0].peak_bytes,
+                summary[0].exit_bytes
+            ),
+            (10, 30, 20)
+        );
+    }
+
+    #[test]
+    fn stages_split_at_markers_and_share_the_boundary_sample() {
+        let samples = [
+            (0.0, 5),
+            (0.5, 8),
+            (1.0, 100),
+            (1.5, 300),
+            (2.0, 50),
+            (2.5, 60),
+        ];
+        let summary = summarise(&[start(1.0, "load"), start(2.0, "run")], &samples, 3.0);
+        let names: Vec<&str> = summary.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, [BEFORE_FIRST, "load", "run"]);
+        assert_eq!(summary[1].entry_bytes, 100);
+        assert_eq!(summary[1].peak_bytes, 300);
+        assert_eq!(summary[1].peak_at_s, 1.5);
+        assert_eq!(summary[1].exit_bytes, 50);
+        assert_eq!(summary[2].exit_bytes, 60);
+        assert!((summary[2].duration_s - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_stage_between_samples_uses_the_sample_before() {
+        let summary = summarise(
+            &[start(0.0, "a"), start(1.2, "b")],
+            &[(0.0, 7), (1.0, 9)],
+            1.3,
+        );
+        assert_eq!(summary[1].entry_bytes, 9);
+        assert_eq!(summary[1].peak_bytes, 9);
+    }
+}
