@@ -113,6 +113,25 @@ fn headroom_learns_a_group_and_stops_overcommitting() {
 }
 
 #[test]
+fn headroom_retries_a_job_the_kernel_killed_alone() {
+    // Both jobs jump from 100 MiB to 5 GiB within 10 ms, faster than the 100 ms sampling
+    // tick, so the safety net cannot act: the kernel kills one, and the governor reruns it
+    // alone instead of beside the other.
+    let jump = |label: &str| TraceJob {
+        profile: vec![(5.0, 100 << 20), (5.01, 5 * GIB), (10.0, 5 * GIB)],
+        ..ramp_job(label, 5 * GIB, 10.0)
+    };
+    let trace = trace(vec![jump("a"), jump("b")]);
+    let outcome = run(&trace, "8c/8G", "headroom");
+    assert!(outcome.completed(), "{outcome:?}");
+    assert_eq!(outcome.oom_events, 1, "{outcome:?}");
+    assert!(
+        outcome.makespan > 15.0,
+        "the retry ran alone after the other: {outcome:?}"
+    );
+}
+
+#[test]
 fn the_same_trace_and_seed_give_the_same_result() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/torch-extension.json");
     let trace = Trace::load(&path).expect("the committed corpus loads");
