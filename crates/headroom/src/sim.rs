@@ -1,9 +1,244 @@
-//! `headroom sim`: not built yet.
+//! `headroom sim`: compares scheduling policies on build traces over simulated machines, and
+//! `headroom sim generate` writes the synthetic trace corpus.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
+use headroom_sim::import::{trace_from_report, ImportOptions};
+use headroom_sim::{
+    compare, report, Machine, PolicySpec, SimConfig, Trace, Workload, ALL_POLICIES,
+};
+use headroom_store::BuildReport;
 
 /// Arguments of `headroom sim`.
 #[derive(clap::Args)]
-pub struct SimArgs {}
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    command: Option<SimCommand>,
+    /// Trace files (JSON, schema 1; see the headroom-sim crate docs), e.g. `traces/*.json`.
+    #[arg(value_name = "TRACE")]
+    traces: Vec<PathBuf>,
+    /// Machines to simulate, as cores/memory.
+    #[arg(
+        long = "machine",
+        value_name = "CORES/MEMORY",
+        value_delimiter = ',',
+        default_values = ["16c/32G", "64c/128G", "192c/1T"],
+        env = "HEADROOM_SIM_MACHINES"
+    )]
+    machines: Vec<Machine>,
+    /// Policies to compare (default: all): headroom, headroom-warm, static, static=N, ninja,
+    /// parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs.
+    #[arg(long = "policy", value_name = "POLICY", value_delimiter = ',')]
+    policies: Vec<PolicySpec>,
+    /// Seed of the run-to-run variation of peaks and durations.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Largest relative change of each job's peak and duration (0.03 = ±3%).
+    #[arg(long, default_value_t = 0.03)]
+    variation: f64,
+    /// Print every `-jN` of the static sweep, not only the best ones.
+    #[arg(long)]
+    every_static: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML page with a chart per trace and machine.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
 
-pub fn main(_args: SimArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("`headroom sim` is not built yet")
+#[derive(clap::Subcommand)]
+enum SimCommand {
+    /// Write synthetic traces that match published memory figures.
+    Generate(GenerateArgs),
+    /// Turn a `headroom build --report` JSON (or `headroom report BUILD --json`) into a trace.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// The report of one build.
+    #[arg(value_name = "REPORT.json")]
+    report: PathBuf,
+    /// Where to write the trace.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Name of the trace in reports (default: the file name of --out).
+    #[arg(long)]
+    name: Option<String>,
+    /// The machine the build ran on (default: this one).
+    #[arg(long, value_name = "CORES/MEMORY")]
+    machine: Option<Machine>,
+    /// The `-j` the build system ran with (default: the `-jN` in the build command, else the
+    /// machine's cores).
+    #[arg(long, value_name = "N")]
+    jobs_flag: Option<usize>,
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// Traces to write (default: all): flash-attention, torch-extension, lto-links, llvm-like,
+    /// rustc-heavy.
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory to write `NAME.json` into.
+    #[arg(long, default_value = "traces")]
+    out: PathBuf,
+}
+
+pub fn main(args: SimArgs) -> anyhow::Result<u8> {
+    match args.command {
+        Some(SimCommand::Generate(generate_args)) => return generate_traces(generate_args),
+        Some(SimCommand::Import(import_args)) => return import_trace(import_args),
+        None => {}
+    }
+    if args.traces.is_empty() {
+        anyhow::bail!(
+            "no trace given: pass trace files, e.g. `headroom sim traces/*.json`, or write the \
+             synthetic ones with `headroom sim generate`"
+        );
+    }
+    if !(0.0..1.0).contains(&args.variation) {
+        anyhow::bail!(
+            "--variation must be at least 0 and below 1, not {}",
+            args.variation
+        );
+    }
+    let config = SimConfig {
+        seed: args.seed,
+        variation: args.variation,
+        ..SimConfig::default()
+    };
+    let policies = if args.policies.is_empty() {
+        ALL_POLICIES.to_vec()
+    } else {
+        args.policies
+    };
+    let mut comparisons = Vec::new();
+    for path in &args.traces {
+        let trace = Trace::load(path).context("loading a trace given on the command line")?;
+        let workload = Workload::new(&trace, &config);
+        for &machine in &args.machines {
+            let comparison = compare(&workload, machine, &policies, &config)
+                .with_context(|| format!("simulating {} on {machine}", path.display()))?;
+            comparisons.push(comparison);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&comparisons)?);
+    } else {
+        print!("{}", report::table(&comparisons, args.every_static));
+    }
+    if let Some(path) = args.html {
+        std::fs::write(&path, report::html(&comparisons))
+            .with_context(|| format!("writing the --html page to {}", path.display()))?;
+    }
+    Ok(0)
+}
+
+fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
+    let names: Vec<&str> = if args.names.is_empty() {
+        SYNTHETIC_TRACES.to_vec()
+    } else {
+        args.names.iter().map(String::as_str).collect()
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating the --out directory {}", args.out.display()))?;
+    for name in names {
+        let trace = generate(name, args.seed).with_context(|| {
+            format!(
+                "`{name}` is not a synthetic trace; known: {}",
+                SYNTHETIC_TRACES.join(", ")
+            )
+        })?;
+        let path = args.out.join(format!("{name}.json"));
+        trace.save(&path)?;
+        eprintln!("wrote {} ({} jobs)", path.display(), trace.jobs.len());
+    }
+    Ok(0)
+}
+
+fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
+    let text = std::fs::read_to_string(&args.report)
+        .with_context(|| format!("reading the report {}", args.report.display()))?;
+    let report: BuildReport = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a report written by `headroom build --report` or `headroom report --json`",
+            args.report.display()
+        )
+    })?;
+    let machine = match args.machine {
+        Some(machine) => machine,
+        None => this_machine()?,
+    };
+    let name = match args.name {
+        Some(name) => name,
+        None => args
+            .out
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .context("--out has no file name; pass --name")?,
+    };
+    let jobs_flag = args
+        .jobs_flag
+        .or_else(|| jobs_flag_of(&report.build.command))
+        .unwrap_or(machine.cores);
+    let options = ImportOptions {
+        name,
+        machine,
+        jobs_flag,
+    };
+    let trace = trace_from_report(&report, &options);
+    trace.validate()?;
+    trace.save(&args.out)?;
+    eprintln!(
+        "wrote {} ({} jobs, recorded on {machine} with -j{jobs_flag})",
+        args.out.display(),
+        trace.jobs.len()
+    );
+    Ok(0)
+}
+
+/// Cores and total memory of this machine.
+fn this_machine() -> anyhow::Result<Machine> {
+    let cores = std::thread::available_parallelism()
+        .context("cannot count this machine's CPUs; pass --machine")?
+        .get();
+    let memory = headroom_probe::meminfo::read_meminfo()
+        .context("cannot read this machine's memory; pass --machine")?
+        .total;
+    Ok(Machine { cores, memory })
+}
+
+/// The `N` of `-jN`, `-j N` or `--jobs N` in a build command.
+fn jobs_flag_of(command: &str) -> Option<usize> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    words.iter().enumerate().find_map(|(index, word)| {
+        let attached = word.strip_prefix("-j").filter(|rest| !rest.is_empty());
+        let value = match (*word, attached) {
+            (_, Some(rest)) => rest,
+            ("-j" | "--jobs", None) => words.get(index + 1)?,
+            _ => return None,
+        };
+        value.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_jobs_flag_of_a_build_command() {
+        assert_eq!(jobs_flag_of("make -j4"), Some(4));
+        assert_eq!(jobs_flag_of("cargo build -j 2"), Some(2));
+        assert_eq!(jobs_flag_of("ninja --jobs 8 all"), Some(8));
+        assert_eq!(jobs_flag_of("make"), None);
+    }
 }

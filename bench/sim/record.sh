@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Records real builds with `headroom build` and imports them into traces/recorded/:
+#   zstd-sys         zstd-sys from crates.io (zstd's C sources through cc-rs), a minute at -j2
+#   rocksdb          librocksdb-sys from crates.io (RocksDB's C++ sources through cc-rs), an hour
+#   template-heavy   the bundled examples/template-heavy project, when the checkout has it
+# Usage: bench/sim/record.sh [JOBS]   (default 2; run on an otherwise quiet machine)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+jobs=${1:-2}
+cargo build -p headroom
+headroom=$repo/target/debug/headroom
+work=$(mktemp -d)
+export HEADROOM_STATE_DIR=$work/state
+mkdir -p traces/recorded
+
+# bindgen needs a libclang.so; Debian ships it as libclang-NN.so.1 only.
+if [ -z "${LIBCLANG_PATH:-}" ]; then
+    libclang=$(ls /usr/lib/llvm-*/lib/libclang-*.so.1 2>/dev/null | sort -V | tail -n 1 || true)
+    if [ -n "$libclang" ]; then
+        mkdir -p "$work/libclang"
+        ln -s "$libclang" "$work/libclang/libclang.so"
+        export LIBCLANG_PATH=$work/libclang
+    fi
+fi
+
+# record_crate NAME DEPENDENCY-LINE: builds a one-dependency crate under headroom build.
+record_crate() {
+    local name=$1 dependency=$2
+    mkdir -p "$work/$name/src"
+    printf '[package]\nname = "%s-trace"\nversion = "0.1.0"\nedition = "2021"\n[dependencies]\n%s\n' \
+        "$name" "$dependency" > "$work/$name/Cargo.toml"
+    echo 'fn main() {}' > "$work/$name/src/main.rs"
+    (cd "$work/$name" && "$headroom" build --jobs "$jobs" --report "$work/$name.json" -- cargo build -j "$jobs")
+    "$headroom" sim import "$work/$name.json" --out "traces/recorded/$name.json" --jobs-flag "$jobs"
+}
+
+record_crate zstd-sys 'zstd-sys = "2"'
+record_crate rocksdb 'librocksdb-sys = { version = "0.17", default-features = false }'
+
+if [ -f examples/template-heavy/Makefile ] || [ -f examples/template-heavy/CMakeLists.txt ]; then
+    cp -r examples/template-heavy "$work/template-heavy"
+    if [ -f "$work/template-heavy/Makefile" ]; then
+        (cd "$work/template-heavy" && "$headroom" build --jobs "$jobs" --report "$work/template.json" -- make -j "$jobs")
+    else
+        (cd "$work/template-heavy" && cmake -S . -B build -G Ninja >/dev/null &&
+            "$headroom" build --jobs "$jobs" --report "$work/template.json" -- ninja -C build -j "$jobs")
+    fi
+    "$headroom" sim import "$work/template.json" --out traces/recorded/template-heavy.json --jobs-flag "$jobs"
+else
+    echo "examples/template-heavy is not in this checkout yet: skipped" >&2
+fi
+rm -rf "$work"

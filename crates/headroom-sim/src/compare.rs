@@ -1,0 +1,88 @@
+//! Runs policies side by side on one trace and machine and says who won.
+
+use serde::Serialize;
+
+use crate::bound::LowerBound;
+use crate::engine::{simulate, Outcome};
+use crate::machine::Machine;
+use crate::policy::PolicySpec;
+use crate::workload::{SimConfig, Workload};
+use crate::SimError;
+
+/// Every policy's outcome on one trace and machine, with the lower bound.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub trace: String,
+    pub machine: String,
+    pub lower_bound: LowerBound,
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Simulates each policy of `specs` on `workload` and `machine`.
+pub fn compare(
+    workload: &Workload,
+    machine: Machine,
+    specs: &[PolicySpec],
+    config: &SimConfig,
+) -> Result<Comparison, SimError> {
+    let mut outcomes = Vec::new();
+    for spec in specs {
+        for mut policy in spec.instantiate(machine, workload) {
+            outcomes.push(simulate(workload, machine, policy.as_mut(), config)?);
+        }
+    }
+    Ok(Comparison {
+        trace: workload.name.clone(),
+        machine: machine.to_string(),
+        lower_bound: LowerBound::new(workload, machine),
+        outcomes,
+    })
+}
+
+impl Comparison {
+    /// The outcome of the named headroom run (`headroom (cold)` or `headroom (warm)`).
+    pub fn outcome(&self, policy: &str) -> Option<&Outcome> {
+        self.outcomes
+            .iter()
+            .find(|outcome| outcome.policy == policy)
+    }
+
+    /// The fastest baseline (any policy but headroom's) that had no OOM event.
+    pub fn best_zero_oom_baseline(&self) -> Option<&Outcome> {
+        self.outcomes
+            .iter()
+            .filter(|outcome| {
+                outcome.family != "headroom" && outcome.oom_events == 0 && outcome.completed()
+            })
+            .min_by(|a, b| a.makespan.total_cmp(&b.makespan))
+    }
+
+    /// The outcomes a summary shows: each policy, but of the `-jN` sweep only the fastest
+    /// zero-OOM N and the fastest N overall.
+    pub fn summary(&self) -> Vec<&Outcome> {
+        let statics: Vec<&Outcome> = self
+            .outcomes
+            .iter()
+            .filter(|outcome| outcome.family == "static")
+            .collect();
+        let fastest = |candidates: &mut dyn Iterator<Item = &&Outcome>| {
+            candidates
+                .min_by(|a, b| a.makespan.total_cmp(&b.makespan))
+                .map(|outcome| outcome.policy.clone())
+        };
+        let best_safe = fastest(
+            &mut statics
+                .iter()
+                .filter(|outcome| outcome.oom_events == 0 && outcome.completed()),
+        );
+        let best_any = fastest(&mut statics.iter().filter(|outcome| outcome.completed()));
+        self.outcomes
+            .iter()
+            .filter(|outcome| {
+                outcome.family != "static"
+                    || Some(&outcome.policy) == best_safe.as_ref()
+                    || Some(&outcome.policy) == best_any.as_ref()
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,417 @@
+//! The discrete-event simulator. It moves time from event to event (a job finishes, a job's
+//! memory curve turns, the machine runs out of memory, the policy's sampling tick) and between
+//! events every job's memory changes linearly, so the machine's total is exact at every
+//! instant: when the jobs would take more than the machine has, the kernel's OOM killer acts
+//! at that very moment and the event is counted.
+
+use headroom_sched::{Action, JobId};
+use serde::Serialize;
+
+use crate::machine::Machine;
+use crate::workload::{SimConfig, SimJob, Workload, PROGRESS_EPSILON};
+use crate::SimError;
+
+/// A running job as a policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunningJob {
+    pub id: JobId,
+    /// Bytes the job's processes use now.
+    pub bytes: u64,
+    /// Simulated second at which this attempt started.
+    pub started: f64,
+    pub suspended: bool,
+}
+
+/// What a policy may look at when it decides.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub now: f64,
+    /// True on a sampling tick, false right after another event.
+    pub tick: bool,
+    pub machine: Machine,
+    /// Running jobs, oldest attempt first.
+    pub running: &'a [RunningJob],
+}
+
+impl View<'_> {
+    /// Bytes all running jobs use, suspended ones included.
+    pub fn used(&self) -> u64 {
+        self.running.iter().map(|job| job.bytes).sum()
+    }
+
+    /// Bytes the machine can still hand out.
+    pub fn free(&self) -> u64 {
+        self.machine.memory.saturating_sub(self.used())
+    }
+}
+
+/// A scheduling policy under test. The simulator offers jobs as their dependencies finish,
+/// asks for decisions after every event and on every tick, and carries out the actions.
+/// `Action::Kill` means the policy has already requeued the job.
+pub trait Policy {
+    fn name(&self) -> String;
+    /// The family the policy belongs to (`static` for every `-jN`), for reports.
+    fn family(&self) -> &'static str;
+    /// Whether the policy samples memory on ticks; policies that act only on events skip them.
+    fn needs_ticks(&self) -> bool {
+        true
+    }
+    fn offer(&mut self, job: &SimJob);
+    fn decide(&mut self, view: &View<'_>) -> Vec<Action>;
+    fn finished(&mut self, job: &SimJob, peak: u64);
+    /// The kernel killed the job for want of memory; the policy decides how it is retried.
+    fn oom_killed(&mut self, job: &SimJob, peak: u64);
+}
+
+/// What one policy achieved on one trace and machine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub policy: String,
+    pub family: String,
+    /// Seconds from the first offer to the last job's end.
+    pub makespan: f64,
+    /// Highest total memory of the running jobs.
+    pub peak_memory: u64,
+    /// Jobs the kernel's OOM killer killed.
+    pub oom_events: u32,
+    /// Jobs the policy itself killed and requeued.
+    pub policy_kills: u32,
+    pub suspensions: u32,
+    /// Seconds of progress thrown away by kills of either kind.
+    pub wasted_seconds: f64,
+    /// Why the run stopped before every job finished (a deadlock or livelock of the policy).
+    pub stalled: Option<String>,
+}
+
+impl Outcome {
+    /// Whether every job finished.
+    pub fn completed(&self) -> bool {
+        self.stalled.is_none()
+    }
+}
+
+/// Events allowed per job before a run counts as a livelock (far above any real schedule).
+const EVENTS_PER_JOB_LIMIT: usize = 200_000;
+/// Bytes below capacity at which the kernel already counts the machine as full.
+const OOM_TOLERANCE: f64 = 1024.0;
+
+#[derive(Debug, Clone)]
+struct Run {
+    job: usize,
+    progress: f64,
+    segment: usize,
+    started: f64,
+    suspended: bool,
+    bytes: f64,
+    peak: f64,
+}
+
+/// Runs `policy` over `workload` on `machine` until every job has finished, or until the
+/// policy can make no more progress (then [`Outcome::stalled`] says why).
+pub fn simulate(
+    workload: &Workload,
+    machine: Machine,
+    policy: &mut dyn Policy,
+    config: &SimConfig,
+) -> Result<Outcome, SimError> {
+    if let Some(job) = workload
+        .jobs
+        .iter()
+        .find(|job| job.peak as f64 > machine.memory as f64 - OOM_TOLERANCE)
+    {
+        return Err(SimError::MachineTooSmall {
+            trace: workload.name.clone(),
+            machine: machine.to_string(),
+            job: job.label.clone(),
+            peak: job.peak,
+        });
+    }
+    Simulation::new(workload, machine, config, policy).run()
+}
+
+struct Simulation<'a> {
+    workload: &'a Workload,
+    machine: Machine,
+    tick: f64,
+    policy: &'a mut dyn Policy,
+    now: f64,
+    next_tick: f64,
+    runs: Vec<Run>,
+    missing_deps: Vec<usize>,
+    offered: Vec<bool>,
+    done: Vec<bool>,
+    finished: usize,
+    outcome: Outcome,
+}
+
+impl<'a> Simulation<'a> {
+    fn new(
+        workload: &'a Workload,
+        machine: Machine,
+        config: &SimConfig,
+        policy: &'a mut dyn Policy,
+    ) -> Self {
+        let outcome = Outcome {
+            policy: policy.name(),
+            family: policy.family().to_string(),
+            makespan: 0.0,
+            peak_memory: 0,
+            oom_events: 0,
+            policy_kills: 0,
+            suspensions: 0,
+            wasted_seconds: 0.0,
+            stalled: None,
+        };
+        Simulation {
+            workload,
+            machine,
+            tick: config.tick,
+            policy,
+            now: 0.0,
+            next_tick: config.tick,
+            runs: Vec::new(),
+            missing_deps: workload.jobs.iter().map(|job| job.deps.len()).collect(),
+            offered: vec![false; workload.jobs.len()],
+            done: vec![false; workload.jobs.len()],
+            finished: 0,
+            outcome,
+        }
+    }
+
+    fn run(mut self) -> Result<Outcome, SimError> {
+        let ready: Vec<usize> = (0..self.workload.jobs.len())
+            .filter(|&job| self.missing_deps[job] == 0)
+            .collect();
+        self.offer(&ready);
+        let mut tick_due = false;
+        let event_limit = EVENTS_PER_JOB_LIMIT.saturating_mul(self.workload.jobs.len().max(1));
+        for _ in 0..event_limit {
+            self.kernel_oom_kills();
+            let view_jobs = self.running_view();
+            let view = View {
+                now: self.now,
+                tick: tick_due,
+                machine: self.machine,
+                running: &view_jobs,
+            };
+            let actions = self.policy.decide(&view);
+            let sampled = tick_due || !self.policy.needs_ticks();
+            tick_due = false;
+            self.apply(&actions)?;
+            if self.used() >= self.capacity_limit() {
+                continue;
+            }
+            if self.finished == self.workload.jobs.len() {
+                return Ok(self.outcome);
+            }
+            if self.runs.is_empty() {
+                return Ok(self.stalled("nothing runs and the policy starts nothing"));
+            }
+            if sampled && actions.is_empty() && self.runs.iter().all(|run| run.suspended) {
+                return Ok(self.stalled("every running job is suspended and none is resumed"));
+            }
+            let Some(tick) = self.advance() else {
+                return Ok(self.stalled("every running job is suspended and nothing wakes one"));
+            };
+            tick_due = tick;
+            self.complete_finished_jobs();
+        }
+        Ok(self.stalled("the run did not end within its event limit (a livelock)"))
+    }
+
+    /// Ends a run that can make no more progress: the outcome says so, and its makespan is
+    /// the moment it stopped.
+    fn stalled(mut self, reason: &str) -> Outcome {
+        self.outcome.makespan = self.now;
+        self.outcome.stalled = Some(format!(
+            "stalled after {} of {} jobs: {reason}",
+            self.finished,
+            self.workload.jobs.len()
+        ));
+        self.outcome
+    }
+
+    fn capacity_limit(&self) -> f64 {
+        self.machine.memory as f64 - OOM_TOLERANCE
+    }
+
+    fn used(&self) -> f64 {
+        self.runs.iter().map(|run| run.bytes).sum()
+    }
+
+    fn running_view(&self) -> Vec<RunningJob> {
+        self.runs
+            .iter()
+            .map(|run| RunningJob {
+                id: run.job as JobId,
+                bytes: run.bytes.round() as u64,
+                started: run.started,
+                suspended: run.suspended,
+            })
+            .collect()
+    }
+
+    fn record_peak(&mut self) {
+        let used = self.used().round() as u64;
+        self.outcome.peak_memory = self.outcome.peak_memory.max(used);
+    }
+
+    fn offer(&mut self, jobs: &[usize]) {
+        for &job in jobs {
+            self.offered[job] = true;
+            self.policy.offer(&self.workload.jobs[job]);
+        }
+    }
+
+    fn position(&self, id: JobId) -> Option<usize> {
+        self.runs.iter().position(|run| run.job as JobId == id)
+    }
+
+    fn apply(&mut self, actions: &[Action]) -> Result<(), SimError> {
+        for &action in actions {
+            let invalid = || SimError::InvalidAction {
+                policy: self.outcome.policy.clone(),
+                action: format!("{action:?}"),
+            };
+            match action {
+                Action::Start(id) => {
+                    let job = usize::try_from(id).map_err(|_| invalid())?;
+                    let startable = job < self.workload.jobs.len()
+                        && self.offered[job]
+                        && !self.done[job]
+                        && self.position(id).is_none();
+                    if !startable {
+                        return Err(invalid());
+                    }
+                    let sim_job = &self.workload.jobs[job];
+                    let bytes = sim_job.memory_at(0.0, 0);
+                    self.runs.push(Run {
+                        job,
+                        progress: 0.0,
+                        segment: sim_job.segment_at(0.0, 0),
+                        started: self.now,
+                        suspended: false,
+                        bytes,
+                        peak: bytes,
+                    });
+                }
+                Action::Suspend(id) | Action::Resume(id) => {
+                    let index = self.position(id).ok_or_else(invalid)?;
+                    let suspend = matches!(action, Action::Suspend(_));
+                    if suspend && !self.runs[index].suspended {
+                        self.outcome.suspensions += 1;
+                    }
+                    self.runs[index].suspended = suspend;
+                }
+                Action::Kill(id) => {
+                    let index = self.position(id).ok_or_else(invalid)?;
+                    let run = self.runs.remove(index);
+                    self.outcome.policy_kills += 1;
+                    self.outcome.wasted_seconds += run.progress;
+                }
+            }
+        }
+        self.record_peak();
+        Ok(())
+    }
+
+    /// The kernel's OOM killer: while the machine is full, kill the job using the most memory.
+    fn kernel_oom_kills(&mut self) {
+        while !self.runs.is_empty() && self.used() >= self.capacity_limit() {
+            let largest = self
+                .runs
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.bytes.total_cmp(&b.1.bytes).then(a.0.cmp(&b.0)))
+                .map(|(index, _)| index)
+                .unwrap_or(0);
+            let run = self.runs.remove(largest);
+            self.outcome.oom_events += 1;
+            self.outcome.wasted_seconds += run.progress;
+            let job = &self.workload.jobs[run.job];
+            self.policy.oom_killed(job, run.peak.round() as u64);
+        }
+    }
+
+    /// Fraction of full speed each active job gets: all of it unless the jobs want more cores
+    /// than the machine has.
+    fn speed(&self) -> f64 {
+        let demand: f64 = self
+            .runs
+            .iter()
+            .filter(|run| !run.suspended)
+            .map(|run| self.workload.jobs[run.job].threads)
+            .sum();
+        let cores = self.machine.cores as f64;
+        if demand > cores {
+            cores / demand
+        } else {
+            1.0
+        }
+    }
+
+    /// Moves time to the next event; returns whether that event is a sampling tick, or `None`
+    /// when no event can ever come (every running job is suspended and nothing ticks).
+    fn advance(&mut self) -> Option<bool> {
+        let speed = self.speed();
+        let mut step = f64::INFINITY;
+        let mut slope = 0.0;
+        for run in self.runs.iter().filter(|run| !run.suspended) {
+            let job = &self.workload.jobs[run.job];
+            let to_end = (job.duration - run.progress).max(0.0) / speed;
+            let to_turn = (job.segment_end(run.segment) - run.progress).max(0.0) / speed;
+            step = step.min(to_end).min(to_turn);
+            slope += job.slope(run.segment) * speed;
+        }
+        if slope > 0.0 {
+            let room = (self.machine.memory as f64 - self.used()).max(0.0);
+            step = step.min(room / slope);
+        }
+        let ticks = self.policy.needs_ticks();
+        if ticks {
+            step = step.min((self.next_tick - self.now).max(0.0));
+        }
+        if !step.is_finite() {
+            return None;
+        }
+        self.now += step;
+        for run in self.runs.iter_mut().filter(|run| !run.suspended) {
+            let job = &self.workload.jobs[run.job];
+            run.progress = (run.progress + step * speed).min(job.duration);
+            run.segment = job.segment_at(run.progress, run.segment);
+            run.bytes = job.memory_at(run.progress, run.segment);
+            run.peak = run.peak.max(run.bytes);
+        }
+        self.record_peak();
+        let mut tick_due = false;
+        while ticks && self.next_tick <= self.now + PROGRESS_EPSILON {
+            tick_due = true;
+            self.next_tick += self.tick;
+        }
+        Some(tick_due)
+    }
+
+    fn complete_finished_jobs(&mut self) {
+        let workload = self.workload;
+        let (finished, running): (Vec<Run>, Vec<Run>) = std::mem::take(&mut self.runs)
+            .into_iter()
+            .partition(|run| run.progress >= workload.jobs[run.job].duration - PROGRESS_EPSILON);
+        self.runs = running;
+        let mut ready = Vec::new();
+        for run in finished {
+            self.done[run.job] = true;
+            self.finished += 1;
+            self.outcome.makespan = self.now;
+            let job = &workload.jobs[run.job];
+            self.policy.finished(job, run.peak.round() as u64);
+            for &dependent in &workload.dependents[run.job] {
+                self.missing_deps[dependent] -= 1;
+                if self.missing_deps[dependent] == 0 {
+                    ready.push(dependent);
+                }
+            }
+        }
+        ready.sort_unstable();
+        self.offer(&ready);
+    }
+}

@@ -1,0 +1,76 @@
+//! Simulated machines, named the way users describe theirs: `16c/64G` is 16 cores and 64 GiB.
+
+use std::fmt;
+use std::str::FromStr;
+
+use headroom_probe::size::{format_size, parse_size};
+use serde::Serialize;
+
+use crate::SimError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Machine {
+    pub cores: usize,
+    /// Bytes of memory the jobs can use.
+    pub memory: u64,
+}
+
+impl FromStr for Machine {
+    type Err = SimError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = |reason: String| SimError::Machine {
+            input: text.to_string(),
+            reason,
+        };
+        let (cores, memory) = text
+            .split_once('/')
+            .ok_or_else(|| invalid("there is no `/` between cores and memory".into()))?;
+        let cores: usize = cores
+            .trim()
+            .trim_end_matches(['c', 'C'])
+            .parse()
+            .map_err(|_| invalid(format!("`{cores}` is not a number of cores")))?;
+        if cores == 0 {
+            return Err(invalid("a machine needs at least 1 core".into()));
+        }
+        let memory = parse_size(memory).map_err(|err| invalid(err.to_string()))?;
+        if memory == 0 {
+            return Err(invalid("a machine needs some memory".into()));
+        }
+        Ok(Machine { cores, memory })
+    }
+}
+
+impl fmt::Display for Machine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const GIB: u64 = 1 << 30;
+        if self.memory % GIB == 0 {
+            write!(f, "{}c/{}G", self.cores, self.memory / GIB)
+        } else {
+            write!(f, "{}c/{}", self.cores, format_size(self.memory))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_cores_and_memory() {
+        let machine: Machine = "16c/64G".parse().expect("valid machine");
+        assert_eq!(
+            machine,
+            Machine {
+                cores: 16,
+                memory: 64 << 30
+            }
+        );
+        assert_eq!(machine.to_string(), "16c/64G");
+        assert_eq!("192/1T".parse::<Machine>().expect("valid").memory, 1 << 40);
+        assert!("16c".parse::<Machine>().is_err());
+        assert!("0c/8G".parse::<Machine>().is_err());
+        assert!("4c/lots".parse::<Machine>().is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! The policies the simulator can compare, and how users name them on the command line.
+
+mod baselines;
+mod headroom;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use baselines::{
+    BazelEstimate, BazelEstimates, Buck2Pressure, NinjaPools, ParallelMemfree, ParallelMemsuspend,
+    StaticJobs,
+};
+pub use headroom::{default_budget, default_prediction, Headroom};
+
+use headroom_probe::size::parse_size;
+
+use crate::engine::Policy;
+use crate::machine::Machine;
+use crate::workload::Workload;
+use crate::SimError;
+
+/// A policy as named by the user; some expand to several runs (`static` to every `-jN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySpec {
+    /// headroom with nothing known (`false`) or each job's own peak known (`true`).
+    Headroom {
+        warm: bool,
+    },
+    /// `-jN`, or every N from 1 to the machine's cores when `None`.
+    Static(Option<usize>),
+    Ninja,
+    /// GNU parallel `--memfree`; the trace's largest peak when no size is given.
+    ParallelMemfree(Option<u64>),
+    /// GNU parallel `--memsuspend`; the trace's largest peak when no size is given.
+    ParallelMemsuspend(Option<u64>),
+    Buck2,
+    Bazel(BazelEstimate),
+}
+
+/// Every policy, in report order.
+pub const ALL_POLICIES: [PolicySpec; 9] = [
+    PolicySpec::Headroom { warm: false },
+    PolicySpec::Headroom { warm: true },
+    PolicySpec::Static(None),
+    PolicySpec::Ninja,
+    PolicySpec::ParallelMemfree(None),
+    PolicySpec::ParallelMemsuspend(None),
+    PolicySpec::Buck2,
+    PolicySpec::Bazel(BazelEstimate::Fixed),
+    PolicySpec::Bazel(BazelEstimate::Inputs),
+];
+
+const POLICY_NAMES: &str = "headroom, headroom-warm, static, static=N, ninja, \
+    parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs";
+
+impl FromStr for PolicySpec {
+    type Err = SimError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = |reason: String| SimError::Policy {
+            input: text.to_string(),
+            reason: format!("{reason}; known policies: {POLICY_NAMES}"),
+        };
+        let (name, value) = match text.split_once('=') {
+            Some((name, value)) => (name.trim(), Some(value.trim())),
+            None => (text.trim(), None),
+        };
+        let size = |value: Option<&str>| {
+            value
+                .map(|value| parse_size(value).map_err(|err| invalid(err.to_string())))
+                .transpose()
+        };
+        let spec = match name {
+            "headroom" => PolicySpec::Headroom { warm: false },
+            "headroom-warm" => PolicySpec::Headroom { warm: true },
+            "static" => PolicySpec::Static(
+                value
+                    .map(|value| match value.parse::<usize>() {
+                        Ok(jobs) if jobs > 0 => Ok(jobs),
+                        _ => Err(invalid(format!("`{value}` is not a job count above 0"))),
+                    })
+                    .transpose()?,
+            ),
+            "ninja" => PolicySpec::Ninja,
+            "parallel-memfree" => PolicySpec::ParallelMemfree(size(value)?),
+            "parallel-memsuspend" => PolicySpec::ParallelMemsuspend(size(value)?),
+            "buck2" => PolicySpec::Buck2,
+            "bazel" => PolicySpec::Bazel(BazelEstimate::Fixed),
+            "bazel-inputs" => PolicySpec::Bazel(BazelEstimate::Inputs),
+            _ => return Err(invalid(format!("`{name}` is not a policy"))),
+        };
+        let takes_value = matches!(
+            spec,
+            PolicySpec::Static(_)
+                | PolicySpec::ParallelMemfree(_)
+                | PolicySpec::ParallelMemsuspend(_)
+        );
+        if value.is_some() && !takes_value {
+            return Err(invalid(format!("`{name}` takes no `=` value")));
+        }
+        Ok(spec)
+    }
+}
+
+impl fmt::Display for PolicySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicySpec::Headroom { warm: false } => write!(f, "headroom"),
+            PolicySpec::Headroom { warm: true } => write!(f, "headroom-warm"),
+            PolicySpec::Static(None) => write!(f, "static"),
+            PolicySpec::Static(Some(jobs)) => write!(f, "static={jobs}"),
+            PolicySpec::Ninja => write!(f, "ninja"),
+            PolicySpec::ParallelMemfree(_) => write!(f, "parallel-memfree"),
+            PolicySpec::ParallelMemsuspend(_) => write!(f, "parallel-memsuspend"),
+            PolicySpec::Buck2 => write!(f, "buck2"),
+            PolicySpec::Bazel(BazelEstimate::Fixed) => write!(f, "bazel"),
+            PolicySpec::Bazel(BazelEstimate::Inputs) => write!(f, "bazel-inputs"),
+        }
+    }
+}
+
+impl PolicySpec {
+    /// The policies to run for this spec on `machine`, fresh for one simulation each.
+    pub fn instantiate(&self, machine: Machine, workload: &Workload) -> Vec<Box<dyn Policy>> {
+        let largest = workload.largest_peak();
+        match *self {
+            PolicySpec::Headroom { warm } => vec![Box::new(Headroom::new(machine, warm))],
+            PolicySpec::Static(Some(jobs)) => vec![Box::new(StaticJobs::new(jobs))],
+            PolicySpec::Static(None) => (1..=machine.cores)
+                .map(|jobs| Box::new(StaticJobs::new(jobs)) as Box<dyn Policy>)
+                .collect(),
+            PolicySpec::Ninja => vec![Box::new(NinjaPools::new(machine))],
+            PolicySpec::ParallelMemfree(size) => vec![Box::new(ParallelMemfree::new(
+                machine,
+                size.unwrap_or(largest),
+            ))],
+            PolicySpec::ParallelMemsuspend(size) => vec![Box::new(ParallelMemsuspend::new(
+                machine,
+                size.unwrap_or(largest),
+            ))],
+            PolicySpec::Buck2 => vec![Box::new(Buck2Pressure::new(machine))],
+            PolicySpec::Bazel(estimate) => vec![Box::new(BazelEstimates::new(machine, estimate))],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_name_round_trips() {
+        for spec in ALL_POLICIES {
+            assert_eq!(spec.to_string().parse::<PolicySpec>().ok(), Some(spec));
+        }
+        assert_eq!(
+            "static=8".parse::<PolicySpec>().ok(),
+            Some(PolicySpec::Static(Some(8)))
+        );
+        assert_eq!(
+            "parallel-memfree=4G".parse::<PolicySpec>().ok(),
+            Some(PolicySpec::ParallelMemfree(Some(4 << 30)))
+        );
+        assert!("static=0".parse::<PolicySpec>().is_err());
+        assert!("ninja=3".parse::<PolicySpec>().is_err());
+        assert!("make".parse::<PolicySpec>().is_err());
+    }
+}

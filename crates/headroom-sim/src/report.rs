@@ -1,0 +1,179 @@
+//! Reports of a comparison: a plain-text table for people, and a self-contained HTML page with
+//! one SVG bar chart per trace and machine (JSON comes straight from serde).
+
+use std::fmt::Write;
+
+use headroom_probe::size::format_size;
+
+use crate::compare::Comparison;
+use crate::engine::Outcome;
+
+/// Makespan over the lower bound.
+fn ratio(outcome: &Outcome, comparison: &Comparison) -> f64 {
+    outcome.makespan / comparison.lower_bound.seconds
+}
+
+/// The verdict line under each trace × machine: headroom against the bound and the best
+/// baseline that had no OOM event.
+fn verdict(comparison: &Comparison) -> String {
+    let bound = &comparison.lower_bound;
+    let mut line = format!(
+        "lower bound {:.1}s (cpu {:.1}s, memory {:.1}s, critical path {:.1}s)",
+        bound.seconds, bound.cpu, bound.memory, bound.critical_path
+    );
+    let best = comparison.best_zero_oom_baseline();
+    for name in ["headroom (cold)", "headroom (warm)"] {
+        let Some(outcome) = comparison.outcome(name) else {
+            continue;
+        };
+        if !outcome.completed() {
+            let _ = write!(line, "; {name} stalled");
+            continue;
+        }
+        let _ = write!(line, "; {name} {:.2}× bound", ratio(outcome, comparison));
+        if let Some(best) = best {
+            let _ = write!(
+                line,
+                ", {:.2}× {}",
+                outcome.makespan / best.makespan,
+                best.policy
+            );
+        }
+    }
+    line
+}
+
+/// A table of every comparison; of the `-jN` sweep only the best N are shown unless
+/// `every_static` is set.
+pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
+    let mut text = String::new();
+    for comparison in comparisons {
+        let _ = writeln!(text, "{} on {}", comparison.trace, comparison.machine);
+        let _ = writeln!(
+            text,
+            "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}",
+            "policy", "makespan", "×bound", "peak", "OOM", "kills", "susp", "wasted"
+        );
+        let shown: Vec<&Outcome> = if every_static {
+            comparison.outcomes.iter().collect()
+        } else {
+            comparison.summary()
+        };
+        for outcome in shown {
+            let (makespan, versus_bound) = if outcome.completed() {
+                (
+                    format!("{:.1}s", outcome.makespan),
+                    format!("{:.2}", ratio(outcome, comparison)),
+                )
+            } else {
+                ("stalled".to_string(), "-".to_string())
+            };
+            let _ = writeln!(
+                text,
+                "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>9.1}s",
+                outcome.policy,
+                makespan,
+                versus_bound,
+                format_size(outcome.peak_memory),
+                outcome.oom_events,
+                outcome.policy_kills,
+                outcome.suspensions,
+                outcome.wasted_seconds
+            );
+        }
+        for outcome in &comparison.outcomes {
+            if let Some(reason) = &outcome.stalled {
+                let _ = writeln!(text, "  {}: {reason}", outcome.policy);
+            }
+        }
+        let _ = writeln!(text, "  {}\n", verdict(comparison));
+    }
+    text
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const BAR_HEIGHT: f64 = 18.0;
+const LABEL_WIDTH: f64 = 230.0;
+const CHART_WIDTH: f64 = 900.0;
+
+/// One SVG bar chart of makespans for one machine: headroom in blue, zero-OOM baselines in
+/// grey, baselines with OOM events in red, and the lower bound as a dashed line.
+fn chart(comparison: &Comparison) -> String {
+    let outcomes = comparison.summary();
+    let longest = outcomes
+        .iter()
+        .map(|outcome| outcome.makespan)
+        .fold(comparison.lower_bound.seconds, f64::max);
+    let plot = CHART_WIDTH - LABEL_WIDTH - 160.0;
+    let x = |seconds: f64| LABEL_WIDTH + plot * seconds / longest;
+    let height = (outcomes.len() as f64 + 1.5) * BAR_HEIGHT * 1.4;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height:.0}" font-family="sans-serif" font-size="12">"#
+    );
+    for (row, outcome) in outcomes.iter().enumerate() {
+        let y = (row as f64 + 0.5) * BAR_HEIGHT * 1.4;
+        let color = match (outcome.family.as_str(), outcome.oom_events) {
+            _ if !outcome.completed() => "#e53e3e",
+            ("headroom", _) => "#2b6cb0",
+            (_, 0) => "#a0aec0",
+            _ => "#e53e3e",
+        };
+        let note = if !outcome.completed() {
+            " (stalled)".to_string()
+        } else if outcome.oom_events > 0 {
+            format!(" ({} OOM)", outcome.oom_events)
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text><rect x="{LABEL_WIDTH}" y="{y:.1}" width="{:.1}" height="{BAR_HEIGHT}" fill="{color}"/><text x="{:.1}" y="{:.1}">{:.0}s{}</text>"#,
+            LABEL_WIDTH - 6.0,
+            y + 13.0,
+            escape(&outcome.policy),
+            x(outcome.makespan) - LABEL_WIDTH,
+            x(outcome.makespan) + 4.0,
+            y + 13.0,
+            outcome.makespan,
+            note
+        );
+    }
+    let bound = x(comparison.lower_bound.seconds);
+    let _ = write!(
+        svg,
+        r##"<line x1="{bound:.1}" y1="0" x2="{bound:.1}" y2="{:.1}" stroke="#000" stroke-dasharray="4 3"/><text x="{bound:.1}" y="{:.1}">lower bound {:.0}s</text></svg>"##,
+        height - BAR_HEIGHT,
+        height - 4.0,
+        comparison.lower_bound.seconds
+    );
+    svg
+}
+
+/// A self-contained HTML page: for each trace, a chart and a verdict per machine.
+pub fn html(comparisons: &[Comparison]) -> String {
+    let mut page = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>headroom sim</title></head>\n<body style=\"font-family:sans-serif\">\n<h1>headroom sim</h1>\n",
+    );
+    let mut previous_trace = None;
+    for comparison in comparisons {
+        if previous_trace != Some(&comparison.trace) {
+            let _ = writeln!(page, "<h2>{}</h2>", escape(&comparison.trace));
+            previous_trace = Some(&comparison.trace);
+        }
+        let _ = write!(
+            page,
+            "<h3>{}</h3>\n<p>{}</p>\n{}\n",
+            escape(&comparison.machine),
+            escape(&verdict(comparison)),
+            chart(comparison)
+        );
+    }
+    page.push_str("</body></html>\n");
+    page
+}

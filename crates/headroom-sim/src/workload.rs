@@ -1,0 +1,233 @@
+//! A trace turned into what one simulation run needs: each job's memory curve over its own
+//! progress, its CPU demand, its dependents, and the run-to-run variation drawn from the seed
+//! (the same translation unit never peaks at exactly the same bytes twice).
+
+use std::collections::HashMap;
+
+use headroom_sched::JobId;
+
+use crate::trace::{JobKind, Trace};
+
+/// How a run departs from the recorded trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimConfig {
+    /// Seconds between the policy's sampling ticks (the live governor samples every 100 ms).
+    pub tick: f64,
+    /// Seeds the run-to-run variation.
+    pub seed: u64,
+    /// Largest relative change of each job's peak and duration against the trace (0.03 = ±3%).
+    pub variation: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            tick: 0.1,
+            seed: 1,
+            variation: 0.03,
+        }
+    }
+}
+
+/// One job as this run sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimJob {
+    pub id: JobId,
+    pub label: String,
+    /// The job's group key, numbered in order of first appearance in the trace.
+    pub group: u64,
+    pub kind: JobKind,
+    pub deps: Vec<usize>,
+    /// Seconds of work at full speed.
+    pub duration: f64,
+    /// Cores the job keeps busy while it runs (at least one).
+    pub threads: f64,
+    /// The peak this run reaches.
+    pub peak: u64,
+    /// The peak recorded in the trace: what a warm history knows about the job.
+    pub history_peak: u64,
+    pub input_bytes: Option<u64>,
+    /// (seconds of progress, bytes) points, first at 0 and last at `duration`.
+    curve: Vec<(f64, f64)>,
+}
+
+/// Progress within this much of a breakpoint or of the end counts as reaching it, so that
+/// rounding never leaves a sliver of work that takes an event of its own.
+pub(crate) const PROGRESS_EPSILON: f64 = 1e-9;
+
+impl SimJob {
+    /// Index of the curve segment that `progress` lies in, searching forward from `from`.
+    pub(crate) fn segment_at(&self, progress: f64, from: usize) -> usize {
+        let mut segment = from;
+        while segment + 2 < self.curve.len()
+            && progress >= self.curve[segment + 1].0 - PROGRESS_EPSILON
+        {
+            segment += 1;
+        }
+        segment
+    }
+
+    /// Bytes in use after `progress` seconds of work, within `segment`.
+    pub(crate) fn memory_at(&self, progress: f64, segment: usize) -> f64 {
+        let (start, low) = self.curve[segment];
+        let (end, high) = self.curve[segment + 1];
+        if end <= start {
+            return high;
+        }
+        let fraction = ((progress - start) / (end - start)).clamp(0.0, 1.0);
+        low + (high - low) * fraction
+    }
+
+    /// Bytes gained per second of progress within `segment`.
+    pub(crate) fn slope(&self, segment: usize) -> f64 {
+        let (start, low) = self.curve[segment];
+        let (end, high) = self.curve[segment + 1];
+        if end <= start {
+            0.0
+        } else {
+            (high - low) / (end - start)
+        }
+    }
+
+    /// Progress at which `segment` ends.
+    pub(crate) fn segment_end(&self, segment: usize) -> f64 {
+        self.curve[segment + 1].0
+    }
+
+    /// Byte-seconds the job occupies over its life when it runs undisturbed.
+    pub fn memory_area(&self) -> f64 {
+        self.curve
+            .windows(2)
+            .map(|pair| (pair[1].0 - pair[0].0) * (pair[0].1 + pair[1].1) / 2.0)
+            .sum()
+    }
+
+    /// Core-seconds the job consumes.
+    pub fn core_seconds(&self) -> f64 {
+        self.duration * self.threads
+    }
+}
+
+/// A trace prepared for simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub name: String,
+    pub jobs: Vec<SimJob>,
+    /// For each job, the jobs that list it as a dependency.
+    pub dependents: Vec<Vec<usize>>,
+}
+
+impl Workload {
+    /// Prepares `trace` (which must have passed [`Trace::validate`]) for a run.
+    pub fn new(trace: &Trace, config: &SimConfig) -> Workload {
+        let mut rng = fastrand::Rng::with_seed(config.seed);
+        let mut vary = || 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
+        let mut groups: HashMap<&str, u64> = HashMap::new();
+        let mut dependents = vec![Vec::new(); trace.jobs.len()];
+        let mut jobs = Vec::with_capacity(trace.jobs.len());
+        for (index, job) in trace.jobs.iter().enumerate() {
+            let next_group = groups.len() as u64;
+            let group = *groups.entry(job.group.as_str()).or_insert(next_group);
+            for &dep in &job.deps {
+                dependents[dep].push(index);
+            }
+            let peak_factor = vary();
+            let duration = job.duration * vary();
+            let peak = (job.peak as f64 * peak_factor).round().max(1.0);
+            jobs.push(SimJob {
+                id: index as JobId,
+                label: job.label.clone(),
+                group,
+                kind: job.kind,
+                deps: job.deps.clone(),
+                duration,
+                threads: (job.cpu / job.duration).max(1.0),
+                peak: peak as u64,
+                history_peak: job.peak,
+                input_bytes: job.input_bytes,
+                curve: curve(&job.profile, job.duration, duration, peak),
+            });
+        }
+        Workload {
+            name: trace.name.clone(),
+            jobs,
+            dependents,
+        }
+    }
+
+    /// The largest peak of any job in this run.
+    pub fn largest_peak(&self) -> u64 {
+        self.jobs.iter().map(|job| job.peak).max().unwrap_or(0)
+    }
+}
+
+/// Scales a recorded profile to a curve that starts at progress 0, ends at `duration` and
+/// peaks at `peak`. A missing or empty profile becomes a straight ramp from 0 to the peak.
+fn curve(profile: &[(f64, u64)], recorded: f64, duration: f64, peak: f64) -> Vec<(f64, f64)> {
+    let highest = profile.iter().map(|&(_, bytes)| bytes).max().unwrap_or(0);
+    if highest == 0 {
+        return vec![(0.0, 0.0), (duration, peak)];
+    }
+    let time_scale = duration / recorded;
+    let byte_scale = peak / highest as f64;
+    let mut points = vec![(0.0, 0.0)];
+    for &(seconds, bytes) in profile {
+        let at = (seconds.min(recorded) * time_scale).max(points[points.len() - 1].0);
+        points.push((at, bytes as f64 * byte_scale));
+    }
+    let last = points[points.len() - 1];
+    if last.0 < duration {
+        points.push((duration, last.1));
+    }
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(profile: Vec<(f64, u64)>) -> SimJob {
+        let trace = Trace {
+            schema: crate::trace::SCHEMA,
+            name: "t".into(),
+            source: None,
+            recorded: None,
+            jobs: vec![crate::trace::TraceJob {
+                label: "a.o".into(),
+                group: "cc".into(),
+                kind: JobKind::Compile,
+                deps: vec![],
+                peak: 1000,
+                duration: 10.0,
+                cpu: 20.0,
+                profile,
+                input_bytes: None,
+            }],
+        };
+        let config = SimConfig {
+            variation: 0.0,
+            ..SimConfig::default()
+        };
+        Workload::new(&trace, &config).jobs.remove(0)
+    }
+
+    #[test]
+    fn a_profile_is_scaled_to_the_peak_and_interpolated() {
+        let job = job(vec![(2.0, 50), (5.0, 100), (8.0, 60)]);
+        assert_eq!(job.threads, 2.0);
+        let at = |progress: f64| job.memory_at(progress, job.segment_at(progress, 0));
+        assert_eq!(at(0.0), 0.0);
+        assert_eq!(at(2.0), 500.0);
+        assert_eq!(at(3.5), 750.0);
+        assert_eq!(at(5.0), 1000.0);
+        assert_eq!(at(9.0), 600.0);
+        assert_eq!(at(10.0), 600.0);
+    }
+
+    #[test]
+    fn no_profile_is_a_ramp_to_the_peak() {
+        let job = job(vec![]);
+        assert_eq!(job.memory_at(5.0, job.segment_at(5.0, 0)), 500.0);
+        assert_eq!(job.memory_area(), 5000.0);
+    }
+}

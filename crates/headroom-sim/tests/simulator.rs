@@ -1,0 +1,183 @@
+//! The simulator end to end on small, hand-made traces whose outcome can be worked out by hand,
+//! and on the committed corpus for determinism.
+
+use std::path::Path;
+
+use headroom_sim::{
+    compare, simulate, JobKind, Machine, PolicySpec, SimConfig, Trace, TraceJob, Workload,
+    ALL_POLICIES, SCHEMA,
+};
+
+const GIB: u64 = 1 << 30;
+
+fn ramp_job(label: &str, peak: u64, duration: f64) -> TraceJob {
+    TraceJob {
+        label: label.into(),
+        group: "cc".into(),
+        kind: JobKind::Compile,
+        deps: Vec::new(),
+        peak,
+        duration,
+        cpu: duration,
+        profile: Vec::new(),
+        input_bytes: None,
+    }
+}
+
+fn trace(jobs: Vec<TraceJob>) -> Trace {
+    Trace {
+        schema: SCHEMA,
+        name: "hand-made".into(),
+        source: None,
+        recorded: None,
+        jobs,
+    }
+}
+
+fn exact() -> SimConfig {
+    SimConfig {
+        variation: 0.0,
+        ..SimConfig::default()
+    }
+}
+
+fn run(trace: &Trace, machine: &str, policy: &str) -> headroom_sim::Outcome {
+    let machine: Machine = machine.parse().expect("valid machine");
+    let spec: PolicySpec = policy.parse().expect("valid policy");
+    let workload = Workload::new(trace, &exact());
+    let mut policies = spec.instantiate(machine, &workload);
+    simulate(&workload, machine, policies[0].as_mut(), &exact()).expect("valid run")
+}
+
+#[test]
+fn the_kernel_kills_the_largest_job_the_moment_memory_runs_out() {
+    // Two ramps to 6 GiB over 10 s on 8 GiB: together they reach 8 GiB at 6.67 s. The
+    // kernel kills one (6.67 s of work lost); -j2 reruns it after the other ends at 10 s.
+    let trace = trace(vec![
+        ramp_job("a", 6 * GIB, 10.0),
+        ramp_job("b", 6 * GIB, 10.0),
+    ]);
+    let outcome = run(&trace, "2c/8G", "static=2");
+    assert_eq!(outcome.oom_events, 1);
+    assert!(outcome.peak_memory <= 8 * GIB);
+    assert!(
+        (outcome.wasted_seconds - 20.0 / 3.0).abs() < 1e-6,
+        "{outcome:?}"
+    );
+    assert!(
+        (outcome.makespan - (20.0 / 3.0 + 10.0)).abs() < 1e-6,
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn jobs_wanting_more_cores_than_the_machine_has_slow_down_alike() {
+    let mut heavy = ramp_job("threads", GIB, 10.0);
+    heavy.cpu = 40.0; // four threads
+    let trace = trace(vec![heavy, ramp_job("single", GIB, 10.0)]);
+    // Five threads on two cores: everything runs at 2/5 speed until the single job ends.
+    let outcome = run(&trace, "2c/8G", "static=2");
+    assert_eq!(outcome.oom_events, 0);
+    assert!((outcome.makespan - 25.0).abs() < 1e-6, "{outcome:?}");
+}
+
+#[test]
+fn dependencies_hold_back_a_job_until_they_finish() {
+    let mut link = ramp_job("link", GIB, 5.0);
+    link.kind = JobKind::Link;
+    link.deps = vec![0, 1];
+    let trace = trace(vec![ramp_job("a", GIB, 3.0), ramp_job("b", GIB, 7.0), link]);
+    for policy in ["headroom", "static=4", "ninja", "bazel"] {
+        let outcome = run(&trace, "4c/8G", policy);
+        assert!(
+            (outcome.makespan - 12.0).abs() < 1e-6,
+            "{policy}: {outcome:?}"
+        );
+    }
+}
+
+#[test]
+fn headroom_learns_a_group_and_stops_overcommitting() {
+    // Twelve 3 GiB jobs on 8c/16G: cold headroom first predicts 14/8 GiB per job and relies on
+    // its safety net, but it never lets the kernel kill anything.
+    let jobs = (0..12)
+        .map(|index| ramp_job(&format!("unit{index}.o"), 3 * GIB, 20.0))
+        .collect();
+    let trace = trace(jobs);
+    for policy in ["headroom", "headroom-warm"] {
+        let outcome = run(&trace, "8c/16G", policy);
+        assert!(outcome.completed(), "{policy}: {outcome:?}");
+        assert_eq!(outcome.oom_events, 0, "{policy}: {outcome:?}");
+    }
+    assert!(run(&trace, "8c/16G", "static=8").oom_events > 0);
+}
+
+#[test]
+fn headroom_retries_a_job_the_kernel_killed_alone() {
+    // Both jobs jump from 100 MiB to 5 GiB within 10 ms, faster than the 100 ms sampling
+    // tick, so the safety net cannot act: the kernel kills one, and the governor reruns it
+    // alone instead of beside the other.
+    let jump = |label: &str| TraceJob {
+        profile: vec![(5.0, 100 << 20), (5.01, 5 * GIB), (10.0, 5 * GIB)],
+        ..ramp_job(label, 5 * GIB, 10.0)
+    };
+    let trace = trace(vec![jump("a"), jump("b")]);
+    let outcome = run(&trace, "8c/8G", "headroom");
+    assert!(outcome.completed(), "{outcome:?}");
+    assert_eq!(outcome.oom_events, 1, "{outcome:?}");
+    assert!(
+        outcome.makespan > 15.0,
+        "the retry ran alone after the other: {outcome:?}"
+    );
+}
+
+#[test]
+fn the_same_trace_and_seed_give_the_same_result() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/torch-extension.json");
+    let trace = Trace::load(&path).expect("the committed corpus loads");
+    let machine: Machine = "16c/32G".parse().expect("valid machine");
+    let config = SimConfig::default();
+    let first = compare(
+        &Workload::new(&trace, &config),
+        machine,
+        &ALL_POLICIES,
+        &config,
+    );
+    let again = compare(
+        &Workload::new(&trace, &config),
+        machine,
+        &ALL_POLICIES,
+        &config,
+    );
+    let first = first.expect("runs");
+    assert_eq!(first, again.expect("runs"));
+    // And the seed matters, so the check above could fail.
+    let other = SimConfig { seed: 2, ..config };
+    let reseeded = compare(
+        &Workload::new(&trace, &other),
+        machine,
+        &ALL_POLICIES,
+        &other,
+    );
+    assert_ne!(first, reseeded.expect("runs"));
+}
+
+/// A flaw of `headroom_sched` that the simulator found (proposed fix in BENCHMARKS.md): when
+/// the oldest job finishes while younger suspended jobs hold 92% or more of the budget,
+/// nothing resumes them, and the build hangs. Un-ignore once the scheduler resumes its oldest
+/// job whenever that job is suspended.
+#[test]
+#[ignore = "headroom-sched deadlock: the oldest remaining job stays suspended; fix proposed to the lead"]
+fn headroom_resumes_the_oldest_job_when_the_older_ones_finish() {
+    // Budget on 10c/12G is 12 - 1.2 = 10.8 GiB; 92% of it is 9.94 GiB. Cold, each job is
+    // predicted at 1.08 GiB, so all three start; the two big ones pass 9.94 GiB together and
+    // are suspended, youngest first; when the small oldest job ends they still hold 10 GiB.
+    let big = 51 * GIB / 10;
+    let trace = trace(vec![
+        ramp_job("small", GIB / 8, 30.0),
+        ramp_job("big1", big, 10.0),
+        ramp_job("big2", big, 10.0),
+    ]);
+    let outcome = run(&trace, "10c/12G", "headroom");
+    assert!(outcome.completed(), "{outcome:?}");
+}

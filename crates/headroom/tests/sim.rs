@@ -1,0 +1,96 @@
+//! `headroom sim` as users run it: the built binary on the committed trace corpus.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn headroom() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+}
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces")
+}
+
+#[test]
+fn generate_reproduces_the_committed_synthetic_corpus() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let status = headroom()
+        .args(["sim", "generate", "--seed", "1", "--out"])
+        .arg(out.path())
+        .status()
+        .expect("headroom runs");
+    assert!(status.success());
+    for name in [
+        "flash-attention",
+        "torch-extension",
+        "lto-links",
+        "llvm-like",
+        "rustc-heavy",
+    ] {
+        let file = format!("{name}.json");
+        let generated = std::fs::read(out.path().join(&file)).expect("generated trace");
+        let committed = std::fs::read(corpus().join(&file)).expect("committed trace");
+        assert!(
+            generated == committed,
+            "traces/{file} differs from `headroom sim generate --seed 1`"
+        );
+    }
+}
+
+#[test]
+fn sim_prints_json_per_trace_machine_and_policy() {
+    let html = tempfile::NamedTempFile::new().expect("temp file");
+    let output = headroom()
+        .args([
+            "sim",
+            "--machine",
+            "16c/32G,2c/24G",
+            "--policy",
+            "headroom,static",
+            "--json",
+        ])
+        .arg(corpus().join("torch-extension.json"))
+        .arg("--html")
+        .arg(html.path())
+        .output()
+        .expect("headroom runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let comparisons: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("valid JSON");
+    let comparisons = comparisons.as_array().expect("a list");
+    assert_eq!(comparisons.len(), 2);
+    let first = &comparisons[0];
+    assert_eq!(first["trace"], "torch-extension");
+    assert_eq!(first["machine"], "16c/32G");
+    // headroom, then -j1 to -j16.
+    assert_eq!(first["outcomes"].as_array().expect("outcomes").len(), 17);
+    assert!(first["lower_bound"]["seconds"].as_f64().expect("bound") > 0.0);
+    let page = std::fs::read_to_string(html.path()).expect("html written");
+    assert!(page.contains("<svg") && page.contains("2c/24G"));
+}
+
+#[test]
+fn bad_input_exits_2_and_names_the_fix() {
+    let output = headroom()
+        .args(["sim", "--machine", "16 cores"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("16c/64G"));
+
+    let output = headroom().arg("sim").output().expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("headroom sim generate"));
+
+    let output = headroom()
+        .args(["sim", "missing-trace.json"])
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("missing-trace.json"));
+}
