@@ -7,8 +7,9 @@
 //! A job bigger than the whole budget runs alone.
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
-//! suspended (its growth stops) and resumed when there is room again; past the budget, or when
-//! the machine itself is nearly out, the youngest job is killed and requeued. The oldest
+//! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
+//! quarter of the budget, the youngest of them is killed and requeued instead; past the
+//! budget, or when the machine itself is nearly out, the youngest job is killed and requeued. The oldest
 //! running job is never suspended or killed, so the build always makes progress.
 
 use std::collections::VecDeque;
@@ -197,18 +198,33 @@ impl Scheduler {
         let budget = self.limits.budget as f64;
         let machine_short = machine_left.is_some_and(|left| left < self.thresholds.machine_reserve);
         if (self.used() > self.limits.budget || machine_short) && self.running.len() > 1 {
-            let victim = self.running.pop().expect("more than one job runs");
-            let predicted = victim.predicted.max(victim.peak);
-            self.queue.push_front(Queued {
-                id: victim.id,
-                predicted,
-                alone: victim.alone,
-                overtaken: 0,
-            });
-            actions.push(Action::Kill(victim.id));
+            self.kill_and_requeue(self.running.len() - 1, actions);
             return;
         }
+        // When older jobs finish, the oldest remaining one may be a suspended one: it runs.
+        if let Some(oldest) = self.running.first_mut().filter(|job| job.suspended) {
+            oldest.suspended = false;
+            actions.push(Action::Resume(oldest.id));
+        }
         if self.used() as f64 >= self.thresholds.suspend_at * budget {
+            // Stopped jobs keep their memory: past a quarter of the budget, stopping more
+            // only trades progress for nothing, so the youngest stopped job gives its memory
+            // back and starts again later with what it was seen to need.
+            let held: u64 = self
+                .running
+                .iter()
+                .filter(|job| job.suspended)
+                .map(|job| job.current)
+                .sum();
+            let youngest_suspended = self
+                .running
+                .iter()
+                .rposition(|job| job.suspended)
+                .filter(|&i| i > 0);
+            if let Some(index) = youngest_suspended.filter(|_| held > self.limits.budget / 4) {
+                self.kill_and_requeue(index, actions);
+                return;
+            }
             let youngest_active = self
                 .running
                 .iter_mut()
@@ -237,6 +253,20 @@ impl Scheduler {
                 break;
             }
         }
+    }
+
+    /// Kills the running job at `index` and puts it at the front of the queue, predicted at
+    /// no less than it was seen to use.
+    fn kill_and_requeue(&mut self, index: usize, actions: &mut Vec<Action>) {
+        let victim = self.running.remove(index);
+        let predicted = victim.predicted.max(victim.peak);
+        self.queue.push_front(Queued {
+            id: victim.id,
+            predicted,
+            alone: victim.alone,
+            overtaken: 0,
+        });
+        actions.push(Action::Kill(victim.id));
     }
 
     fn admit(&mut self, actions: &mut Vec<Action>) {
@@ -367,14 +397,33 @@ mod tests {
         s.observe(3, 2 * GIB + GIB / 2);
         assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
         assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
-        // The oldest is never suspended.
-        assert_eq!(s.decide(None), Vec::new());
-        s.observe(1, 5 * GIB);
+        // Stopped jobs now hold 5.5 GiB, over a quarter of the budget: the youngest gives it back.
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
         assert!(s.is_queued(3));
-        // Room again: job 2 resumes, then job 3 is started again once job 1 is gone.
-        s.remove(1);
+        // Room again: job 2 resumes and job 3 starts again at what it was seen to use.
         assert_eq!(s.decide(None), vec![Action::Resume(2), Action::Start(3)]);
+        // Past the budget the youngest is killed outright; the oldest is never touched.
+        s.observe(1, 6 * GIB);
+        s.observe(3, 2 * GIB);
+        assert_eq!(s.decide(None), vec![Action::Kill(3)]);
+        s.remove(1);
+        assert_eq!(s.decide(None), vec![Action::Start(3)]);
+    }
+
+    #[test]
+    fn the_oldest_remaining_job_runs_even_if_it_was_suspended() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 2,
+        });
+        s.submit(1, GIB, false);
+        s.submit(2, GIB, false);
+        assert_eq!(starts(&s.decide(None)), vec![1, 2]);
+        s.observe(1, 7 * GIB);
+        s.observe(2, 2 * GIB + GIB / 2);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        s.remove(1);
+        assert_eq!(s.decide(None), vec![Action::Resume(2)]);
     }
 
     #[test]

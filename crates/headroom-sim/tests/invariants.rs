@@ -110,7 +110,6 @@ proptest! {
 
     /// Fails today: see `headroom_resumes_the_oldest_job_when_the_older_ones_finish`.
     #[test]
-    #[ignore = "headroom-sched deadlock: the oldest remaining job stays suspended; fix proposed to the lead"]
     fn headroom_completes_every_job((machine, trace, seed) in scenario()) {
         for outcome in outcomes(machine, &trace, seed) {
             prop_assert!(outcome.completed(), "{}: {:?}", outcome.policy, outcome.stalled);

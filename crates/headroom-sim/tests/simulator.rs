@@ -167,7 +167,6 @@ fn the_same_trace_and_seed_give_the_same_result() {
 /// nothing resumes them, and the build hangs. Un-ignore once the scheduler resumes its oldest
 /// job whenever that job is suspended.
 #[test]
-#[ignore = "headroom-sched deadlock: the oldest remaining job stays suspended; fix proposed to the lead"]
 fn headroom_resumes_the_oldest_job_when_the_older_ones_finish() {
     // Budget on 10c/12G is 12 - 1.2 = 10.8 GiB; 92% of it is 9.94 GiB. Cold, each job is
     // predicted at 1.08 GiB, so all three start; the two big ones pass 9.94 GiB together and
