@@ -5,6 +5,7 @@
 //! Race-free start: the socket is bound here, before the governor process exists, and handed
 //! to it as fd 3; no shim can ever find the socket missing.
 
+use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -115,9 +116,7 @@ impl Session {
         let mut dirs = vec![self.shim_dir.clone()];
         dirs.extend(std::env::split_paths(&path));
         command.env("PATH", std::env::join_paths(dirs).unwrap_or(path));
-        command
-            .env(SOCKET_ENV, &self.socket)
-            .env(SHIM_DIR_ENV, &self.shim_dir);
+        command.envs(self.launcher_env());
         let unset = |name: &str| std::env::var_os(name).is_none();
         for name in [
             "CMAKE_C_COMPILER_LAUNCHER",
@@ -146,11 +145,13 @@ impl Session {
         }
     }
 
-    /// Only the socket and shim variables, for running compile jobs through the launcher.
-    pub fn connect(&self, command: &mut Command) {
-        command
-            .env(SOCKET_ENV, &self.socket)
-            .env(SHIM_DIR_ENV, &self.shim_dir);
+    /// The variables that lead a launcher to this session's governor, for running compile
+    /// jobs as `LAUNCHER COMPILER ARGS…`.
+    pub fn launcher_env(&self) -> Vec<(OsString, OsString)> {
+        vec![
+            (SOCKET_ENV.into(), self.socket.clone().into_os_string()),
+            (SHIM_DIR_ENV.into(), self.shim_dir.clone().into_os_string()),
+        ]
     }
 
     /// Ends the session: the governor resumes anything stopped (and kills every job if

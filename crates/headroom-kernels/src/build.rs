@@ -31,6 +31,8 @@ pub struct BuildOptions {
     pub max_cache_bytes: Option<u64>,
     /// Where to look for toolchains instead of `$PATH`.
     pub search_path: Option<OsString>,
+    /// Run every compile through this launcher (the memory governor's), when set.
+    pub launcher: Option<exec::Launcher>,
 }
 
 impl Default for BuildOptions {
@@ -42,6 +44,7 @@ impl Default for BuildOptions {
             progress: false,
             max_cache_bytes: None,
             search_path: None,
+            launcher: None,
         }
     }
 }
@@ -484,6 +487,7 @@ pub fn build(
         &jobs,
         options.jobs,
         !options.keep_going,
+        options.launcher.as_ref(),
         &progress,
         |index, outcome| {
             let pending = &pending[index];

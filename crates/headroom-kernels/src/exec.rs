@@ -17,6 +17,14 @@ pub struct Job {
     pub steps: Vec<Vec<OsString>>,
 }
 
+/// A program every compile command runs through, such as `headroom-launch`, which hands each
+/// compile to the memory governor of `headroom build`; with the variables that lead it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    pub program: std::path::PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+}
+
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -47,7 +55,7 @@ fn tail(text: &str) -> String {
     text[start..].trim().to_string()
 }
 
-fn run_job(job: &Job) -> Outcome {
+fn run_job(job: &Job, launcher: Option<&Launcher>) -> Outcome {
     for argv in &job.steps {
         let Some((program, args)) = argv.split_first() else {
             continue;
@@ -57,11 +65,17 @@ fn run_job(job: &Job) -> Outcome {
             .map(|arg| arg.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ");
-        let output = match Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-        {
+        let mut process = match launcher {
+            Some(launcher) => {
+                let mut process = Command::new(&launcher.program);
+                process
+                    .arg(program)
+                    .envs(launcher.env.iter().map(|(k, v)| (k, v)));
+                process
+            }
+            None => Command::new(program),
+        };
+        let output = match process.args(args).stdin(Stdio::null()).output() {
             Ok(output) => output,
             Err(err) => {
                 return Outcome::NotStarted {
@@ -92,6 +106,7 @@ pub fn execute<T: Send>(
     jobs: &[Job],
     parallelism: usize,
     stop_on_failure: bool,
+    launcher: Option<&Launcher>,
     progress: &ProgressBar,
     finish: impl Fn(usize, Outcome) -> T + Sync,
 ) -> Vec<T> {
@@ -108,7 +123,7 @@ pub fn execute<T: Send>(
                     Outcome::Cancelled
                 } else {
                     progress.set_message(job.label.clone());
-                    run_job(job)
+                    run_job(job, launcher)
                 };
                 if outcome != Outcome::Succeeded {
                     failed.store(true, Ordering::Relaxed);
@@ -154,9 +169,14 @@ mod tests {
             ),
             job("missing", &[&["headroom-no-such-program"]]),
         ];
-        let outcomes = execute(&jobs, 2, false, &ProgressBar::hidden(), |_, outcome| {
-            outcome
-        });
+        let outcomes = execute(
+            &jobs,
+            2,
+            false,
+            None,
+            &ProgressBar::hidden(),
+            |_, outcome| outcome,
+        );
         assert_eq!(outcomes[0], Outcome::Succeeded);
         assert_eq!(
             outcomes[1],
@@ -180,6 +200,7 @@ mod tests {
             &[job("j", &[&["false"], &["touch", marker_arg]])],
             1,
             false,
+            None,
             &ProgressBar::hidden(),
             |_, outcome| outcome,
         );
@@ -191,13 +212,25 @@ mod tests {
     fn stop_on_failure_cancels_the_jobs_not_started() {
         let jobs = [job("fails", &[&["false"]]), job("later", &[&["true"]])];
         assert_eq!(
-            execute(&jobs, 1, true, &ProgressBar::hidden(), |_, outcome| outcome)[1],
+            execute(
+                &jobs,
+                1,
+                true,
+                None,
+                &ProgressBar::hidden(),
+                |_, outcome| outcome
+            )[1],
             Outcome::Cancelled
         );
         assert_eq!(
-            execute(&jobs, 1, false, &ProgressBar::hidden(), |_, outcome| {
-                outcome
-            })[1],
+            execute(
+                &jobs,
+                1,
+                false,
+                None,
+                &ProgressBar::hidden(),
+                |_, outcome| { outcome }
+            )[1],
             Outcome::Succeeded
         );
     }

@@ -59,39 +59,20 @@ pub struct BuildArgs {
 }
 
 pub fn main(args: BuildArgs) -> Result<u8> {
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let settings = settings(&args, &cwd)?;
-    let facts = MemoryFacts::read()?;
-    let budget = budget::resolve(settings.budget, &facts);
-    let (room, _) = facts.room();
-    if budget.bytes > room {
-        eprintln!(
-            "headroom: warning: the budget {} is more than this machine can hand out now ({}); jobs may be OOM-killed",
-            Size(budget.bytes),
-            Size(room)
-        );
-    }
-    let history = (!args.no_history).then(History::default_path);
-    let config = GovernorConfig {
-        budget: budget.bytes,
-        budget_source: budget.source,
-        slots: settings.jobs,
-        history: history.clone(),
-        command: args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-        cwd: cwd.to_string_lossy().into_owned(),
-        started_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
-        ladder: settings.ladder,
-        sample_interval_ms: settings.sample_interval_ms,
+    let overrides = BuildOverrides {
+        budget: args.budget.clone(),
+        jobs: args.jobs,
+        lower_flags: args.lower_flags,
+        sample_interval_ms: args.sample_interval_ms,
     };
-    let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
-    let session = Session::start(&exe, &config)?;
+    let command = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let governed = start_session(&overrides, !args.no_history, command)?;
+    let (session, history, settings) = (governed.session, governed.history, governed.settings);
 
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -134,7 +115,57 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     })
 }
 
-fn settings(args: &BuildArgs, cwd: &Path) -> Result<BuildSettings> {
+/// A governor started for some work, with what it was started with.
+pub struct Governed {
+    pub session: Session,
+    /// The history the governor writes, unless disabled.
+    pub history: Option<PathBuf>,
+    pub settings: BuildSettings,
+}
+
+/// Merges the settings, resolves the budget and starts a governor for `command` (a description
+/// for the history). Shared by `headroom build` and `headroom kernels build`.
+pub fn start_session(
+    overrides: &BuildOverrides,
+    use_history: bool,
+    command: String,
+) -> Result<Governed> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let settings = settings(overrides, &cwd)?;
+    let facts = MemoryFacts::read()?;
+    let budget = budget::resolve(settings.budget, &facts);
+    let (room, _) = facts.room();
+    if budget.bytes > room {
+        eprintln!(
+            "headroom: warning: the budget {} is more than this machine can hand out now ({}); jobs may be OOM-killed",
+            Size(budget.bytes),
+            Size(room)
+        );
+    }
+    let history = use_history.then(History::default_path);
+    let config = GovernorConfig {
+        budget: budget.bytes,
+        budget_source: budget.source,
+        slots: settings.jobs,
+        history: history.clone(),
+        command,
+        cwd: cwd.to_string_lossy().into_owned(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+        ladder: settings.ladder.clone(),
+        sample_interval_ms: settings.sample_interval_ms,
+    };
+    let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
+    let session = Session::start(&exe, &config)?;
+    Ok(Governed {
+        session,
+        history,
+        settings,
+    })
+}
+
+fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
     let project = match FileConfig::find_project(cwd) {
         Some(path) => FileConfig::load(&path)?,
         None => FileConfig::default(),
@@ -143,14 +174,8 @@ fn settings(args: &BuildArgs, cwd: &Path) -> Result<BuildSettings> {
         Some(path) => FileConfig::load(&path)?,
         None => FileConfig::default(),
     };
-    let overrides = BuildOverrides {
-        budget: args.budget.clone(),
-        jobs: args.jobs,
-        lower_flags: args.lower_flags,
-        sample_interval_ms: args.sample_interval_ms,
-    };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    BuildSettings::merge(&overrides, &project, &user, cpus)
+    BuildSettings::merge(overrides, &project, &user, cpus)
 }
 
 /// Waits for the build; on Ctrl-C passes the interrupt on and, after a grace period, kills it.

@@ -67,7 +67,9 @@ impl Project {
             .args(args);
         command
             .env_remove("HEADROOM_KERNEL_CACHE")
-            .env_remove("HEADROOM_KERNEL_CACHE_MAX");
+            .env_remove("HEADROOM_KERNEL_CACHE_MAX")
+            .env("HEADROOM_STATE_DIR", self.dir.path().join("state"))
+            .env("XDG_RUNTIME_DIR", self.dir.path().join("run"));
         command
     }
 
@@ -312,6 +314,50 @@ while [ $# -gt 0 ]; do case "$1" in -o) shift; out=$1 ;; -arch=*) arch=${1#-arch
 [ "$arch" = sm_90 ] && sleep 5
 echo "FAKE cubin $arch" > "$out"
 "#;
+
+#[test]
+fn kernel_compiles_run_under_the_memory_governor() {
+    let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\", \"sm_90\"]\ntoolchain = [\"nvcc\"]\n");
+    let bin = project.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("nvcc"), SLOW_NVCC.replace("sleep 5", "true")).unwrap();
+    std::fs::set_permissions(
+        bin.join("nvcc"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path =
+        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap();
+    let output = project
+        .command(&["build"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The governor recorded both compiles, with their peaks, in its history.
+    let history =
+        headroom_store::History::open(&project.dir.path().join("state/history.sqlite")).unwrap();
+    let report = history
+        .load_build(history.last_build_id().unwrap())
+        .unwrap();
+    assert!(
+        report.build.command.starts_with("headroom kernels build"),
+        "{}",
+        report.build.command
+    );
+    let mut labels: Vec<&str> = report
+        .jobs
+        .iter()
+        .map(|job| job.compiler.rsplit('/').next().unwrap())
+        .collect();
+    labels.sort();
+    assert_eq!(labels, ["nvcc", "nvcc"], "{:?}", report.jobs);
+    assert!(report.jobs.iter().all(|job| job.exit_code == Some(0)));
+}
 
 #[test]
 fn an_interrupted_build_keeps_the_artifacts_it_finished() {

@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use headroom_kernels::build::{build, BuildOptions};
+use headroom_kernels::exec::Launcher;
+
+use crate::config::BuildOverrides;
 use headroom_kernels::bundle;
 use headroom_kernels::cache::Cache;
 use headroom_kernels::manifest::Manifest;
@@ -60,9 +63,12 @@ enum KernelsCommand {
 
 #[derive(Args)]
 struct BuildArgs {
-    /// Compile jobs at once [default: the number of CPUs].
-    #[arg(long, short = 'j')]
+    /// Compile jobs at once [default: the number of CPUs]; the memory governor may run fewer.
+    #[arg(long, short = 'j', env = "HEADROOM_JOBS")]
     jobs: Option<usize>,
+    /// Do not read or write the governor's build history.
+    #[arg(long)]
+    no_history: bool,
     /// Build what can be built when a toolchain is missing or a compile fails.
     #[arg(long)]
     keep_going: bool,
@@ -213,22 +219,39 @@ fn run_build(
     json: bool,
 ) -> anyhow::Result<u8> {
     let manifest = Manifest::load(manifest_path)?;
+    // Compiles run under the same memory governor as `headroom build`: nvcc and ptxas are
+    // memory hogs, and the governor's history learns what each (kernel, target) needs.
+    let overrides = BuildOverrides {
+        jobs: args.jobs,
+        ..BuildOverrides::default()
+    };
+    let description = format!(
+        "headroom kernels build --manifest {}",
+        manifest_path.display()
+    );
+    let governed = crate::build::start_session(&overrides, !args.no_history, description)?;
+    let launcher = Launcher {
+        program: governed.session.launcher(),
+        env: governed.session.launcher_env(),
+    };
     let options = BuildOptions {
-        jobs: args.jobs.unwrap_or(BuildOptions::default().jobs),
+        jobs: governed.settings.jobs,
         keep_going: args.keep_going,
         only: args.kernels,
         progress: !json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         max_cache_bytes: Some(parse_size_flag(&args.max_size)?),
         search_path: None,
+        launcher: Some(launcher),
     };
     let started = std::time::Instant::now();
-    let report = build(&manifest, &cache, &options)?;
+    let built = build(&manifest, &cache, &options);
+    let succeeded = built.as_ref().is_ok_and(|report| report.all_succeeded());
+    governed
+        .session
+        .finish(Some(if succeeded { 0 } else { 1 }), false);
+    let report = built?;
     print_output(json, &report, || render::build(&report, started.elapsed()))?;
-    Ok(if report.all_succeeded() {
-        0
-    } else {
-        EXIT_INCOMPLETE
-    })
+    Ok(if succeeded { 0 } else { EXIT_INCOMPLETE })
 }
 
 fn run_resolve(cache: &Cache, args: ResolveArgs, json: bool) -> anyhow::Result<u8> {
