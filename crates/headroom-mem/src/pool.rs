@@ -551,7 +551,7 @@ impl MemoryPool {
                     && self
                         .config
                         .max_split_size
-                        .map_or(true, |max_split| size < max_split)
+                        .is_none_or(|max_split| size < max_split)
             }
         };
         if self.config.caching && worth_splitting {

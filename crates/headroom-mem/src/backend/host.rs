@@ -65,7 +65,7 @@ impl Backend for HostMemory {
         let previous = self.reserved.fetch_add(bytes, Ordering::Relaxed);
         if previous
             .checked_add(bytes)
-            .map_or(true, |total| total > self.limit)
+            .is_none_or(|total| total > self.limit)
         {
             self.reserved.fetch_sub(bytes, Ordering::Relaxed);
             return Err(exhausted());

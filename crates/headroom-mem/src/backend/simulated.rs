@@ -139,7 +139,7 @@ impl Tier {
         let offset = address - start;
         if offset
             .checked_add(bytes)
-            .map_or(true, |end| end > reservation.bytes)
+            .is_none_or(|end| end > reservation.bytes)
         {
             return Err(out_of_bounds);
         }
