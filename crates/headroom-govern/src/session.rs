@@ -63,7 +63,10 @@ impl Session {
     pub fn start(exe: &Path, config: &GovernorConfig) -> Result<Session, SessionError> {
         let shim_dir = state_dir().join("shims");
         let path = std::env::var_os("PATH").unwrap_or_default();
-        shimdir::install(&shim_dir, exe, &shimdir::compiler_names(&path)).map_err(|source| {
+        // The small shim binary installed beside headroom starts faster than headroom itself.
+        let small_shim = exe.with_file_name("headroom-shim");
+        let shim_exe = if small_shim.is_file() { small_shim.as_path() } else { exe };
+        shimdir::install(&shim_dir, shim_exe, &shimdir::compiler_names(&path)).map_err(|source| {
             SessionError::ShimDir {
                 path: shim_dir.clone(),
                 source,
