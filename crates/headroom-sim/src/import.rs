@@ -196,15 +196,9 @@ mod tests {
             peak: 100 << 20,
             cpu_ms: end_ms - start_ms,
             exit_code: Some(0),
-            signal: None,
-            predicted: 0,
             prediction_source: "default".into(),
             attempts: 1,
-            suspends: 0,
-            requeues: 0,
-            oom_retries: 0,
-            lowered_flags: None,
-            over_budget: false,
+            ..JobRecord::default()
         }
     }
 

@@ -25,7 +25,7 @@ pub struct BuildRecord {
 }
 
 /// One compiler or linker job, over all its attempts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// Number of the job within its build, in the order the build system offered it.
     pub job_id: u64,

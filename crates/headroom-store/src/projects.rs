@@ -96,15 +96,9 @@ mod tests {
             peak,
             cpu_ms: 1,
             exit_code: Some(0),
-            signal: None,
-            predicted: 0,
             prediction_source: "default".into(),
             attempts: 1,
-            suspends: 0,
-            requeues: 0,
-            oom_retries: 0,
-            lowered_flags: None,
-            over_budget: false,
+            ..JobRecord::default()
         }
     }
 

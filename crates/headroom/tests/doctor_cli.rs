@@ -51,15 +51,9 @@ fn seed(path: &std::path::Path) {
         peak: TIB,
         cpu_ms: 1,
         exit_code: Some(0),
-        signal: None,
-        predicted: 0,
         prediction_source: "default".into(),
         attempts: 1,
-        suspends: 0,
-        requeues: 0,
-        oom_retries: 0,
-        lowered_flags: None,
-        over_budget: false,
+        ..JobRecord::default()
     };
     history.record_job(id, &job).unwrap();
     history.finish_build(id, 1, Some(0), 2 * TIB).unwrap();
