@@ -65,13 +65,17 @@ impl Session {
         let path = std::env::var_os("PATH").unwrap_or_default();
         // The small shim binary installed beside headroom starts faster than headroom itself.
         let small_shim = exe.with_file_name("headroom-shim");
-        let shim_exe = if small_shim.is_file() { small_shim.as_path() } else { exe };
-        shimdir::install(&shim_dir, shim_exe, &shimdir::compiler_names(&path)).map_err(|source| {
-            SessionError::ShimDir {
+        let shim_exe = if small_shim.is_file() {
+            small_shim.as_path()
+        } else {
+            exe
+        };
+        shimdir::install(&shim_dir, shim_exe, &shimdir::compiler_names(&path)).map_err(
+            |source| SessionError::ShimDir {
                 path: shim_dir.clone(),
                 source,
-            }
-        })?;
+            },
+        )?;
         let socket = socket_path()?;
         let listener = UnixListener::bind(&socket).map_err(|source| SessionError::RuntimeDir {
             path: socket.clone(),
