@@ -61,11 +61,18 @@ pub struct MemoryFacts {
 }
 
 impl MemoryFacts {
+    /// Reads the facts for this process, finding its cgroup first.
     pub fn read() -> Result<MemoryFacts, BudgetError> {
+        Self::read_in(Cgroup::of_self().ok().flatten().as_ref())
+    }
+
+    /// Reads the facts with this process's cgroup already found: what a sampler calls every
+    /// tick, so it does not parse `/proc/self/mountinfo` again each time.
+    pub fn read_in(cgroup: Option<&Cgroup>) -> Result<MemoryFacts, BudgetError> {
         let mem_available = read_meminfo()
             .map_err(|e| BudgetError::Unreadable(e.to_string()))?
             .available;
-        let cgroup = Cgroup::of_self().ok().flatten().and_then(|cgroup| {
+        let cgroup = cgroup.and_then(|cgroup| {
             let limit = cgroup.effective_limit()?;
             Some((limit, cgroup.working_set().unwrap_or(0)))
         });

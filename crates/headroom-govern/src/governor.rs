@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::tree_rss;
 use headroom_sched::{Action, JobId, Limits, PredictionSource, Predictor, Scheduler};
 use headroom_store::{BuildRecord, History, JobRecord, Sample};
@@ -452,6 +453,7 @@ impl Governor {
     /// Samples every running job until told to stop.
     fn sample_until(&self, terminate: &AtomicBool) {
         let interval = Duration::from_millis(self.config.sample_interval_ms.max(10));
+        let cgroup = Cgroup::of_self().ok().flatten();
         loop {
             std::thread::sleep(interval);
             if terminate.load(Ordering::Relaxed) {
@@ -469,7 +471,9 @@ impl Governor {
                 .iter()
                 .map(|&(id, pgid)| (id, tree_rss(pgid).unwrap_or(0)))
                 .collect();
-            let machine_left = MemoryFacts::read().ok().map(|facts| facts.room().0);
+            let machine_left = MemoryFacts::read_in(cgroup.as_ref())
+                .ok()
+                .map(|facts| facts.room().0);
             let t_ms = self.now_ms();
             let mut state = self.lock();
             let mut total = 0;

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 
+use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
 use rustix::process::{kill_process_group, Pid, Signal};
 
 use crate::ladder::Rung;
@@ -272,25 +273,4 @@ fn install_signal_forwarding() {
 
 fn tail(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(STDERR_TAIL)..]).into_owned()
-}
-
-fn children_usage() -> libc::rusage {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
-        usage
-    }
-}
-
-/// Largest resident set of any waited-for child process, in bytes.
-fn children_max_rss() -> u64 {
-    children_usage().ru_maxrss.max(0) as u64 * 1024
-}
-
-/// User plus system CPU time of all waited-for children, in milliseconds.
-fn children_cpu_ms() -> u64 {
-    let usage = children_usage();
-    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
-    ms(usage.ru_utime) + ms(usage.ru_stime)
 }

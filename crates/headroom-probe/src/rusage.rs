@@ -1,28 +1,34 @@
 //! The kernel's own peak-memory accounting for finished children (`getrusage(RUSAGE_CHILDREN)`),
 //! used to cross-check a sampled peak: sampling can miss a short spike, the kernel cannot.
 
+/// `getrusage(who)`, or `None` when the kernel refuses.
+fn usage(who: libc::c_int) -> Option<libc::rusage> {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    (unsafe { libc::getrusage(who, &mut usage) } == 0).then_some(usage)
+}
+
+fn seconds(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
 /// The largest peak resident set (`ru_maxrss`) of any waited-for descendant of this process, in
 /// bytes. This is a per-process maximum, not a sum over the tree.
 pub fn children_max_rss() -> u64 {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let status = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    if status != 0 {
-        return 0;
-    }
     // Linux reports ru_maxrss in KiB.
-    u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024
+    usage(libc::RUSAGE_CHILDREN).map_or(0, |u| u64::try_from(u.ru_maxrss).unwrap_or(0) * 1024)
+}
+
+/// CPU time (user + system) of all waited-for descendants of this process, in milliseconds.
+pub fn children_cpu_ms() -> u64 {
+    usage(libc::RUSAGE_CHILDREN).map_or(0, |u| {
+        ((seconds(u.ru_utime) + seconds(u.ru_stime)) * 1000.0) as u64
+    })
 }
 
 /// CPU time (user + system) this process itself has used, in seconds: what a sampler costs.
 pub fn self_cpu_seconds() -> f64 {
-    // SAFETY: as above.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return 0.0;
-    }
-    let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    usage(libc::RUSAGE_SELF).map_or(0.0, |u| seconds(u.ru_utime) + seconds(u.ru_stime))
 }
 
 #[cfg(test)]
