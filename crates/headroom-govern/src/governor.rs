@@ -14,8 +14,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
-use headroom_probe::procs::tree_rss;
-use headroom_sched::{Action, JobId, Limits, PredictionSource, Predictor, Scheduler};
+use headroom_probe::procs::{tree_usage, Usage};
+use headroom_sched::{
+    Action, Estimate, JobId, Limits, PastRun, PredictionSource, Predictor, ProfileRecorder, Ran,
+    Scheduler,
+};
 use headroom_store::{BuildRecord, History, JobRecord, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
@@ -67,8 +70,12 @@ struct Job {
     oom_retries: u32,
     peak: u64,
     cpu_ms: u64,
-    predicted: u64,
+    estimate: Estimate,
     source: PredictionSource,
+    /// The memory profile of the current attempt, for the next build.
+    profile: ProfileRecorder,
+    /// Seconds the current attempt has run, stopped time excluded, counted by the sampler.
+    active_seconds: f64,
 }
 
 struct State {
@@ -201,13 +208,13 @@ impl Governor {
     fn offer(&self, compiler: String, args: &[String], cwd: String) -> JobId {
         let identity = JobIdentity::new(&compiler, args, &cwd);
         let mut state = self.lock();
-        let history_peak = state
+        let past = state
             .history
             .as_ref()
-            .and_then(|h| h.peak_of(&identity.key).ok().flatten());
-        let prediction = state.predictor.predict(history_peak, identity.group);
+            .and_then(|h| h.past_run(&identity.key).ok().flatten());
         let id = state.next_id;
         state.next_id += 1;
+        let prediction = state.predictor.predict(id, past.as_ref(), identity.group);
         state.jobs.insert(
             id,
             Job {
@@ -229,11 +236,13 @@ impl Governor {
                 oom_retries: 0,
                 peak: 0,
                 cpu_ms: 0,
-                predicted: prediction.peak,
+                estimate: prediction.estimate.clone(),
                 source: prediction.source,
+                profile: ProfileRecorder::default(),
+                active_seconds: 0.0,
             },
         );
-        state.scheduler.submit(id, prediction.peak, false);
+        state.scheduler.submit(id, prediction.estimate, false);
         self.decide(&mut state, None);
         id
     }
@@ -326,9 +335,12 @@ impl Governor {
         }
         let retry = !shutting_down && ran_out_of_memory(&attempt) && self.escalate(job);
         if retry {
-            let (predicted, peak) = (job.predicted, job.peak);
+            let estimate = Estimate {
+                peak: job.estimate.peak.max(job.peak),
+                ..job.estimate.clone()
+            };
             state.scheduler.remove(id);
-            state.scheduler.submit(id, predicted.max(peak), true);
+            state.scheduler.submit(id, estimate, true);
             self.decide(&mut state, None);
             return Reply::Retry;
         }
@@ -355,8 +367,16 @@ impl Governor {
 
     fn record(&self, state: &mut State, id: JobId, job: Job, attempt: &Attempt) {
         let succeeded = attempt.exit_code == Some(0);
+        let profile = job.profile.finish(Ran {
+            cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
+            wall_seconds: job.active_seconds,
+        });
         if succeeded && job.rung == 0 {
-            learn(state, job.identity.group, job.peak);
+            let run = PastRun {
+                peak: job.peak,
+                profile: profile.clone(),
+            };
+            learn(state, job.identity.group, run);
         }
         let record = JobRecord {
             job_id: id,
@@ -373,7 +393,7 @@ impl Governor {
             cpu_ms: job.cpu_ms,
             exit_code: attempt.exit_code,
             signal: attempt.signal,
-            predicted: job.predicted,
+            predicted: job.estimate.peak,
             prediction_source: format!("{:?}", job.source).to_lowercase(),
             attempts: job.attempts,
             suspends: job.suspends,
@@ -383,10 +403,10 @@ impl Governor {
                 .rung
                 .checked_sub(1)
                 .map(|rung| self.config.ladder[rung].describe()),
-            over_budget: job.predicted > self.config.budget,
+            over_budget: job.estimate.peak > self.config.budget,
         };
         if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
-            if let Err(err) = history.record_job(build_id, &record) {
+            if let Err(err) = history.record_job(build_id, &record, profile.as_ref()) {
                 eprintln!("headroom: warning: {err}");
             }
         }
@@ -420,6 +440,8 @@ impl Governor {
                 Action::Start(_) => {
                     job.admitted = true;
                     job.attempts += 1;
+                    job.profile = ProfileRecorder::default();
+                    job.active_seconds = 0.0;
                     job.first_start_ms.get_or_insert(now);
                     self.admitted.notify_all();
                 }
@@ -454,6 +476,7 @@ impl Governor {
     fn sample_until(&self, terminate: &AtomicBool) {
         let interval = Duration::from_millis(self.config.sample_interval_ms.max(10));
         let cgroup = Cgroup::of_self().ok().flatten();
+        let mut last_sample = Instant::now();
         loop {
             std::thread::sleep(interval);
             if terminate.load(Ordering::Relaxed) {
@@ -467,17 +490,21 @@ impl Governor {
                 .iter()
                 .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
                 .collect();
-            let readings: Vec<(JobId, u64)> = groups
+            let readings: Vec<(JobId, Usage)> = groups
                 .iter()
-                .map(|&(id, pgid)| (id, tree_rss(pgid).unwrap_or(0)))
+                .map(|&(id, pgid)| (id, tree_usage(pgid).unwrap_or_default()))
                 .collect();
             let machine_left = MemoryFacts::read_in(cgroup.as_ref())
                 .ok()
                 .map(|facts| facts.room().0);
             let t_ms = self.now_ms();
-            let mut state = self.lock();
+            let since_last = last_sample.elapsed().as_secs_f64();
+            last_sample = Instant::now();
+            let mut guard = self.lock();
+            let state = &mut *guard;
             let mut total = 0;
-            for &(id, bytes) in &readings {
+            for &(id, usage) in &readings {
+                let bytes = usage.rss_bytes;
                 let Some(job) = state.jobs.get_mut(&id) else {
                     continue;
                 };
@@ -486,7 +513,11 @@ impl Governor {
                 }
                 job.peak = job.peak.max(bytes);
                 total += bytes;
-                state.scheduler.observe(id, bytes);
+                if !job.suspended {
+                    job.active_seconds += since_last;
+                }
+                job.profile.record(usage.cpu_seconds, bytes);
+                state.scheduler.observe(id, bytes, usage.cpu_seconds);
                 state.samples.push(Sample {
                     t_ms,
                     job_id: id,
@@ -494,9 +525,9 @@ impl Governor {
                 });
             }
             state.peak_total = state.peak_total.max(total);
-            self.decide(&mut state, machine_left);
+            self.decide(state, machine_left);
             if state.last_flush.elapsed() >= SAMPLE_FLUSH_INTERVAL {
-                flush_samples(&mut state);
+                flush_samples(state);
             }
         }
     }
@@ -536,16 +567,14 @@ impl Governor {
     }
 }
 
-/// Teaches the predictor a group's peak, and passes the better guess on to the jobs of that
-/// group that were offered before anything was known about them.
-fn learn(state: &mut State, group: u64, peak: u64) {
-    state.predictor.learn(group, peak);
-    let prediction = state.predictor.predict(None, group);
-    for (&id, job) in state.jobs.iter_mut() {
-        if job.identity.group == group && job.source == PredictionSource::Default {
-            job.predicted = prediction.peak;
-            job.source = prediction.source;
-            state.scheduler.repredict(id, prediction.peak);
+/// Teaches the predictor how a job of `group` ran, and passes the better guess on to the jobs
+/// of that group that were offered before anything was known about them.
+fn learn(state: &mut State, group: u64, run: PastRun) {
+    for (id, estimate) in state.predictor.learn(group, run) {
+        if let Some(job) = state.jobs.get_mut(&id) {
+            job.estimate = estimate.clone();
+            job.source = PredictionSource::Group;
+            state.scheduler.repredict(id, estimate);
         }
     }
 }

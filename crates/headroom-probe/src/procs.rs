@@ -1,68 +1,97 @@
-//! A snapshot of every process's identity and resident memory, read from `/proc`, so callers can
-//! sum the memory of one job's process tree, process group or session.
+//! A snapshot of every process's identity, resident memory and CPU time, read from `/proc`, so
+//! callers can sum what one job's process tree, process group or session uses.
 
 use crate::ProbeError;
 
 /// One process at the moment of the snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProcStat {
     pub pid: i32,
     pub ppid: i32,
     pub pgid: i32,
     pub sid: i32,
     pub rss_bytes: u64,
+    /// CPU seconds of the process and of its children that it has waited for.
+    pub cpu_seconds: f64,
     /// The kernel's short command name (`cc1plus`, `ld`), at most 15 bytes.
     pub comm: String,
 }
 
+/// What a process tree uses at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    pub rss_bytes: u64,
+    /// CPU seconds used so far by the tree's processes and by the children they waited for:
+    /// it only grows while the job runs, so it tells how far along the job is.
+    pub cpu_seconds: f64,
+}
+
 /// Reads every process in `/proc`. Processes that exit while being read are skipped.
 pub fn snapshot() -> Result<Vec<ProcStat>, ProbeError> {
-    let page_size = procfs::page_size();
     let processes = procfs::process::all_processes()?
         .filter_map(Result::ok)
         .filter_map(|process| process.stat().ok())
-        .map(|stat| ProcStat {
-            pid: stat.pid,
-            ppid: stat.ppid,
-            pgid: stat.pgrp,
-            sid: stat.session,
-            rss_bytes: stat.rss * page_size,
-            comm: stat.comm,
-        })
+        .map(ProcStat::from_stat)
         .collect();
     Ok(processes)
 }
 
-/// Resident memory of process `root` and all its descendants, found through the kernel's
-/// `/proc/PID/task/TID/children` lists: a few small reads per job instead of a scan of every
-/// process, which is what a governor sampling many jobs ten times a second needs.
-/// Falls back to a full scan on kernels without those lists. `None` when `root` is gone.
-pub fn tree_rss(root: i32) -> Option<u64> {
-    let page_size = procfs::page_size();
+impl ProcStat {
+    pub(crate) fn from_stat(stat: procfs::process::Stat) -> ProcStat {
+        let usage = usage_of(&stat);
+        ProcStat {
+            pid: stat.pid,
+            ppid: stat.ppid,
+            pgid: stat.pgrp,
+            sid: stat.session,
+            rss_bytes: usage.rss_bytes,
+            cpu_seconds: usage.cpu_seconds,
+            comm: stat.comm,
+        }
+    }
+}
+
+fn usage_of(stat: &procfs::process::Stat) -> Usage {
+    let ticks = stat.utime + stat.stime + (stat.cutime + stat.cstime).max(0) as u64;
+    Usage {
+        rss_bytes: stat.rss * procfs::page_size(),
+        cpu_seconds: ticks as f64 / procfs::ticks_per_second() as f64,
+    }
+}
+
+/// Resident memory and CPU time of process `root` and all its descendants (one read of
+/// `/proc/PID/stat` each), found through the kernel's `/proc/PID/task/TID/children` lists: a
+/// few small reads per job instead of a scan of every process, which is what a governor
+/// sampling many jobs ten times a second needs. Falls back to a full scan on kernels without
+/// those lists. `None` when `root` is gone.
+pub fn tree_usage(root: i32) -> Option<Usage> {
     let mut pending = vec![root];
-    let mut total = 0;
+    let mut total = Usage::default();
     let mut found_root = false;
     while let Some(pid) = pending.pop() {
-        let Some(pages) = resident_pages(pid) else {
+        let Some(stat) = procfs::process::Process::new(pid)
+            .and_then(|process| process.stat())
+            .ok()
+        else {
             continue;
         };
         found_root |= pid == root;
-        total += pages * page_size;
+        let usage = usage_of(&stat);
+        total.rss_bytes += usage.rss_bytes;
+        total.cpu_seconds += usage.cpu_seconds;
         match children_of(pid) {
             Some(children) => pending.extend(children),
             None => {
                 let all = snapshot().ok()?;
-                return Some(tree(&all, root).iter().map(|p| p.rss_bytes).sum());
+                let members = tree(&all, root);
+                return Some(Usage {
+                    rss_bytes: members.iter().map(|p| p.rss_bytes).sum(),
+                    cpu_seconds: members.iter().map(|p| p.cpu_seconds).sum(),
+                });
             }
         }
     }
     found_root.then_some(total)
-}
-
-/// The second field of `/proc/PID/statm`: resident pages.
-fn resident_pages(pid: i32) -> Option<u64> {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    statm.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Children of every thread of `pid`; `None` when the kernel has no children lists (or `pid`
@@ -124,7 +153,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let all = snapshot().unwrap();
         let members = tree(&all, child.id() as i32);
-        let by_children_lists = tree_rss(child.id() as i32).unwrap();
+        let by_children_lists = tree_usage(child.id() as i32).unwrap().rss_bytes;
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(members.len(), 3, "sh and two sleeps: {members:?}");
@@ -134,12 +163,39 @@ mod tests {
             "{by_children_lists} vs {by_scan}"
         );
         assert_eq!(
-            tree_rss(child.id() as i32),
+            tree_usage(child.id() as i32),
             None,
             "a reaped process has no tree"
         );
         let pid = child.id() as i32;
         assert!(rss_where(&all, |p| p.pid == pid) > 0);
+    }
+
+    #[test]
+    fn a_tree_keeps_the_cpu_time_of_children_that_have_exited() {
+        // The busy inner shell exits; the outer one has waited for it, so it counts its time.
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done'; sleep 5",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut after_exit = None;
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let usage = tree_usage(pid).unwrap();
+            let all = snapshot().unwrap();
+            if all.iter().any(|p| p.ppid == pid && p.comm == "sleep") {
+                after_exit = Some(usage.cpu_seconds);
+                break;
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let busy = after_exit.expect("the inner shell finished within 10 s");
+        assert!(busy > 0.1, "the loop used {busy} CPU seconds");
     }
 
     #[test]

@@ -35,7 +35,6 @@ pub struct TreeTracker {
     strangers: HashSet<i32>,
     excluded: HashSet<i32>,
     strangers_since: Instant,
-    page_size: u64,
     /// Every pid that was ever a member, for matching kernel OOM-kill records afterwards.
     ever: HashSet<i32>,
     /// The kernel keeps `/proc/PID/task/TID/children` (CONFIG_PROC_CHILDREN).
@@ -50,7 +49,6 @@ impl TreeTracker {
             strangers: HashSet::new(),
             excluded: HashSet::new(),
             strangers_since: Instant::now(),
-            page_size: procfs::page_size(),
             ever: HashSet::new(),
             children_lists: children_of(std::process::id() as i32).is_some(),
         }
@@ -162,14 +160,7 @@ impl TreeTracker {
 
     fn read(&self, pid: i32) -> Option<ProcStat> {
         let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
-        Some(ProcStat {
-            pid: stat.pid,
-            ppid: stat.ppid,
-            pgid: stat.pgrp,
-            sid: stat.session,
-            rss_bytes: stat.rss * self.page_size,
-            comm: stat.comm,
-        })
+        Some(ProcStat::from_stat(stat))
     }
 }
 

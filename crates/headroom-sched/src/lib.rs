@@ -1,12 +1,16 @@
-//! Pure scheduling policy: peak prediction, admission, suspend and kill choices. No I/O, no
-//! clocks: the live governor and the simulator feed it the same events and carry out the same
-//! actions, so what the simulator shows is what the governor does.
+//! Pure scheduling policy: peak and profile prediction, admission, suspend and kill choices.
+//! No I/O and no clock of its own (callers pass the time in): the live governor and the
+//! simulator feed it the same events and carry out the same actions, so what the simulator
+//! shows is what the governor does.
 
+mod plan;
 pub mod policy;
 pub mod predict;
+pub mod profile;
 
-pub use policy::{Action, Limits, Scheduler, Thresholds};
-pub use predict::{Prediction, PredictionSource, Predictor};
+pub use policy::{Action, Estimate, Limits, Scheduler, Thresholds};
+pub use predict::{PastRun, Prediction, PredictionSource, Predictor};
+pub use profile::{Profile, ProfileRecorder, Ran};
 
 /// Identifies one job for as long as it is queued or running.
 pub type JobId = u64;

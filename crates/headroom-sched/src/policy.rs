@@ -1,10 +1,13 @@
 //! Admission and the live safety net.
 //!
-//! Admission: a job starts when its predicted peak fits in the budget next to the reservations
-//! of the running jobs (a running job reserves the larger of its prediction and what it uses
-//! now) and a CPU slot is free. Smaller jobs may overtake a queued job that does not fit, but
-//! only a bounded number of times, so large jobs never starve behind a stream of small ones.
-//! A job bigger than the whole budget runs alone.
+//! Admission: a job starts when a CPU slot is free and its predicted peak fits in the budget
+//! next to the reservations of the running jobs (a running job reserves the larger of its
+//! prediction and what it uses now). Where that fails but profiles from earlier runs say how
+//! the jobs' memory moves over time, the job still starts if it fits in every slice of the
+//! future (`plan`): its peak comes when the others' have passed. Smaller jobs may overtake a
+//! queued job that does not fit, but only a bounded number of times, so large jobs never
+//! starve behind a stream of small ones. A job bigger than the whole budget runs alone. Jobs
+//! whose length is known from their profile queue longest first.
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
@@ -14,6 +17,8 @@
 
 use std::collections::VecDeque;
 
+use crate::plan::{Outlook, Plan};
+use crate::profile::Profile;
 use crate::JobId;
 
 /// What the budget and the machine allow.
@@ -36,6 +41,9 @@ pub struct Thresholds {
     pub machine_reserve: u64,
     /// How many later jobs may overtake a queued job that does not fit yet.
     pub max_overtakes: usize,
+    /// How far a job may stray from its profile in CPU time and pace (0.2 = 20%): admission
+    /// over time plans for each job's peak anywhere in that window.
+    pub timing_slack: f64,
 }
 
 impl Thresholds {
@@ -45,6 +53,7 @@ impl Thresholds {
             resume_below: 0.85,
             machine_reserve: (limits.budget / 50).max(32 << 20),
             max_overtakes: 4 * limits.slots.max(1),
+            timing_slack: 0.2,
         }
     }
 }
@@ -60,10 +69,41 @@ pub enum Action {
     Kill(JobId),
 }
 
+/// What a job is expected to need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// The most bytes it will use at once.
+    pub peak: u64,
+    /// How its memory moves over its life, when an earlier run showed it.
+    pub profile: Option<Profile>,
+}
+
+impl Estimate {
+    /// An estimate with no profile: the job may need its peak at any moment.
+    pub fn flat(peak: u64) -> Self {
+        Estimate {
+            peak,
+            profile: None,
+        }
+    }
+
+    fn outlook(&self) -> Outlook<'_> {
+        match &self.profile {
+            None => Outlook::Flat(self.peak),
+            Some(profile) => Outlook::Timed {
+                profile,
+                progress: 0.0,
+                peak: self.peak,
+                floor: 0,
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Queued {
     id: JobId,
-    predicted: u64,
+    estimate: Estimate,
     alone: bool,
     overtaken: usize,
 }
@@ -71,12 +111,14 @@ struct Queued {
 #[derive(Debug, Clone)]
 struct Running {
     id: JobId,
-    predicted: u64,
+    estimate: Estimate,
     alone: bool,
     /// Latest measured memory of the job's processes.
     current: u64,
     /// Highest measured memory during this attempt.
     peak: u64,
+    /// CPU seconds this attempt has used: how far along its profile it is.
+    cpu_seconds: f64,
     suspended: bool,
 }
 
@@ -86,7 +128,26 @@ impl Running {
         if self.suspended {
             self.current
         } else {
-            self.predicted.max(self.current)
+            self.estimate.peak.max(self.current)
+        }
+    }
+
+    /// What the job is expected to need over the rest of its life. A job that has used more
+    /// CPU time than its profile allows for is off the map: it reserves its peak to the end.
+    fn outlook(&self, slack: f64) -> Outlook<'_> {
+        let progress = self.cpu_seconds;
+        match &self.estimate.profile {
+            Some(profile)
+                if !self.suspended && progress / (1.0 + slack) < profile.cpu_seconds() =>
+            {
+                Outlook::Timed {
+                    profile,
+                    progress,
+                    peak: self.estimate.peak.max(self.peak),
+                    floor: self.current,
+                }
+            }
+            _ => Outlook::Flat(self.reservation()),
         }
     }
 }
@@ -122,15 +183,28 @@ impl Scheduler {
         self.limits
     }
 
-    /// Queues a job expected to peak at `predicted` bytes. An `alone` job (an OOM retry) runs
-    /// with no other job beside it.
-    pub fn submit(&mut self, id: JobId, predicted: u64, alone: bool) {
-        self.queue.push_back(Queued {
+    /// Queues a job. An `alone` job (an OOM retry) runs with no other job beside it.
+    ///
+    /// Jobs whose profile tells how long they run queue longest first (the longest job ends
+    /// the build if it starts last), but never ahead of a job that has already been overtaken
+    /// or waits to run alone; jobs of unknown length queue in the order they come.
+    pub fn submit(&mut self, id: JobId, estimate: Estimate, alone: bool) {
+        let seconds = expected_seconds(&estimate);
+        let after_waiting = self
+            .queue
+            .iter()
+            .rposition(|job| job.overtaken > 0 || job.alone)
+            .map_or(0, |index| index + 1);
+        let position = (after_waiting..self.queue.len())
+            .find(|&index| expected_seconds(&self.queue[index].estimate) < seconds)
+            .unwrap_or(self.queue.len());
+        let job = Queued {
             id,
-            predicted,
+            estimate,
             alone,
             overtaken: 0,
-        });
+        };
+        self.queue.insert(position, job);
     }
 
     /// Forgets a job, queued or running (it finished, or its client went away).
@@ -141,20 +215,22 @@ impl Scheduler {
 
     /// Replaces the predicted peak of a queued or running job, for example when a finished job
     /// of its group has just shown what such jobs really need.
-    pub fn repredict(&mut self, id: JobId, predicted: u64) {
+    pub fn repredict(&mut self, id: JobId, estimate: Estimate) {
         if let Some(job) = self.queue.iter_mut().find(|job| job.id == id) {
-            job.predicted = predicted;
+            job.estimate = estimate.clone();
         }
         if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
-            job.predicted = predicted;
+            job.estimate = estimate;
         }
     }
 
-    /// Records the memory a running job uses now.
-    pub fn observe(&mut self, id: JobId, bytes: u64) {
+    /// Records the memory a running job uses now, and the CPU seconds its current attempt has
+    /// used so far.
+    pub fn observe(&mut self, id: JobId, bytes: u64, cpu_seconds: f64) {
         if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
             job.current = bytes;
             job.peak = job.peak.max(bytes);
+            job.cpu_seconds = cpu_seconds;
         }
     }
 
@@ -243,7 +319,7 @@ impl Scheduler {
             if !job.suspended {
                 continue;
             }
-            let growth = job.predicted.saturating_sub(job.current);
+            let growth = job.estimate.peak.saturating_sub(job.current);
             let fits = (used + growth) as f64 <= self.thresholds.resume_below * budget;
             if position == 0 || fits {
                 job.suspended = false;
@@ -259,10 +335,13 @@ impl Scheduler {
     /// no less than it was seen to use.
     fn kill_and_requeue(&mut self, index: usize, actions: &mut Vec<Action>) {
         let victim = self.running.remove(index);
-        let predicted = victim.predicted.max(victim.peak);
+        let estimate = Estimate {
+            peak: victim.estimate.peak.max(victim.peak),
+            ..victim.estimate
+        };
         self.queue.push_front(Queued {
             id: victim.id,
-            predicted,
+            estimate,
             alone: victim.alone,
             overtaken: 0,
         });
@@ -273,27 +352,37 @@ impl Scheduler {
         if self.running.iter().any(|job| job.suspended || job.alone) {
             return;
         }
+        let budget = self.limits.budget;
+        // Built on the first job whose peak does not fit beside the reservations.
+        let mut plan: Option<Plan> = None;
         let mut index = 0;
         while index < self.queue.len() && self.running.len() < self.limits.slots {
             let candidate = &self.queue[index];
             let nothing_runs = self.running.is_empty();
             let fits = if candidate.alone {
                 nothing_runs
+            } else if nothing_runs || self.reserved() + candidate.estimate.peak <= budget {
+                true
             } else {
-                nothing_runs || self.reserved() + candidate.predicted <= self.limits.budget
+                plan.get_or_insert_with(|| self.plan())
+                    .fits(&candidate.estimate.outlook(), budget)
             };
             if fits {
                 let job = self.queue.remove(index).expect("index is in the queue");
                 for waiting in self.queue.iter_mut().take(index) {
                     waiting.overtaken += 1;
                 }
+                if let Some(plan) = plan.as_mut() {
+                    plan.add(&job.estimate.outlook());
+                }
                 actions.push(Action::Start(job.id));
                 self.running.push(Running {
                     id: job.id,
-                    predicted: job.predicted,
+                    estimate: job.estimate,
                     alone: job.alone,
                     current: 0,
                     peak: 0,
+                    cpu_seconds: 0.0,
                     suspended: false,
                 });
                 if job.alone {
@@ -309,6 +398,19 @@ impl Scheduler {
             index += 1;
         }
     }
+
+    /// The running jobs' needs over the future, long enough for any queued job to end in.
+    fn plan(&self) -> Plan {
+        let slack = self.thresholds.timing_slack;
+        let running: Vec<Outlook<'_>> = self.running.iter().map(|job| job.outlook(slack)).collect();
+        let queued = self.queue.iter().map(|job| job.estimate.outlook());
+        Plan::new(&running, queued, slack)
+    }
+}
+
+/// How long a job is expected to run, 0 when unknown.
+fn expected_seconds(estimate: &Estimate) -> f64 {
+    estimate.profile.as_ref().map_or(0.0, Profile::wall_seconds)
 }
 
 #[cfg(test)]
@@ -333,9 +435,9 @@ mod tests {
             budget: 3 * GIB,
             slots: 4,
         });
-        s.submit(1, 2 * GIB, false);
-        s.submit(2, 2 * GIB, false);
-        s.submit(3, GIB / 2, false);
+        s.submit(1, Estimate::flat(2 * GIB), false);
+        s.submit(2, Estimate::flat(2 * GIB), false);
+        s.submit(3, Estimate::flat(GIB / 2), false);
         assert_eq!(starts(&s.decide(None)), vec![1, 3]);
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);
@@ -347,8 +449,8 @@ mod tests {
             budget: GIB,
             slots: 2,
         });
-        s.submit(1, 5 * GIB, false);
-        s.submit(2, GIB / 4, false);
+        s.submit(1, Estimate::flat(5 * GIB), false);
+        s.submit(2, Estimate::flat(GIB / 4), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
         assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
         s.remove(1);
@@ -366,11 +468,11 @@ mod tests {
             ..Thresholds::for_limits(limits)
         };
         let mut s = Scheduler::with_thresholds(limits, thresholds);
-        s.submit(0, 3 * GIB, false);
+        s.submit(0, Estimate::flat(3 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![0]);
-        s.submit(1, 3 * GIB, false); // does not fit beside job 0
+        s.submit(1, Estimate::flat(3 * GIB), false); // does not fit beside job 0
         for small in 2..10 {
-            s.submit(small, GIB / 2, false);
+            s.submit(small, Estimate::flat(GIB / 2), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![2]);
         s.remove(2);
@@ -389,12 +491,12 @@ mod tests {
             slots: 3,
         });
         for id in 1..=3 {
-            s.submit(id, 2 * GIB, false);
+            s.submit(id, Estimate::flat(2 * GIB), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
-        s.observe(1, 4 * GIB);
-        s.observe(2, 3 * GIB);
-        s.observe(3, 2 * GIB + GIB / 2);
+        s.observe(1, 4 * GIB, 0.0);
+        s.observe(2, 3 * GIB, 0.0);
+        s.observe(3, 2 * GIB + GIB / 2, 0.0);
         assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
         assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
         // Stopped jobs now hold 5.5 GiB, over a quarter of the budget: the youngest gives it back.
@@ -403,8 +505,8 @@ mod tests {
         // Room again: job 2 resumes and job 3 starts again at what it was seen to use.
         assert_eq!(s.decide(None), vec![Action::Resume(2), Action::Start(3)]);
         // Past the budget the youngest is killed outright; the oldest is never touched.
-        s.observe(1, 6 * GIB);
-        s.observe(3, 2 * GIB);
+        s.observe(1, 6 * GIB, 0.0);
+        s.observe(3, 2 * GIB, 0.0);
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
         s.remove(1);
         assert_eq!(s.decide(None), vec![Action::Start(3)]);
@@ -416,11 +518,11 @@ mod tests {
             budget: 10 * GIB,
             slots: 2,
         });
-        s.submit(1, GIB, false);
-        s.submit(2, GIB, false);
+        s.submit(1, Estimate::flat(GIB), false);
+        s.submit(2, Estimate::flat(GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1, 2]);
-        s.observe(1, 7 * GIB);
-        s.observe(2, 2 * GIB + GIB / 2);
+        s.observe(1, 7 * GIB, 0.0);
+        s.observe(2, 2 * GIB + GIB / 2, 0.0);
         assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
         s.remove(1);
         assert_eq!(s.decide(None), vec![Action::Resume(2)]);
@@ -433,13 +535,81 @@ mod tests {
             slots: 4,
         });
         for id in 1..=3 {
-            s.submit(id, 2 * GIB, false);
+            s.submit(id, Estimate::flat(2 * GIB), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1]);
         for id in 1..=3 {
-            s.repredict(id, GIB / 2);
+            s.repredict(id, Estimate::flat(GIB / 2));
         }
         assert_eq!(starts(&s.decide(None)), vec![2, 3]);
+    }
+
+    /// A single-threaded job of `seconds` that uses a tenth of its peak for its first three
+    /// quarters.
+    fn late_peak(seconds: f64, peak: u64) -> Estimate {
+        let slices: Vec<u64> = (0..16).map(|i| if i < 12 { 1 } else { 10 }).collect();
+        Estimate {
+            peak,
+            profile: Profile::new(crate::profile::ran(seconds, seconds), &slices),
+        }
+    }
+
+    #[test]
+    fn jobs_whose_peaks_do_not_meet_share_the_budget() {
+        let mut s = Scheduler::new(Limits {
+            budget: 5 * GIB,
+            slots: 4,
+        });
+        s.submit(1, late_peak(100.0, 4 * GIB), false);
+        s.submit(2, late_peak(100.0, 4 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        // Both would peak at the same time: job 2 waits while job 1 is young.
+        s.observe(1, GIB / 2, 10.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // Job 1 has used nearly all its CPU time: it will be gone before job 2 peaks.
+        s.observe(1, 4 * GIB, 95.0);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+        assert!(
+            s.reserved() > 5 * GIB,
+            "flat reservations would not have fitted"
+        );
+    }
+
+    #[test]
+    fn a_job_slower_than_its_profile_is_as_far_along_as_its_cpu_time() {
+        let mut s = Scheduler::new(Limits {
+            budget: 5 * GIB,
+            slots: 2,
+        });
+        s.submit(1, late_peak(100.0, 4 * GIB), false);
+        s.submit(2, late_peak(100.0, 4 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        // However long job 1 has been running, 10 CPU seconds is early in its life.
+        s.observe(1, GIB / 2, 10.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // Past its profile's CPU time, job 1 is off the map and keeps its whole peak.
+        s.observe(1, GIB, 130.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+    }
+
+    #[test]
+    fn longer_jobs_queue_first_but_never_ahead_of_a_job_that_waited() {
+        let mut s = Scheduler::new(Limits {
+            budget: 4 * GIB,
+            slots: 1,
+        });
+        s.submit(1, Estimate::flat(GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        s.submit(2, late_peak(10.0, GIB), false);
+        s.submit(3, late_peak(300.0, GIB), false);
+        s.submit(4, Estimate::flat(GIB), false);
+        s.submit(5, late_peak(50.0, GIB), false);
+        let order: Vec<JobId> = s.queue.iter().map(|job| job.id).collect();
+        assert_eq!(order, vec![3, 5, 2, 4]);
+        s.queue[1].overtaken = 1;
+        s.submit(6, late_peak(600.0, GIB), false);
+        let order: Vec<JobId> = s.queue.iter().map(|job| job.id).collect();
+        assert_eq!(order, vec![3, 5, 6, 2, 4]);
     }
 
     #[test]
@@ -448,11 +618,11 @@ mod tests {
             budget: 10 * GIB,
             slots: 2,
         });
-        s.submit(1, GIB, false);
-        s.submit(2, GIB, false);
+        s.submit(1, Estimate::flat(GIB), false);
+        s.submit(2, Estimate::flat(GIB), false);
         s.decide(None);
-        s.observe(1, GIB);
-        s.observe(2, GIB);
+        s.observe(1, GIB, 0.0);
+        s.observe(2, GIB, 0.0);
         assert_eq!(s.decide(Some(1 << 20)), vec![Action::Kill(2)]);
     }
 
@@ -462,10 +632,10 @@ mod tests {
             budget: 10 * GIB,
             slots: 4,
         });
-        s.submit(1, GIB, false);
+        s.submit(1, Estimate::flat(GIB), false);
         s.decide(None);
-        s.submit(2, GIB, true);
-        s.submit(3, GIB, false);
+        s.submit(2, Estimate::flat(GIB), true);
+        s.submit(3, Estimate::flat(GIB), false);
         assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);

@@ -1,31 +1,48 @@
 //! Predicting a job's peak memory before it runs: from its own history when this exact job has
-//! run before, else from jobs of the same group (same compiler and flags) seen in this build,
-//! else from a conservative default.
+//! run before, else from jobs of the same group (same compiler and flags) finished in this
+//! build, else from a conservative default. The first two come with the profile of the run
+//! they came from, when one was recorded.
 
 use std::collections::HashMap;
+
+use crate::policy::Estimate;
+use crate::profile::Profile;
+use crate::JobId;
 
 /// Where a prediction came from, for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PredictionSource {
     /// This job's own recorded peak.
     History,
-    /// The largest peak of finished jobs in the same group during this build.
+    /// The largest peak of finished jobs in the same group during this build, with that job's
+    /// profile.
     Group,
     /// Nothing known yet.
     Default,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Prediction {
-    pub peak: u64,
+    pub estimate: Estimate,
     pub source: PredictionSource,
 }
 
-/// Learns peaks per group as jobs finish.
+/// What an earlier run of the same job showed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastRun {
+    pub peak: u64,
+    pub profile: Option<Profile>,
+}
+
+/// Learns peaks per group as jobs finish, and passes what it learns on to the jobs of that
+/// group it could only give the default to.
 #[derive(Debug, Clone)]
 pub struct Predictor {
     default_peak: u64,
-    group_peaks: HashMap<u64, u64>,
+    /// The finished job with the largest peak of each group.
+    groups: HashMap<u64, PastRun>,
+    /// Jobs predicted by default, by group, until a job of their group finishes.
+    waiting_for_group: HashMap<u64, Vec<JobId>>,
 }
 
 /// Headroom added to a job's own history: the same translation unit varies by a few percent.
@@ -37,34 +54,63 @@ impl Predictor {
     pub fn new(default_peak: u64) -> Self {
         Predictor {
             default_peak,
-            group_peaks: HashMap::new(),
+            groups: HashMap::new(),
+            waiting_for_group: HashMap::new(),
         }
     }
 
-    /// Predicts the peak of a job whose own recorded peak is `history`, in group `group`.
-    pub fn predict(&self, history: Option<u64>, group: u64) -> Prediction {
-        if let Some(peak) = history {
+    /// Predicts what job `id` of group `group` needs, given its own earlier run if there was
+    /// one.
+    pub fn predict(&mut self, id: JobId, history: Option<&PastRun>, group: u64) -> Prediction {
+        if let Some(past) = history {
             return Prediction {
-                peak: with_margin(peak, HISTORY_MARGIN_PERCENT),
+                estimate: Estimate {
+                    peak: with_margin(past.peak, HISTORY_MARGIN_PERCENT),
+                    profile: past.profile.clone(),
+                },
                 source: PredictionSource::History,
             };
         }
-        match self.group_peaks.get(&group) {
-            Some(&peak) => Prediction {
-                peak: with_margin(peak, GROUP_MARGIN_PERCENT),
+        match self.groups.get(&group) {
+            Some(largest) => Prediction {
+                estimate: group_estimate(largest),
                 source: PredictionSource::Group,
             },
-            None => Prediction {
-                peak: self.default_peak,
-                source: PredictionSource::Default,
-            },
+            None => {
+                self.waiting_for_group.entry(group).or_default().push(id);
+                Prediction {
+                    estimate: Estimate::flat(self.default_peak),
+                    source: PredictionSource::Default,
+                }
+            }
         }
     }
 
-    /// Records the measured peak of a finished job of `group`.
-    pub fn learn(&mut self, group: u64, peak: u64) {
-        let known = self.group_peaks.entry(group).or_insert(0);
-        *known = (*known).max(peak);
+    /// Records how a finished job of `group` ran, and returns the better estimate for each job
+    /// of that group that was predicted by default (jobs that have gone since may be among
+    /// them).
+    pub fn learn(&mut self, group: u64, run: PastRun) -> Vec<(JobId, Estimate)> {
+        let largest = self.groups.entry(group).or_insert(PastRun {
+            peak: 0,
+            profile: None,
+        });
+        if run.peak >= largest.peak {
+            *largest = run;
+        }
+        let estimate = group_estimate(largest);
+        self.waiting_for_group
+            .remove(&group)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|id| (id, estimate.clone()))
+            .collect()
+    }
+}
+
+fn group_estimate(largest: &PastRun) -> Estimate {
+    Estimate {
+        peak: with_margin(largest.peak, GROUP_MARGIN_PERCENT),
+        profile: largest.profile.clone(),
     }
 }
 
@@ -80,27 +126,51 @@ mod tests {
     fn history_beats_group_beats_default() {
         let mut predictor = Predictor::new(1000);
         assert_eq!(
-            predictor.predict(None, 7),
+            predictor.predict(1, None, 7),
             Prediction {
-                peak: 1000,
+                estimate: Estimate::flat(1000),
                 source: PredictionSource::Default
             }
         );
-        predictor.learn(7, 200);
-        predictor.learn(7, 100);
+        predictor.predict(2, None, 8);
+        // Job 1 was waiting on its group; job 2 is of another group.
+        let run = |peak| PastRun {
+            peak,
+            profile: None,
+        };
+        assert_eq!(predictor.learn(7, run(200)), vec![(1, Estimate::flat(230))]);
+        assert_eq!(predictor.learn(7, run(100)), vec![]);
         assert_eq!(
-            predictor.predict(None, 7),
+            predictor.predict(3, None, 7),
             Prediction {
-                peak: 230,
+                estimate: Estimate::flat(230),
                 source: PredictionSource::Group
             }
         );
-        assert_eq!(predictor.predict(None, 8).source, PredictionSource::Default);
         assert_eq!(
-            predictor.predict(Some(400), 7),
+            predictor.predict(4, None, 8).source,
+            PredictionSource::Default
+        );
+        assert_eq!(predictor.learn(8, run(50)).len(), 2);
+        let profile = Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]);
+        let past = PastRun {
+            peak: 400,
+            profile: profile.clone(),
+        };
+        assert_eq!(
+            predictor.predict(5, Some(&past), 7),
             Prediction {
-                peak: 420,
+                estimate: Estimate { peak: 420, profile },
                 source: PredictionSource::History
+            }
+        );
+        // A group's estimate carries the profile of its largest finished job.
+        predictor.learn(9, past);
+        assert_eq!(
+            predictor.predict(6, None, 9).estimate,
+            Estimate {
+                peak: 460,
+                profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4])
             }
         );
     }

@@ -1,7 +1,7 @@
 //! Invariants of the policy over random workloads: reservations never exceed the budget except
 //! for a lone job, and every submitted job eventually runs.
 
-use headroom_sched::{Action, Limits, Scheduler};
+use headroom_sched::{Action, Estimate, Limits, Scheduler};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ proptest! {
             // Jobs arrive a few at a time, as a build system offers them.
             let arrivals = (pick.next().unwrap() % 3).min(jobs.len() - submitted);
             for (id, job) in jobs.iter().enumerate().skip(submitted).take(arrivals) {
-                scheduler.submit(id as u64, job.predicted, job.alone);
+                scheduler.submit(id as u64, Estimate::flat(job.predicted), job.alone);
             }
             submitted += arrivals;
 
@@ -55,7 +55,7 @@ proptest! {
                         started[id] = true;
                         running.push(id);
                         let job = &jobs[id];
-                        scheduler.observe(id as u64, job.predicted * job.use_percent / 100);
+                        scheduler.observe(id as u64, job.predicted * job.use_percent / 100, 0.0);
                     }
                     Action::Kill(id) => running.retain(|&r| r != id as usize),
                     Action::Suspend(_) | Action::Resume(_) => {}

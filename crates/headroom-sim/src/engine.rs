@@ -17,6 +17,8 @@ pub struct RunningJob {
     pub id: JobId,
     /// Bytes the job's processes use now.
     pub bytes: u64,
+    /// CPU seconds this attempt has used.
+    pub cpu_seconds: f64,
     /// Simulated second at which this attempt started.
     pub started: f64,
     pub suspended: bool,
@@ -58,7 +60,8 @@ pub trait Policy {
     }
     fn offer(&mut self, job: &SimJob);
     fn decide(&mut self, view: &View<'_>) -> Vec<Action>;
-    fn finished(&mut self, job: &SimJob, peak: u64);
+    /// The job ended at `now`, having used at most `peak` bytes.
+    fn finished(&mut self, job: &SimJob, peak: u64, now: f64);
     /// The kernel killed the job for want of memory; the policy decides how it is retried.
     fn oom_killed(&mut self, job: &SimJob, peak: u64);
 }
@@ -245,6 +248,7 @@ impl<'a> Simulation<'a> {
             .map(|run| RunningJob {
                 id: run.job as JobId,
                 bytes: run.bytes.round() as u64,
+                cpu_seconds: run.progress * self.workload.jobs[run.job].threads,
                 started: run.started,
                 suspended: run.suspended,
             })
@@ -403,7 +407,7 @@ impl<'a> Simulation<'a> {
             self.finished += 1;
             self.outcome.makespan = self.now;
             let job = &workload.jobs[run.job];
-            self.policy.finished(job, run.peak.round() as u64);
+            self.policy.finished(job, run.peak.round() as u64, self.now);
             for &dependent in &workload.dependents[run.job] {
                 self.missing_deps[dependent] -= 1;
                 if self.missing_deps[dependent] == 0 {

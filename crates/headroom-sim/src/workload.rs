@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use headroom_sched::JobId;
+use headroom_sched::{JobId, Profile, ProfileRecorder, Ran};
 
 use crate::trace::{JobKind, Trace};
 
@@ -46,6 +46,8 @@ pub struct SimJob {
     pub peak: u64,
     /// The peak recorded in the trace: what a warm history knows about the job.
     pub history_peak: u64,
+    /// The profile the governor would have recorded on the trace's run, sampling every tick.
+    pub history_profile: Option<Profile>,
     pub input_bytes: Option<u64>,
     /// (seconds of progress, bytes) points, first at 0 and last at `duration`.
     curve: Vec<(f64, f64)>,
@@ -69,13 +71,7 @@ impl SimJob {
 
     /// Bytes in use after `progress` seconds of work, within `segment`.
     pub(crate) fn memory_at(&self, progress: f64, segment: usize) -> f64 {
-        let (start, low) = self.curve[segment];
-        let (end, high) = self.curve[segment + 1];
-        if end <= start {
-            return high;
-        }
-        let fraction = ((progress - start) / (end - start)).clamp(0.0, 1.0);
-        low + (high - low) * fraction
+        curve_at(&self.curve, progress, segment)
     }
 
     /// Bytes gained per second of progress within `segment`.
@@ -134,6 +130,8 @@ impl Workload {
             let peak_factor = vary();
             let duration = job.duration * vary();
             let peak = (job.peak as f64 * peak_factor).round().max(1.0);
+            let recorded = curve(&job.profile, job.duration, job.duration, job.peak as f64);
+            let threads = (job.cpu / job.duration).max(1.0);
             jobs.push(SimJob {
                 id: index as JobId,
                 label: job.label.clone(),
@@ -141,9 +139,10 @@ impl Workload {
                 kind: job.kind,
                 deps: job.deps.clone(),
                 duration,
-                threads: (job.cpu / job.duration).max(1.0),
+                threads,
                 peak: peak as u64,
                 history_peak: job.peak,
+                history_profile: sampled_profile(&recorded, job.duration, threads, config.tick),
                 input_bytes: job.input_bytes,
                 curve: curve(&job.profile, job.duration, duration, peak),
             });
@@ -180,6 +179,42 @@ fn curve(profile: &[(f64, u64)], recorded: f64, duration: f64, peak: f64) -> Vec
         points.push((duration, last.1));
     }
     points
+}
+
+/// Bytes in use on `curve` after `progress` seconds, within `segment`.
+fn curve_at(curve: &[(f64, f64)], progress: f64, segment: usize) -> f64 {
+    let (start, low) = curve[segment];
+    let (end, high) = curve[segment + 1];
+    if end <= start {
+        return high;
+    }
+    let fraction = ((progress - start) / (end - start)).clamp(0.0, 1.0);
+    low + (high - low) * fraction
+}
+
+/// The profile of a job that followed `curve` for `duration` seconds on `threads` cores,
+/// recorded as the governor records one: a sample every `tick`.
+fn sampled_profile(
+    curve: &[(f64, f64)],
+    duration: f64,
+    threads: f64,
+    tick: f64,
+) -> Option<Profile> {
+    let mut recorder = ProfileRecorder::default();
+    let mut segment = 0;
+    let mut seconds = tick;
+    while seconds <= duration {
+        while segment + 2 < curve.len() && seconds >= curve[segment + 1].0 {
+            segment += 1;
+        }
+        let bytes = curve_at(curve, seconds, segment).round() as u64;
+        recorder.record(seconds * threads, bytes);
+        seconds += tick;
+    }
+    recorder.finish(Ran {
+        cpu_seconds: duration * threads,
+        wall_seconds: duration,
+    })
 }
 
 #[cfg(test)]

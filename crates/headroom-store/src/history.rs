@@ -4,12 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use headroom_sched::{PastRun, Profile, Ran};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::model::{BuildRecord, BuildReport, JobRecord, Sample, REPORT_SCHEMA};
 
-/// Layout version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i32 = 1;
+/// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
+/// last clean run to `peaks`.
+const SCHEMA_VERSION: i32 = 2;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
@@ -64,7 +66,10 @@ CREATE INDEX IF NOT EXISTS samples_by_build ON samples(build_id);
 CREATE TABLE IF NOT EXISTS peaks (
     key TEXT PRIMARY KEY,
     peak INTEGER NOT NULL,
-    runs INTEGER NOT NULL
+    runs INTEGER NOT NULL,
+    profile_cpu_ms INTEGER,
+    profile_wall_ms INTEGER,
+    profile TEXT
 );
 ";
 
@@ -141,6 +146,14 @@ impl History {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(sqlite)?;
         if version < SCHEMA_VERSION {
+            if version == 1 {
+                conn.execute_batch(
+                    "ALTER TABLE peaks ADD COLUMN profile_cpu_ms INTEGER;
+                     ALTER TABLE peaks ADD COLUMN profile_wall_ms INTEGER;
+                     ALTER TABLE peaks ADD COLUMN profile TEXT;",
+                )
+                .map_err(sqlite)?;
+            }
             conn.execute_batch(SCHEMA).map_err(sqlite)?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite)?;
@@ -215,8 +228,14 @@ impl History {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// Records a finished job and remembers its peak for the next build.
-    pub fn record_job(&mut self, build_id: i64, job: &JobRecord) -> Result<(), StoreError> {
+    /// Records a finished job and remembers its peak, and the profile of its memory over time
+    /// when one was recorded, for the next build.
+    pub fn record_job(
+        &mut self,
+        build_id: i64,
+        job: &JobRecord,
+        profile: Option<&Profile>,
+    ) -> Result<(), StoreError> {
         let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
             path: self.path.clone(),
             source: e,
@@ -254,9 +273,18 @@ impl History {
             // Only a clean run tells the job's real peak; lowered flags change it too.
             if job.exit_code == Some(0) && job.lowered_flags.is_none() && job.peak > 0 {
                 tx.execute(
-                    "INSERT INTO peaks (key, peak, runs) VALUES (?1, ?2, 1)
-                     ON CONFLICT(key) DO UPDATE SET peak = excluded.peak, runs = runs + 1",
-                    params![job.key, job.peak as i64],
+                    "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile)
+                     VALUES (?1, ?2, 1, ?3, ?4, ?5)
+                     ON CONFLICT(key) DO UPDATE SET peak = excluded.peak, runs = runs + 1,
+                         profile_cpu_ms = excluded.profile_cpu_ms,
+                         profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile",
+                    params![
+                        job.key,
+                        job.peak as i64,
+                        profile.map(|p| millis(p.cpu_seconds())),
+                        profile.map(|p| millis(p.wall_seconds())),
+                        profile.map(encode_shape),
+                    ],
                 )?;
             }
             Ok(())
@@ -313,14 +341,30 @@ impl History {
             .map_err(|e| self.sqlite(e))
     }
 
-    /// The last clean peak recorded for job `key`.
-    pub fn peak_of(&self, key: &str) -> Result<Option<u64>, StoreError> {
+    /// The peak and profile of job `key`'s last clean run.
+    pub fn past_run(&self, key: &str) -> Result<Option<PastRun>, StoreError> {
         self.conn
-            .query_row("SELECT peak FROM peaks WHERE key = ?1", [key], |row| {
-                row.get::<_, i64>(0)
-            })
+            .query_row(
+                "SELECT peak, profile_cpu_ms, profile_wall_ms, profile FROM peaks WHERE key = ?1",
+                [key],
+                |row| {
+                    let peak: i64 = row.get(0)?;
+                    let cpu_ms: Option<i64> = row.get(1)?;
+                    let wall_ms: Option<i64> = row.get(2)?;
+                    let shape: Option<String> = row.get(3)?;
+                    let ran = cpu_ms.zip(wall_ms).map(|(cpu, wall)| Ran {
+                        cpu_seconds: cpu as f64 / 1000.0,
+                        wall_seconds: wall as f64 / 1000.0,
+                    });
+                    Ok(PastRun {
+                        peak: peak as u64,
+                        profile: ran
+                            .zip(shape)
+                            .and_then(|(ran, shape)| decode_shape(ran, peak as u64, &shape)),
+                    })
+                },
+            )
             .optional()
-            .map(|peak| peak.map(|p| p as u64))
             .map_err(|e| self.sqlite(e))
     }
 
@@ -422,6 +466,34 @@ impl History {
     }
 }
 
+/// A profile's shape as text: the fraction of the peak per slice, to a thousandth.
+fn encode_shape(profile: &Profile) -> String {
+    let fractions: Vec<String> = profile
+        .shape()
+        .iter()
+        .map(|fraction| format!("{fraction:.3}"))
+        .collect();
+    fractions.join(" ")
+}
+
+fn millis(seconds: f64) -> i64 {
+    (seconds * 1000.0).round() as i64
+}
+
+/// The profile that [`encode_shape`] wrote; `None` if the text is not one.
+fn decode_shape(ran: Ran, peak: u64, text: &str) -> Option<Profile> {
+    let slices: Option<Vec<u64>> = text
+        .split(' ')
+        .map(|fraction| {
+            let fraction: f64 = fraction.parse().ok()?;
+            (0.0..=1.0)
+                .contains(&fraction)
+                .then(|| (fraction * peak as f64).round() as u64)
+        })
+        .collect();
+    Profile::new(ran, &slices?)
+}
+
 /// `$HEADROOM_STATE_DIR`, else `$XDG_STATE_HOME/headroom`, else `~/.local/state/headroom`.
 pub fn state_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("HEADROOM_STATE_DIR") {
@@ -500,10 +572,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
         let id = history.begin_build(&build()).unwrap();
-        history.record_job(id, &job(0, "a", 100)).unwrap();
+        let ran = Ran {
+            cpu_seconds: 12.5,
+            wall_seconds: 25.0,
+        };
+        let profile = Profile::new(ran, &[10, 100, 50]).unwrap();
+        history
+            .record_job(id, &job(0, "a", 100), Some(&profile))
+            .unwrap();
         let mut failed = job(1, "b", 999);
         failed.exit_code = Some(1);
-        history.record_job(id, &failed).unwrap();
+        history.record_job(id, &failed, None).unwrap();
         history
             .record_samples(
                 id,
@@ -516,9 +595,13 @@ mod tests {
             .unwrap();
         history.finish_build(id, 1234, Some(0), 100).unwrap();
 
-        assert_eq!(history.peak_of("a").unwrap(), Some(100));
+        let past = history.past_run("a").unwrap().unwrap();
+        assert_eq!(past.peak, 100);
+        let learnt = past.profile.unwrap();
+        assert_eq!((learnt.cpu_seconds(), learnt.wall_seconds()), (12.5, 25.0));
+        assert_eq!(learnt.shape(), &[0.1, 1.0, 0.5]);
         assert_eq!(
-            history.peak_of("b").unwrap(),
+            history.past_run("b").unwrap(),
             None,
             "a failed run teaches nothing"
         );
@@ -531,6 +614,36 @@ mod tests {
             history.load_build(id + 1),
             Err(StoreError::NoSuchBuild(_))
         ));
+    }
+
+    #[test]
+    fn a_history_from_before_profiles_keeps_its_peaks_and_learns_profiles() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE peaks (key TEXT PRIMARY KEY, peak INTEGER NOT NULL, runs INTEGER NOT NULL);
+             INSERT INTO peaks VALUES ('a', 100, 3);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        drop(old);
+        let mut history = History::open(&path).unwrap();
+        let past = history.past_run("a").unwrap().unwrap();
+        assert_eq!((past.peak, past.profile), (100, None));
+        let ran = Ran {
+            cpu_seconds: 2.0,
+            wall_seconds: 2.0,
+        };
+        let profile = Profile::new(ran, &[50, 120]).unwrap();
+        let id = history.begin_build(&build()).unwrap();
+        history
+            .record_job(id, &job(0, "a", 120), Some(&profile))
+            .unwrap();
+        assert_eq!(
+            history.past_run("a").unwrap().unwrap().profile,
+            Some(profile)
+        );
     }
 
     #[test]

@@ -128,8 +128,10 @@ fn admits_by_predicted_peak_and_learns_from_history() {
         .jobs
         .iter()
         .all(|j| j.peak >= 290 * MIB && j.exit_code == Some(0)));
-    // Unknown jobs are predicted at 512 MiB, then at the learned 300 MiB + 15%: two at a time.
-    assert_eq!(max_overlap(&cold_report), 2, "{:?}", cold_report.jobs);
+    // Unknown jobs are predicted at 512 MiB, then at the learned 300 MiB + 15% with the first
+    // job's profile: two at a time, more only while others are near their end.
+    assert!(max_overlap(&cold_report) >= 2, "{:?}", cold_report.jobs);
+    assert!(cold_report.build.peak_total.unwrap() <= 1000 * MIB);
     assert!(cold_report
         .jobs
         .iter()
@@ -151,13 +153,45 @@ fn admits_by_predicted_peak_and_learns_from_history() {
         "{:?}",
         warm_report.jobs
     );
-    assert_eq!(max_overlap(&warm_report), 3);
+    assert!(max_overlap(&warm_report) >= 3, "{:?}", warm_report.jobs);
     assert!(warm_report.build.peak_total.unwrap() <= 1000 * MIB);
     let summary = stderr(&warm);
     assert!(
         summary.contains("headroom: 6 jobs") && summary.contains("a.o"),
         "{summary}"
     );
+}
+
+#[test]
+fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
+    let project = Project::new();
+    let jobs: Vec<(&str, String)> = ["a.o", "b.o"]
+        .iter()
+        .map(|o| (*o, "--mem 200 --ms 1500".to_string()))
+        .collect();
+    project.makefile(&jobs);
+    let build = project.run(&["--report", "report.json", "--", "make", "-j2"]);
+    assert!(build.status.success(), "{}", stderr(&build));
+    let history = headroom_store::History::open(&project.path("state/history.sqlite")).unwrap();
+    for job in project.report().jobs {
+        let past = history
+            .past_run(&job.key)
+            .unwrap()
+            .expect("a clean run is remembered");
+        let profile = past.profile.expect("a profile was recorded");
+        // fakecc grows steadily to its peak over 1.5 s (sleeping between steps), then writes
+        // its object.
+        assert!(
+            (1.0..4.0).contains(&profile.wall_seconds()) && profile.cpu_seconds() > 0.0,
+            "{}: ran {} s, {} CPU s",
+            job.label,
+            profile.wall_seconds(),
+            profile.cpu_seconds()
+        );
+        let shape = profile.shape();
+        let peak_at = shape.iter().position(|&fraction| fraction == 1.0).unwrap();
+        assert!(shape[0] < 0.5 && peak_at >= shape.len() / 2, "{shape:?}");
+    }
 }
 
 #[test]

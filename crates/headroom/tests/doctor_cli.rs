@@ -55,7 +55,7 @@ fn seed(path: &std::path::Path) {
         attempts: 1,
         ..JobRecord::default()
     };
-    history.record_job(id, &job).unwrap();
+    history.record_job(id, &job, None).unwrap();
     history.finish_build(id, 1, Some(0), 2 * TIB).unwrap();
 }
 

@@ -152,7 +152,7 @@ fn oldest_suspended(running: &[RunningJob]) -> Option<JobId> {
 /// Implements the parts of [`Policy`] that every baseline does the same way.
 macro_rules! build_queue_events {
     () => {
-        fn finished(&mut self, job: &SimJob, _peak: u64) {
+        fn finished(&mut self, job: &SimJob, _peak: u64, _now: f64) {
             self.queue.finished(job.id);
         }
 

@@ -1,8 +1,13 @@
 //! headroom's own policy, driven exactly as the live governor drives it: the same
 //! `headroom_sched` predictor and scheduler, the same default budget, slots and default
-//! prediction, the same calls on offers, ticks, finishes and OOM kills.
+//! prediction, the same calls on offers, ticks, finishes and OOM kills, and the same profile
+//! recording on every tick.
 
-use headroom_sched::{Action, Limits, Predictor, Scheduler};
+use std::collections::HashMap;
+
+use headroom_sched::{
+    Action, Estimate, JobId, Limits, PastRun, Predictor, ProfileRecorder, Ran, Scheduler,
+};
 
 use crate::engine::{Policy, View};
 use crate::machine::Machine;
@@ -27,8 +32,12 @@ pub fn default_prediction(budget: u64, slots: usize) -> u64 {
 pub struct Headroom {
     scheduler: Scheduler,
     predictor: Predictor,
-    /// Whether each job's own peak from a previous run is known.
+    /// Whether each job's own peak and profile from a previous run are known.
     warm: bool,
+    /// The memory profile of each running job's current attempt, and the seconds it has run
+    /// unstopped, counted on ticks as the governor's sampler counts them.
+    profiles: HashMap<JobId, (ProfileRecorder, f64)>,
+    last_tick: f64,
 }
 
 impl Headroom {
@@ -41,12 +50,19 @@ impl Headroom {
             scheduler: Scheduler::new(limits),
             predictor: Predictor::new(default_prediction(limits.budget, limits.slots)),
             warm,
+            profiles: HashMap::new(),
+            last_tick: 0.0,
         }
     }
 
-    fn predicted(&self, job: &SimJob) -> u64 {
-        let history = self.warm.then_some(job.history_peak);
-        self.predictor.predict(history, job.group).peak
+    fn predicted(&mut self, job: &SimJob) -> Estimate {
+        let history = self.warm.then(|| PastRun {
+            peak: job.history_peak,
+            profile: job.history_profile.clone(),
+        });
+        self.predictor
+            .predict(job.id, history.as_ref(), job.group)
+            .estimate
     }
 }
 
@@ -71,23 +87,49 @@ impl Policy for Headroom {
 
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
         if view.tick {
+            let since_last = view.now - self.last_tick;
+            self.last_tick = view.now;
             for job in view.running {
-                self.scheduler.observe(job.id, job.bytes);
+                let (profile, active) = self.profiles.entry(job.id).or_default();
+                if !job.suspended {
+                    *active += since_last.min(view.now - job.started);
+                }
+                profile.record(job.cpu_seconds, job.bytes);
+                self.scheduler.observe(job.id, job.bytes, job.cpu_seconds);
             }
         }
-        self.scheduler.decide(Some(view.free()))
+        let actions = self.scheduler.decide(Some(view.free()));
+        for action in &actions {
+            if let Action::Start(id) = action {
+                self.profiles.insert(*id, Default::default());
+            }
+        }
+        actions
     }
 
-    fn finished(&mut self, job: &SimJob, peak: u64) {
+    fn finished(&mut self, job: &SimJob, peak: u64, now: f64) {
         self.scheduler.remove(job.id);
-        self.predictor.learn(job.group, peak);
+        let profile = self.profiles.remove(&job.id).and_then(|(profile, active)| {
+            profile.finish(Ran {
+                cpu_seconds: job.core_seconds(),
+                wall_seconds: active + (now - self.last_tick),
+            })
+        });
+        let run = PastRun { peak, profile };
+        for (id, estimate) in self.predictor.learn(job.group, run) {
+            self.scheduler.repredict(id, estimate);
+        }
     }
 
     fn oom_killed(&mut self, job: &SimJob, peak: u64) {
         // The governor retries a job the kernel killed on its own, sized by what it reached.
         self.scheduler.remove(job.id);
-        let predicted = self.predicted(job).max(peak);
-        self.scheduler.submit(job.id, predicted, true);
+        let predicted = self.predicted(job);
+        let estimate = Estimate {
+            peak: predicted.peak.max(peak),
+            ..predicted
+        };
+        self.scheduler.submit(job.id, estimate, true);
     }
 }
 
