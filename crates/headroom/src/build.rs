@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
 use headroom_govern::session::Session;
+use headroom_probe::procs;
 use headroom_probe::size::Size;
 use headroom_store::{summary, BuildReport, History};
 
@@ -178,7 +179,8 @@ fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
     BuildSettings::merge(overrides, &project, &user, cpus)
 }
 
-/// Waits for the build; on Ctrl-C passes the interrupt on and, after a grace period, kills it.
+/// Waits for the build; on Ctrl-C (or SIGTERM, SIGHUP) passes the interrupt on and, after a
+/// grace period, kills it.
 fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
     loop {
@@ -189,8 +191,7 @@ fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitSta
             match interrupted_at {
                 None => {
                     interrupted_at = Some(Instant::now());
-                    // SAFETY: kill(2) on our own child.
-                    unsafe { libc::kill(build.id() as i32, libc::SIGINT) };
+                    interrupt_tree(build.id() as i32);
                 }
                 Some(at) if at.elapsed() > INTERRUPT_GRACE => {
                     let _ = build.kill();
@@ -199,6 +200,20 @@ fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitSta
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGINT to `root` and every process below it, as a terminal's Ctrl-C reaches every
+/// process of a build: `make` alone would wait for its running children, and shims still
+/// waiting for the governor would be admitted one after another.
+fn interrupt_tree(root: i32) {
+    let pids: Vec<i32> = match procs::snapshot() {
+        Ok(all) => procs::tree(&all, root).iter().map(|p| p.pid).collect(),
+        Err(_) => vec![root],
+    };
+    for pid in pids {
+        // SAFETY: kill(2) on the build's own processes.
+        unsafe { libc::kill(pid, libc::SIGINT) };
     }
 }
 

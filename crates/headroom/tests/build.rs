@@ -545,6 +545,44 @@ fn ctrl_c_stops_every_job_and_leaves_nothing_stopped() {
 }
 
 #[test]
+fn sigterm_stops_the_build_without_starting_the_queued_jobs() {
+    let project = Project::new();
+    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"]
+        .iter()
+        .map(|o| (*o, "--mem 20 --ms 6000".to_string()))
+        .collect();
+    project.makefile(&jobs);
+    // One slot: one job runs, make has offered the other five and their shims wait.
+    let mut child = project.headroom(&["--jobs", "1", "--", "make", "-j6"]);
+    child.process_group(0).stderr(Stdio::piped());
+    let child = child.spawn().unwrap();
+    let needle = project.dir.path().to_string_lossy().into_owned();
+    let compiling = || !processes_mentioning(&needle).is_empty();
+    assert!(
+        wait_until(Duration::from_secs(10), compiling),
+        "nothing compiles"
+    );
+    // Let make offer the other five.
+    std::thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    // A service manager or CI runner stops headroom alone, not its process group.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let output = child.wait_with_output().unwrap();
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}: queued jobs ran",
+        start.elapsed()
+    );
+    let gone = wait_until(Duration::from_secs(5), || {
+        processes_mentioning(&needle).is_empty()
+    });
+    assert!(gone, "left behind: {:?}", processes_mentioning(&needle));
+    let objects = ["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"];
+    assert!(objects.iter().all(|o| !project.path(o).exists()));
+}
+
+#[test]
 fn the_build_completes_when_the_governor_is_killed() {
     let project = Project::new();
     let jobs: Vec<(String, String)> = (0..6)
