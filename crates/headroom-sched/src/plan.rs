@@ -151,22 +151,25 @@ mod tests {
         Profile::new(ran(100.0, 100.0), &slices).unwrap()
     }
 
+    /// A 4 GB `late_peak` job `progress` seconds in, using at least `floor` bytes.
+    fn at(profile: &Profile, progress: f64, floor: u64) -> Outlook<'_> {
+        Outlook::Timed {
+            profile,
+            progress,
+            peak: 4 * GB,
+            floor,
+        }
+    }
+
     #[test]
     fn a_late_peak_fits_beside_a_job_that_will_have_ended() {
         let profile = late_peak();
-        let running = Outlook::Timed {
-            profile: &profile,
-            progress: 90.0,
-            peak: 4 * GB,
-            floor: 4 * GB,
-        };
-        let candidate = Outlook::Timed {
-            profile: &profile,
-            progress: 0.0,
-            peak: 4 * GB,
-            floor: 0,
-        };
-        let plan = Plan::new(&[running], std::iter::once(candidate), 0.1);
+        let candidate = at(&profile, 0.0, 0);
+        let plan = Plan::new(
+            &[at(&profile, 90.0, 4 * GB)],
+            std::iter::once(candidate),
+            0.1,
+        );
         // Flat reservations would need 8 GB; the running job ends long before the new one peaks.
         assert!(plan.fits(&candidate, 5 * GB));
         assert!(!plan.fits(&Outlook::Flat(4 * GB), 5 * GB));
@@ -175,19 +178,12 @@ mod tests {
     #[test]
     fn two_peaks_that_may_meet_do_not_fit() {
         let profile = late_peak();
-        let running = Outlook::Timed {
-            profile: &profile,
-            progress: 5.0,
-            peak: 4 * GB,
-            floor: GB / 2,
-        };
-        let candidate = Outlook::Timed {
-            profile: &profile,
-            progress: 0.0,
-            peak: 4 * GB,
-            floor: 0,
-        };
-        let plan = Plan::new(&[running], std::iter::once(candidate), 0.1);
+        let candidate = at(&profile, 0.0, 0);
+        let plan = Plan::new(
+            &[at(&profile, 5.0, GB / 2)],
+            std::iter::once(candidate),
+            0.1,
+        );
         assert!(!plan.fits(&candidate, 5 * GB));
         assert!(plan.fits(&candidate, 8 * GB));
     }
@@ -195,12 +191,7 @@ mod tests {
     #[test]
     fn a_job_past_its_expected_end_needs_nothing_later() {
         let profile = late_peak();
-        let ended = Outlook::Timed {
-            profile: &profile,
-            progress: 200.0,
-            peak: 4 * GB,
-            floor: 0,
-        };
+        let ended = at(&profile, 200.0, 0);
         assert_eq!(ended.highest_between(0.0, 1.0, 0.1), 0);
         assert_eq!(ended.remaining(0.1), 0.0);
     }
