@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use headroom_sched::{PastRun, Profile, Ran};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::model::{BuildRecord, BuildReport, JobRecord, Sample, REPORT_SCHEMA};
 
@@ -127,37 +127,9 @@ impl History {
                 source,
             })?;
         }
-        let conn = Connection::open(path).map_err(sqlite)?;
+        let mut conn = Connection::open(path).map_err(sqlite)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sqlite)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sqlite)?;
-        let check: String = conn
-            .query_row("PRAGMA quick_check", [], |row| row.get(0))
-            .map_err(sqlite)?;
-        if check != "ok" {
-            return Err(sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
-                Some(check),
-            )));
-        }
-        let version: i32 = conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))
-            .map_err(sqlite)?;
-        if version < SCHEMA_VERSION {
-            if version == 1 {
-                conn.execute_batch(
-                    "ALTER TABLE peaks ADD COLUMN profile_cpu_ms INTEGER;
-                     ALTER TABLE peaks ADD COLUMN profile_wall_ms INTEGER;
-                     ALTER TABLE peaks ADD COLUMN profile TEXT;",
-                )
-                .map_err(sqlite)?;
-            }
-            conn.execute_batch(SCHEMA).map_err(sqlite)?;
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-                .map_err(sqlite)?;
-        }
+        retry_while_busy(|| set_up(&mut conn)).map_err(sqlite)?;
         Ok(History {
             conn,
             path: path.to_path_buf(),
@@ -506,6 +478,55 @@ pub fn state_dir() -> PathBuf {
     base.join("headroom")
 }
 
+/// Puts the file in WAL mode, checks it and brings its layout up to date, in one immediate
+/// transaction so that two builds opening a new or older file at once do not both change it.
+fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let check: String = conn.query_row("PRAGMA quick_check", [], |row| row.get(0))?;
+    if check != "ok" {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
+            Some(check),
+        ));
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i32 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version < SCHEMA_VERSION {
+        if version == 1 {
+            tx.execute_batch(
+                "ALTER TABLE peaks ADD COLUMN profile_cpu_ms INTEGER;
+                 ALTER TABLE peaks ADD COLUMN profile_wall_ms INTEGER;
+                 ALTER TABLE peaks ADD COLUMN profile TEXT;",
+            )?;
+        }
+        tx.execute_batch(SCHEMA)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    tx.commit()
+}
+
+/// Runs `step` again while SQLite reports a lock it did not wait for (switching a new file
+/// to WAL does not wait on the busy timeout), until the busy timeout has passed.
+fn retry_while_busy<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match step() {
+            Err(err) if is_busy(&err) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 fn is_corruption(err: &rusqlite::Error) -> bool {
     matches!(
         err.sqlite_error_code(),
@@ -644,6 +665,26 @@ mod tests {
             history.past_run("a").unwrap().unwrap().profile,
             Some(profile)
         );
+    }
+
+    #[test]
+    fn builds_that_create_the_history_at_once_all_get_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            let opened: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        History::open(&path).map(drop)
+                    })
+                })
+                .collect();
+            for open in opened {
+                open.join().unwrap().unwrap();
+            }
+        });
     }
 
     #[test]
