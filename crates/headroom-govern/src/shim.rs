@@ -32,8 +32,14 @@ pub const JOB_ENV: &str = "HEADROOM_JOB";
 /// How much of the end of a failed job's stderr is sent to the governor.
 const STDERR_TAIL: usize = 8 << 10;
 
-/// Process group of the attempt now running, for the signal handler; 0 when none.
+/// Process group of the attempt now running, for the signal handler; 0 when none, `STARTING`
+/// while the compiler is being started.
 static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
+/// `RUNNING_GROUP` between starting a compiler and knowing its group: a signal that comes
+/// then waits in `PENDING_SIGNAL` and is passed on once the group is known, so the shim never
+/// exits and leaves a compiler it has just started running on.
+const STARTING: i32 = -1;
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the program was called through a shim link: as the launcher or a compiler name.
 pub fn is_shim(argv0: &OsStr) -> bool {
@@ -230,9 +236,16 @@ fn run_attempt(
         *command = lowered;
     }
     command.process_group(0).stderr(Stdio::piped());
-    let mut child = command.spawn()?;
-    let pid = child.id() as i32;
+    RUNNING_GROUP.store(STARTING, Ordering::SeqCst);
+    let spawned = command.spawn();
+    let pid = spawned.as_ref().map_or(0, |child| child.id() as i32);
     RUNNING_GROUP.store(pid, Ordering::SeqCst);
+    match PENDING_SIGNAL.swap(0, Ordering::SeqCst) {
+        0 => {}
+        signal if pid > 0 => forward(pid, signal),
+        signal => std::process::exit(128 + signal),
+    }
+    let mut child = spawned?;
     let _ = write_frame(stream, &Request::Started { pid });
     let mut stderr = Vec::new();
     if let Some(mut pipe) = child.stderr.take() {
@@ -244,7 +257,8 @@ fn run_attempt(
 }
 
 fn signal_running_group(signal: Signal) {
-    if let Some(pgid) = Pid::from_raw(RUNNING_GROUP.load(Ordering::SeqCst)) {
+    let group = RUNNING_GROUP.load(Ordering::SeqCst);
+    if let Some(pgid) = Pid::from_raw(group).filter(|_| group > 0) {
         let _ = kill_process_group(pgid, signal);
     }
 }
@@ -254,20 +268,30 @@ fn signal_running_group(signal: Signal) {
 /// compiler running exits at once, as it would have without a handler.
 fn install_signal_forwarding() {
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        let forward = move || {
-            let pgid = RUNNING_GROUP.load(Ordering::SeqCst);
-            match Pid::from_raw(pgid) {
-                Some(pgid) => {
-                    let _ = kill_process_group(pgid, Signal::CONT);
-                    // SAFETY: kill(2) with a signal number from the set above.
-                    unsafe { libc::kill(-pgid.as_raw_nonzero().get(), signal) };
+        let handle = move || match RUNNING_GROUP.load(Ordering::SeqCst) {
+            STARTING => {
+                PENDING_SIGNAL.store(signal, Ordering::SeqCst);
+                // The start may have finished in between; then nobody else would pass it on.
+                let group = RUNNING_GROUP.load(Ordering::SeqCst);
+                if group > 0 {
+                    forward(group, signal);
                 }
-                // SAFETY: _exit is async-signal-safe.
-                None => unsafe { libc::_exit(128 + signal) },
             }
+            group if group > 0 => forward(group, signal),
+            // SAFETY: _exit is async-signal-safe.
+            _ => unsafe { libc::_exit(128 + signal) },
         };
-        // SAFETY: the handler only loads an atomic and calls async-signal-safe functions.
-        let _ = unsafe { signal_hook::low_level::register(signal, forward) };
+        // SAFETY: the handler only uses atomics and async-signal-safe calls (kill, _exit).
+        let _ = unsafe { signal_hook::low_level::register(signal, handle) };
+    }
+}
+
+/// Passes `signal` on to process group `group`, waking it first in case it is stopped.
+fn forward(group: i32, signal: i32) {
+    // SAFETY: kill(2) on the group of a compiler this shim started.
+    unsafe {
+        libc::kill(-group, libc::SIGCONT);
+        libc::kill(-group, signal);
     }
 }
 
