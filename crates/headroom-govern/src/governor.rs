@@ -335,10 +335,7 @@ impl Governor {
         }
         let retry = !shutting_down && ran_out_of_memory(&attempt) && self.escalate(job);
         if retry {
-            let estimate = Estimate {
-                peak: job.estimate.peak.max(job.peak),
-                ..job.estimate.clone()
-            };
+            let estimate = job.estimate.clone().at_least(job.peak);
             state.scheduler.remove(id);
             state.scheduler.submit(id, estimate, true);
             self.decide(&mut state, None);

@@ -87,6 +87,14 @@ impl Estimate {
         }
     }
 
+    /// The same estimate, with a peak of at least `bytes` (what an attempt was seen to use).
+    pub fn at_least(self, bytes: u64) -> Self {
+        Estimate {
+            peak: self.peak.max(bytes),
+            ..self
+        }
+    }
+
     fn outlook(&self) -> Outlook<'_> {
         match &self.profile {
             None => Outlook::Flat(self.peak),
@@ -213,8 +221,8 @@ impl Scheduler {
         self.running.retain(|job| job.id != id);
     }
 
-    /// Replaces the predicted peak of a queued or running job, for example when a finished job
-    /// of its group has just shown what such jobs really need.
+    /// Replaces the estimate of a queued or running job, for example when a finished job of
+    /// its group has just shown what such jobs really need.
     pub fn repredict(&mut self, id: JobId, estimate: Estimate) {
         if let Some(job) = self.queue.iter_mut().find(|job| job.id == id) {
             job.estimate = estimate.clone();
@@ -335,13 +343,9 @@ impl Scheduler {
     /// no less than it was seen to use.
     fn kill_and_requeue(&mut self, index: usize, actions: &mut Vec<Action>) {
         let victim = self.running.remove(index);
-        let estimate = Estimate {
-            peak: victim.estimate.peak.max(victim.peak),
-            ..victim.estimate
-        };
         self.queue.push_front(Queued {
             id: victim.id,
-            estimate,
+            estimate: victim.estimate.at_least(victim.peak),
             alone: victim.alone,
             overtaken: 0,
         });

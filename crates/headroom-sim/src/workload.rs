@@ -60,13 +60,7 @@ pub(crate) const PROGRESS_EPSILON: f64 = 1e-9;
 impl SimJob {
     /// Index of the curve segment that `progress` lies in, searching forward from `from`.
     pub(crate) fn segment_at(&self, progress: f64, from: usize) -> usize {
-        let mut segment = from;
-        while segment + 2 < self.curve.len()
-            && progress >= self.curve[segment + 1].0 - PROGRESS_EPSILON
-        {
-            segment += 1;
-        }
-        segment
+        segment_of(&self.curve, progress, from)
     }
 
     /// Bytes in use after `progress` seconds of work, within `segment`.
@@ -181,6 +175,15 @@ fn curve(profile: &[(f64, u64)], recorded: f64, duration: f64, peak: f64) -> Vec
     points
 }
 
+/// Index of the segment of `curve` that `progress` lies in, searching forward from `from`.
+fn segment_of(curve: &[(f64, f64)], progress: f64, from: usize) -> usize {
+    let mut segment = from;
+    while segment + 2 < curve.len() && progress >= curve[segment + 1].0 - PROGRESS_EPSILON {
+        segment += 1;
+    }
+    segment
+}
+
 /// Bytes in use on `curve` after `progress` seconds, within `segment`.
 fn curve_at(curve: &[(f64, f64)], progress: f64, segment: usize) -> f64 {
     let (start, low) = curve[segment];
@@ -204,9 +207,7 @@ fn sampled_profile(
     let mut segment = 0;
     let mut seconds = tick;
     while seconds <= duration {
-        while segment + 2 < curve.len() && seconds >= curve[segment + 1].0 {
-            segment += 1;
-        }
+        segment = segment_of(curve, seconds, segment);
         let bytes = curve_at(curve, seconds, segment).round() as u64;
         recorder.record(seconds * threads, bytes);
         seconds += tick;

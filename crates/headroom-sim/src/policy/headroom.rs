@@ -124,11 +124,7 @@ impl Policy for Headroom {
     fn oom_killed(&mut self, job: &SimJob, peak: u64) {
         // The governor retries a job the kernel killed on its own, sized by what it reached.
         self.scheduler.remove(job.id);
-        let predicted = self.predicted(job);
-        let estimate = Estimate {
-            peak: predicted.peak.max(peak),
-            ..predicted
-        };
+        let estimate = self.predicted(job).at_least(peak);
         self.scheduler.submit(job.id, estimate, true);
     }
 }
