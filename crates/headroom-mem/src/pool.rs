@@ -23,7 +23,9 @@ use crate::trace::{
 /// How a [`MemoryPool`] rounds, groups and limits memory. The defaults are PyTorch's except
 /// for `max_split_size` (128 MiB, PyTorch: unlimited) and `reclaim_on_miss` (on, PyTorch:
 /// off), which together keep reserved memory within ~10% of the peak under changing shapes
-/// (see BENCHMARKS.md); [`PoolConfig::pytorch`] gives PyTorch's behaviour exactly.
+/// (see BENCHMARKS.md); [`PoolConfig::pytorch`] gives PyTorch's settings. One difference
+/// in every configuration: when no new segment can be reserved, a request may take a cached
+/// block of the other pool (small or large) where PyTorch raises out-of-memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
     /// Granularity and minimum size of every block, and the alignment every buffer gets
@@ -253,8 +255,18 @@ impl MemoryPool {
                 self.release_cached(&mut tier, scope);
                 match self.find_or_reserve(&mut tier, scope, size) {
                     Ok(block) => block,
+                    // No room for a new segment: a cached block of the other pool that fits
+                    // serves the request rather than an out-of-memory error (PyTorch keeps
+                    // the pools apart even then, and fails).
                     Err(BackendError::Exhausted { .. }) => {
-                        return Err(self.out_of_memory(&mut tier, scope, bytes, size))
+                        let other = match self.kind_for(size) {
+                            PoolKind::Small => PoolKind::Large,
+                            PoolKind::Large => PoolKind::Small,
+                        };
+                        match self.best_fit(&mut tier, other, size) {
+                            Some(block) => block,
+                            None => return Err(self.out_of_memory(&mut tier, scope, bytes, size)),
+                        }
                     }
                     Err(other) => return Err(other.into()),
                 }
@@ -303,8 +315,12 @@ impl MemoryPool {
             self.release_segment(&mut tier, scope, block);
             return;
         }
-        let class = self.recent_class(freed.size);
-        if freed.kind == PoolKind::Small && tier.recent[class].len() < RECENT_DEPTH {
+        // A small segment may hold a larger block lent to a large request at the limit: it
+        // goes back to the best-fit tree, which takes any size.
+        let recent = (freed.kind == PoolKind::Small && freed.size <= self.config.small_size)
+            .then(|| self.recent_class(freed.size))
+            .filter(|&class| tier.recent[class].len() < RECENT_DEPTH);
+        if let Some(class) = recent {
             tier.blocks[block as usize].state = State::Recent;
             tier.recent[class].push(block);
             tier.recent_count += 1;

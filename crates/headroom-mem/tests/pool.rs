@@ -168,6 +168,26 @@ fn max_size_caps_reserved_bytes() {
 }
 
 #[test]
+fn a_small_request_at_the_limit_takes_a_free_large_block() {
+    let config = PoolConfig {
+        max_size: Some(20 * MIB),
+        ..PoolConfig::default()
+    };
+    let pool = MemoryPool::with_config(Arc::new(HostMemory::new()), config).unwrap();
+    // One medium segment of 20 MiB: the whole limit, 18 MiB of it free.
+    let large = pool
+        .allocate_bytes(2 * MIB, Scope::Global, Alignment::DEFAULT)
+        .unwrap();
+    // A new 2 MiB small segment would pass the limit; the free large block serves instead.
+    let small = pool
+        .allocate_bytes(100 << 10, Scope::Global, Alignment::DEFAULT)
+        .unwrap();
+    assert_eq!(pool.memory_stats().reserved_bytes.all.current, 20 * MIB);
+    drop(small);
+    drop(large);
+}
+
+#[test]
 fn invalid_configs_name_the_setting() {
     let bad = PoolConfig {
         block_size: 500,
