@@ -131,7 +131,11 @@ fn admits_by_predicted_peak_and_learns_from_history() {
     // Unknown jobs are predicted at 512 MiB, then at the learned 300 MiB + 15% with the first
     // job's profile: two at a time, more only while others are near their end.
     assert!(max_overlap(&cold_report) >= 2, "{:?}", cold_report.jobs);
-    assert!(cold_report.build.peak_total.unwrap() <= 1000 * MIB);
+    assert!(
+        cold_report.build.peak_total.unwrap() <= 1000 * MIB,
+        "{:?}",
+        cold_report
+    );
     assert!(cold_report
         .jobs
         .iter()
@@ -154,7 +158,11 @@ fn admits_by_predicted_peak_and_learns_from_history() {
         warm_report.jobs
     );
     assert!(max_overlap(&warm_report) >= 3, "{:?}", warm_report.jobs);
-    assert!(warm_report.build.peak_total.unwrap() <= 1000 * MIB);
+    assert!(
+        warm_report.build.peak_total.unwrap() <= 1000 * MIB,
+        "{:?}",
+        warm_report
+    );
     let summary = stderr(&warm);
     assert!(
         summary.contains("headroom: 6 jobs") && summary.contains("a.o"),
