@@ -341,9 +341,18 @@ impl Governor {
             self.decide(&mut state, None);
             return Reply::Retry;
         }
-        state.scheduler.remove(id);
         let job = state.jobs.remove(&id).expect("checked above");
-        self.record(&mut state, id, job, &attempt);
+        let ran = Ran {
+            cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
+            wall_seconds: job.active_seconds,
+        };
+        if attempt.exit_code == Some(0) {
+            state.scheduler.finished(id, ran);
+        } else {
+            // A job that failed ended early for reasons of its own: its timing says nothing.
+            state.scheduler.remove(id);
+        }
+        self.record(&mut state, id, job, &attempt, ran);
         self.decide(&mut state, None);
         Reply::Done
     }
@@ -362,12 +371,9 @@ impl Governor {
         true
     }
 
-    fn record(&self, state: &mut State, id: JobId, job: Job, attempt: &Attempt) {
+    fn record(&self, state: &mut State, id: JobId, job: Job, attempt: &Attempt, ran: Ran) {
         let succeeded = attempt.exit_code == Some(0);
-        let profile = job.profile.finish(Ran {
-            cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
-            wall_seconds: job.active_seconds,
-        });
+        let profile = job.profile.finish(ran);
         if succeeded && job.rung == 0 {
             let run = PastRun {
                 peak: job.peak,

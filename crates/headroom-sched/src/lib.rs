@@ -7,6 +7,7 @@ mod plan;
 pub mod policy;
 pub mod predict;
 pub mod profile;
+mod slack;
 
 pub use policy::{Action, Estimate, Limits, Scheduler, Thresholds};
 pub use predict::{PastRun, Prediction, PredictionSource, Predictor};

@@ -18,7 +18,8 @@
 use std::collections::VecDeque;
 
 use crate::plan::{Outlook, Plan};
-use crate::profile::Profile;
+use crate::profile::{Profile, Ran};
+use crate::slack::TimingSlack;
 use crate::JobId;
 
 /// What the budget and the machine allow.
@@ -42,7 +43,8 @@ pub struct Thresholds {
     /// How many later jobs may overtake a queued job that does not fit yet.
     pub max_overtakes: usize,
     /// How far a job may stray from its profile in CPU time and pace (0.2 = 20%): admission
-    /// over time plans for each job's peak anywhere in that window.
+    /// over time plans for each job's peak anywhere in that window. Once jobs of this build
+    /// finish along their profiles, the slack follows how far they really strayed.
     pub timing_slack: f64,
 }
 
@@ -167,6 +169,7 @@ pub struct Scheduler {
     thresholds: Thresholds,
     queue: VecDeque<Queued>,
     running: Vec<Running>,
+    slack: TimingSlack,
 }
 
 impl Scheduler {
@@ -184,6 +187,7 @@ impl Scheduler {
             thresholds,
             queue: VecDeque::new(),
             running: Vec::new(),
+            slack: TimingSlack::new(thresholds.timing_slack),
         }
     }
 
@@ -215,7 +219,21 @@ impl Scheduler {
         self.queue.insert(position, job);
     }
 
-    /// Forgets a job, queued or running (it finished, or its client went away).
+    /// A running job ended having run so (CPU seconds, and wall seconds while not stopped):
+    /// forgets it and notes how far it strayed from its profile.
+    pub fn finished(&mut self, id: JobId, ran: Ran) {
+        let profile = self
+            .running
+            .iter()
+            .find(|job| job.id == id)
+            .and_then(|job| job.estimate.profile.as_ref());
+        if let Some(profile) = profile {
+            self.slack.note(profile, ran);
+        }
+        self.remove(id);
+    }
+
+    /// Forgets a job, queued or running (its client went away, or it is to be retried).
     pub fn remove(&mut self, id: JobId) {
         self.queue.retain(|job| job.id != id);
         self.running.retain(|job| job.id != id);
@@ -405,7 +423,7 @@ impl Scheduler {
 
     /// The running jobs' needs over the future, long enough for any queued job to end in.
     fn plan(&self) -> Plan {
-        let slack = self.thresholds.timing_slack;
+        let slack = self.slack.get();
         let running: Vec<Outlook<'_>> = self.running.iter().map(|job| job.outlook(slack)).collect();
         let queued = self.queue.iter().map(|job| job.estimate.outlook());
         Plan::new(&running, queued, slack)
@@ -577,6 +595,38 @@ mod tests {
             s.reserved() > 5 * GIB,
             "flat reservations would not have fitted"
         );
+    }
+
+    #[test]
+    fn jobs_that_kept_to_their_profiles_narrow_the_slack() {
+        let run = |earlier_kept_to_profiles: bool| {
+            let mut s = Scheduler::new(Limits {
+                budget: 5 * GIB,
+                slots: 4,
+            });
+            for id in 1..=10 {
+                s.submit(id, late_peak(100.0, 4 * GIB), false);
+            }
+            // Eight jobs run one after another, enough for their strays to count.
+            for id in 1..=8 {
+                assert_eq!(starts(&s.decide(None)), vec![id]);
+                if earlier_kept_to_profiles {
+                    s.finished(id, crate::profile::ran(100.0, 100.0));
+                } else {
+                    s.remove(id);
+                }
+            }
+            assert_eq!(starts(&s.decide(None)), vec![9]);
+            // Job 9's peak is 35 to 60 s away; job 10's would come 75 s from now.
+            s.observe(9, GIB / 2, 40.0);
+            starts(&s.decide(None))
+        };
+        assert_eq!(
+            run(false),
+            Vec::<JobId>::new(),
+            "20% slack: the peaks may meet"
+        );
+        assert_eq!(run(true), vec![10], "2% slack: they do not");
     }
 
     #[test]

@@ -108,14 +108,16 @@ impl Policy for Headroom {
     }
 
     fn finished(&mut self, job: &SimJob, peak: u64, now: f64) {
-        self.scheduler.remove(job.id);
-        let profile = self.profiles.remove(&job.id).and_then(|(profile, active)| {
-            profile.finish(Ran {
-                cpu_seconds: job.core_seconds(),
-                wall_seconds: active + (now - self.last_tick),
-            })
-        });
-        let run = PastRun { peak, profile };
+        let (recorder, active) = self.profiles.remove(&job.id).unwrap_or_default();
+        let ran = Ran {
+            cpu_seconds: job.core_seconds(),
+            wall_seconds: active + (now - self.last_tick),
+        };
+        self.scheduler.finished(job.id, ran);
+        let run = PastRun {
+            peak,
+            profile: recorder.finish(ran),
+        };
         for (id, estimate) in self.predictor.learn(job.group, run) {
             self.scheduler.repredict(id, estimate);
         }
