@@ -7,7 +7,8 @@
 //! future (`plan`): its peak comes when the others' have passed. Smaller jobs may overtake a
 //! queued job that does not fit, but only a bounded number of times, so large jobs never
 //! starve behind a stream of small ones. A job bigger than the whole budget runs alone. Jobs
-//! whose length is known from their profile queue longest first.
+//! whose length is known from their profile queue longest first, counting with each job the
+//! work that waited on it in the last build (`chain`).
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
@@ -78,6 +79,9 @@ pub struct Estimate {
     pub peak: u64,
     /// How its memory moves over its life, when an earlier run showed it.
     pub profile: Option<Profile>,
+    /// Seconds of work that waited on this job in the last build
+    /// ([`waiting_seconds`](crate::chain::waiting_seconds)), 0 when unknown.
+    pub waiting_seconds: f64,
 }
 
 impl Estimate {
@@ -86,6 +90,7 @@ impl Estimate {
         Estimate {
             peak,
             profile: None,
+            waiting_seconds: 0.0,
         }
     }
 
@@ -197,9 +202,10 @@ impl Scheduler {
 
     /// Queues a job. An `alone` job (an OOM retry) runs with no other job beside it.
     ///
-    /// Jobs whose profile tells how long they run queue longest first (the longest job ends
-    /// the build if it starts last), but never ahead of a job that has already been overtaken
-    /// or waits to run alone; jobs of unknown length queue in the order they come.
+    /// Jobs queue by the longest path they start: their own expected length plus the work
+    /// that waited on them last time (the longest path ends the build if it starts last), but
+    /// never ahead of a job that has already been overtaken or waits to run alone; jobs of
+    /// unknown length and unknown followers queue in the order they come.
     pub fn submit(&mut self, id: JobId, estimate: Estimate, alone: bool) {
         let seconds = expected_seconds(&estimate);
         let after_waiting = self
@@ -240,13 +246,17 @@ impl Scheduler {
     }
 
     /// Replaces the estimate of a queued or running job, for example when a finished job of
-    /// its group has just shown what such jobs really need.
+    /// its group has just shown what such jobs really need. What waited on the job stays.
     pub fn repredict(&mut self, id: JobId, estimate: Estimate) {
+        let keeping_waiting = |old: &Estimate| Estimate {
+            waiting_seconds: old.waiting_seconds,
+            ..estimate.clone()
+        };
         if let Some(job) = self.queue.iter_mut().find(|job| job.id == id) {
-            job.estimate = estimate.clone();
+            job.estimate = keeping_waiting(&job.estimate);
         }
         if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
-            job.estimate = estimate;
+            job.estimate = keeping_waiting(&job.estimate);
         }
     }
 
@@ -430,9 +440,10 @@ impl Scheduler {
     }
 }
 
-/// How long a job is expected to run, 0 when unknown.
+/// How long the build may go on from a job's start: its own expected length (0 when unknown)
+/// and the work that waited on it.
 fn expected_seconds(estimate: &Estimate) -> f64 {
-    estimate.profile.as_ref().map_or(0.0, Profile::wall_seconds)
+    estimate.profile.as_ref().map_or(0.0, Profile::wall_seconds) + estimate.waiting_seconds
 }
 
 #[cfg(test)]
@@ -573,6 +584,7 @@ mod tests {
         Estimate {
             peak,
             profile: Profile::new(crate::profile::ran(seconds, seconds), &slices),
+            waiting_seconds: 0.0,
         }
     }
 
@@ -595,6 +607,24 @@ mod tests {
             s.reserved() > 5 * GIB,
             "flat reservations would not have fitted"
         );
+    }
+
+    #[test]
+    fn a_job_that_work_waited_on_queues_ahead_of_a_longer_one() {
+        let mut s = Scheduler::new(Limits {
+            budget: 5 * GIB,
+            slots: 1,
+        });
+        s.submit(1, late_peak(10.0, GIB), false);
+        s.submit(2, late_peak(100.0, GIB), false);
+        let before_a_link = Estimate {
+            waiting_seconds: 200.0,
+            ..late_peak(20.0, GIB)
+        };
+        s.submit(3, before_a_link, false);
+        assert_eq!(starts(&s.decide(None)), vec![3]);
+        s.remove(3);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl Predictor {
                 estimate: Estimate {
                     peak: with_margin(past.peak, HISTORY_MARGIN_PERCENT),
                     profile: past.profile.clone(),
+                    waiting_seconds: 0.0,
                 },
                 source: PredictionSource::History,
             };
@@ -111,6 +112,7 @@ fn group_estimate(largest: &PastRun) -> Estimate {
     Estimate {
         peak: with_margin(largest.peak, GROUP_MARGIN_PERCENT),
         profile: largest.profile.clone(),
+        waiting_seconds: 0.0,
     }
 }
 
@@ -160,7 +162,11 @@ mod tests {
         assert_eq!(
             predictor.predict(5, Some(&past), 7),
             Prediction {
-                estimate: Estimate { peak: 420, profile },
+                estimate: Estimate {
+                    peak: 420,
+                    profile,
+                    waiting_seconds: 0.0
+                },
                 source: PredictionSource::History
             }
         );
@@ -170,7 +176,8 @@ mod tests {
             predictor.predict(6, None, 9).estimate,
             Estimate {
                 peak: 460,
-                profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4])
+                profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]),
+                waiting_seconds: 0.0,
             }
         );
     }
