@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::budget::{default_job_peak, MemoryFacts};
 use crate::job::JobIdentity;
 use crate::ladder::{speaks_gcc_flags, Rung};
+use crate::last_build;
 use crate::oom::ran_out_of_memory;
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 
@@ -85,6 +86,8 @@ struct State {
     next_id: JobId,
     history: Option<History>,
     build_id: Option<i64>,
+    /// Seconds of work that waited on each job of the last build, by job key.
+    waiting_seconds: HashMap<String, f64>,
     samples: Vec<Sample>,
     last_flush: Instant,
     peak_total: u64,
@@ -105,7 +108,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&terminate))?;
     }
-    let (history, build_id) = open_history(&config);
+    let (history, build_id, waiting_seconds) = open_history(&config);
     let limits = Limits {
         budget: config.budget,
         slots: config.slots,
@@ -119,6 +122,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             next_id: 0,
             history,
             build_id,
+            waiting_seconds,
             samples: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
@@ -139,16 +143,25 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
     Ok(())
 }
 
-fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>) {
+/// Opens the history and begins this build in it; also returns what waited on each job of
+/// the last build.
+fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>, HashMap<String, f64>) {
     let Some(path) = &config.history else {
-        return (None, None);
+        return (None, None, HashMap::new());
     };
     let opened = History::open_or_recover(path);
     for warning in &opened.warnings {
         eprintln!("headroom: warning: {warning}");
     }
     let Some(history) = opened.history else {
-        return (None, None);
+        return (None, None, HashMap::new());
+    };
+    let waiting_seconds = match history.last_build_jobs() {
+        Ok(jobs) => last_build::waiting_seconds_by_key(&jobs),
+        Err(err) => {
+            eprintln!("headroom: warning: {err}; jobs queue by their own length only");
+            HashMap::new()
+        }
     };
     let build = BuildRecord {
         id: 0,
@@ -163,10 +176,10 @@ fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>) {
         peak_total: None,
     };
     match history.begin_build(&build) {
-        Ok(id) => (Some(history), Some(id)),
+        Ok(id) => (Some(history), Some(id), waiting_seconds),
         Err(err) => {
             eprintln!("headroom: warning: {err}; this build runs without history");
-            (None, None)
+            (None, None, HashMap::new())
         }
     }
 }
@@ -214,7 +227,12 @@ impl Governor {
             .and_then(|h| h.past_run(&identity.key).ok().flatten());
         let id = state.next_id;
         state.next_id += 1;
-        let prediction = state.predictor.predict(id, past.as_ref(), identity.group);
+        let mut prediction = state.predictor.predict(id, past.as_ref(), identity.group);
+        prediction.estimate.waiting_seconds = state
+            .waiting_seconds
+            .get(&identity.key)
+            .copied()
+            .unwrap_or(0.0);
         state.jobs.insert(
             id,
             Job {

@@ -15,6 +15,8 @@ pub struct JobIdentity {
     pub label: String,
     /// The command line as people read it.
     pub command: String,
+    /// The file `-o` names, as given.
+    pub output: Option<String>,
 }
 
 /// Flags followed by a per-file value that says nothing about the job's memory.
@@ -69,6 +71,7 @@ impl JobIdentity {
             group,
             label,
             command,
+            output: output.map(String::from),
         }
     }
 }

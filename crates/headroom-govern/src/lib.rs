@@ -12,6 +12,7 @@ pub mod budget;
 pub mod governor;
 pub mod job;
 pub mod ladder;
+pub mod last_build;
 pub mod oom;
 pub mod protocol;
 pub mod session;

@@ -350,6 +350,15 @@ impl History {
             .ok_or(StoreError::Empty)
     }
 
+    /// The jobs of the most recent build, none when there is no build yet.
+    pub fn last_build_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        match self.last_build_id() {
+            Ok(id) => self.load_jobs(id).map_err(|e| self.sqlite(e)),
+            Err(StoreError::Empty) => Ok(Vec::new()),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Loads everything recorded about build `id`.
     pub fn load_build(&self, id: i64) -> Result<BuildReport, StoreError> {
         let build = self

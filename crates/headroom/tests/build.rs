@@ -171,6 +171,46 @@ fn admits_by_predicted_peak_and_learns_from_history() {
 }
 
 #[test]
+fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
+    let project = Project::new();
+    // b.o runs alone at first; c.o and a.o wait for an ungoverned step and then queue
+    // behind it, both at once. c.o is the longer compile, but the 1.5 s link waits on a.o.
+    project.write(
+        "Makefile",
+        "all: b.o c.o tool\n\
+         stamp:\n\tsleep 0.3 && touch stamp\n\
+         tool: a.o\n\tg++ --ms 1500 -o tool a.o\n\
+         a.o: stamp\n\tg++ --ms 300 -c a.cpp -o a.o\n\
+         b.o:\n\tg++ --ms 1200 -c b.cpp -o b.o\n\
+         c.o: stamp\n\tg++ --ms 900 -c c.cpp -o c.o\n",
+    );
+    let build = ["--jobs", "1", "--report", "report.json", "--", "make"];
+    let run = || {
+        let output = project
+            .headroom(&build)
+            .env("MAKEFLAGS", "-j8")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        project.report()
+    };
+    run();
+    for file in ["stamp", "a.o", "b.o", "c.o", "tool"] {
+        std::fs::remove_file(project.path(file)).unwrap();
+    }
+    let warm = run();
+    let start = |label: &str| {
+        warm.jobs
+            .iter()
+            .find(|job| job.label == label)
+            .unwrap_or_else(|| panic!("no {label} in {:?}", warm.jobs))
+            .start_ms
+    };
+    assert!(start("b.o") < start("a.o"), "{:?}", warm.jobs);
+    assert!(start("a.o") < start("c.o"), "{:?}", warm.jobs);
+}
+
+#[test]
 fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
     let project = Project::new();
     let jobs: Vec<(&str, String)> = ["a.o", "b.o"]
