@@ -1,17 +1,21 @@
 //! headroom's own policy, driven exactly as the live governor drives it: the same
 //! `headroom_sched` predictor and scheduler, the same default budget, slots and default
 //! prediction, the same calls on offers, ticks, finishes and OOM kills, and the same profile
-//! recording on every tick.
+//! recording on every tick. A warm run knows what a previous run of the same build showed, as
+//! the governor learns it from its history: each job's own peak and profile, and the chains
+//! of jobs that waited on it (the trace's dependencies standing for the files the last
+//! build's commands named).
 
 use std::collections::HashMap;
 
+use headroom_sched::chain::{self, Finished};
 use headroom_sched::{
-    Action, Estimate, JobId, Limits, PastRun, Predictor, ProfileRecorder, Ran, Scheduler,
+    Action, Estimate, JobId, Limits, PastRun, Predictor, Profile, ProfileRecorder, Ran, Scheduler,
 };
 
 use crate::engine::{Policy, View};
 use crate::machine::Machine;
-use crate::workload::SimJob;
+use crate::workload::{SimJob, Workload};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -32,8 +36,9 @@ pub fn default_prediction(budget: u64, slots: usize) -> u64 {
 pub struct Headroom {
     scheduler: Scheduler,
     predictor: Predictor,
-    /// Whether each job's own peak and profile from a previous run are known.
-    warm: bool,
+    /// For a warm run, the seconds of work that waited on each job (by index) in the previous
+    /// run; each job's own history is in the workload.
+    waiting_seconds: Option<Vec<f64>>,
     /// The memory profile of each running job's current attempt, and the seconds it has run
     /// unstopped, counted on ticks as the governor's sampler counts them.
     profiles: HashMap<JobId, (ProfileRecorder, f64)>,
@@ -41,7 +46,22 @@ pub struct Headroom {
 }
 
 impl Headroom {
-    pub fn new(machine: Machine, warm: bool) -> Self {
+    /// headroom on `workload`, with no history, or `warm` with what a previous run left.
+    pub fn new(machine: Machine, workload: &Workload, warm: bool) -> Self {
+        let waiting_seconds = warm.then(|| {
+            let last_build: Vec<Finished> = workload
+                .jobs
+                .iter()
+                .map(|job| Finished {
+                    seconds: job
+                        .history_profile
+                        .as_ref()
+                        .map_or(0.0, Profile::wall_seconds),
+                    inputs: job.deps.clone(),
+                })
+                .collect();
+            chain::waiting_seconds(&last_build)
+        });
         let limits = Limits {
             budget: default_budget(machine.memory),
             slots: machine.cores,
@@ -49,26 +69,33 @@ impl Headroom {
         Headroom {
             scheduler: Scheduler::new(limits),
             predictor: Predictor::new(default_prediction(limits.budget, limits.slots)),
-            warm,
+            waiting_seconds,
             profiles: HashMap::new(),
             last_tick: 0.0,
         }
     }
 
     fn predicted(&mut self, job: &SimJob) -> Estimate {
-        let history = self.warm.then(|| PastRun {
+        let Some(waiting_seconds) = &self.waiting_seconds else {
+            return self.predictor.predict(job.id, None, job.group).estimate;
+        };
+        let history = PastRun {
             peak: job.history_peak,
             profile: job.history_profile.clone(),
-        });
-        self.predictor
-            .predict(job.id, history.as_ref(), job.group)
-            .estimate
+        };
+        Estimate {
+            waiting_seconds: waiting_seconds[job.id as usize],
+            ..self
+                .predictor
+                .predict(job.id, Some(&history), job.group)
+                .estimate
+        }
     }
 }
 
 impl Policy for Headroom {
     fn name(&self) -> String {
-        if self.warm {
+        if self.waiting_seconds.is_some() {
             "headroom (warm)"
         } else {
             "headroom (cold)"

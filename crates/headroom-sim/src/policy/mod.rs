@@ -124,7 +124,7 @@ impl PolicySpec {
     pub fn instantiate(&self, machine: Machine, workload: &Workload) -> Vec<Box<dyn Policy>> {
         let largest = workload.largest_peak();
         match *self {
-            PolicySpec::Headroom { warm } => vec![Box::new(Headroom::new(machine, warm))],
+            PolicySpec::Headroom { warm } => vec![Box::new(Headroom::new(machine, workload, warm))],
             PolicySpec::Static(Some(jobs)) => vec![Box::new(StaticJobs::new(jobs))],
             PolicySpec::Static(None) => (1..=machine.cores)
                 .map(|jobs| Box::new(StaticJobs::new(jobs)) as Box<dyn Policy>)
