@@ -71,28 +71,12 @@ mod tests {
 
     fn job(key: &str, command: &str, cwd: &str, start_ms: u64, end_ms: u64) -> JobRecord {
         JobRecord {
-            job_id: 0,
             key: key.into(),
-            group: "g".into(),
-            label: key.into(),
-            compiler: "g++".into(),
             command: command.into(),
             cwd: cwd.into(),
-            offered_ms: start_ms,
             start_ms,
             end_ms,
-            peak: 1,
-            cpu_ms: end_ms - start_ms,
-            exit_code: Some(0),
-            signal: None,
-            predicted: 1,
-            prediction_source: "history".into(),
-            attempts: 1,
-            suspends: 0,
-            requeues: 0,
-            oom_retries: 0,
-            lowered_flags: None,
-            over_budget: false,
+            ..JobRecord::default()
         }
     }
 
