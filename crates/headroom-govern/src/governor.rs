@@ -86,7 +86,7 @@ struct State {
     next_id: JobId,
     history: Option<History>,
     build_id: Option<i64>,
-    /// Seconds of work that waited on each job of the last build, by job key.
+    /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
     samples: Vec<Sample>,
     last_flush: Instant,
@@ -143,8 +143,8 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
     Ok(())
 }
 
-/// Opens the history and begins this build in it; also returns what waited on each job of
-/// the last build.
+/// Opens the history and begins this build in it; also returns what waited on each job in
+/// the most recent build that ran it.
 fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>, HashMap<String, f64>) {
     let Some(path) = &config.history else {
         return (None, None, HashMap::new());
@@ -156,8 +156,8 @@ fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>, HashM
     let Some(history) = opened.history else {
         return (None, None, HashMap::new());
     };
-    let waiting_seconds = match history.last_build_jobs() {
-        Ok(jobs) => last_build::waiting_seconds_by_key(&jobs),
+    let waiting_seconds = match history.recent_builds_jobs(last_build::BUILDS_TO_READ) {
+        Ok(builds) => last_build::waiting_seconds_by_key(&builds),
         Err(err) => {
             eprintln!("headroom: warning: {err}; jobs queue by their own length only");
             HashMap::new()

@@ -1,8 +1,10 @@
-//! What the governor takes from the last build beyond each job's own history: the chains of
+//! What the governor takes from recent builds beyond each job's own history: the chains of
 //! jobs that waited on each job, so the queue can start first the jobs that hold the most of
 //! the build up (`headroom_sched::chain`). A job waited on another when the other's `-o` file
 //! is among its arguments: the objects a link reads, the archive a later link reads. Jobs
-//! that name their outputs otherwise (rustc's `--out-dir`) link nothing.
+//! that name their outputs otherwise (rustc's `--out-dir`) link nothing. Each job takes its
+//! chain from the newest build that ran it, so a rebuild of one file after a full build
+//! leaves the full build's chains for every other file.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -12,8 +14,24 @@ use headroom_store::JobRecord;
 
 use crate::job::JobIdentity;
 
-/// Seconds of work that waited on each job of `jobs` (one build's), by job key.
-pub fn waiting_seconds_by_key(jobs: &[JobRecord]) -> HashMap<String, f64> {
+/// Recent builds read at start: enough to reach past a day of rebuilds to the last full
+/// build, few enough to read in milliseconds.
+pub const BUILDS_TO_READ: usize = 20;
+
+/// Seconds of work that waited on each job, by job key, from `builds` (each build's jobs,
+/// newest build first): each key as the newest build that ran it saw it.
+pub fn waiting_seconds_by_key(builds: &[Vec<JobRecord>]) -> HashMap<String, f64> {
+    let mut by_key = HashMap::new();
+    for jobs in builds {
+        for (key, seconds) in in_one_build(jobs) {
+            by_key.entry(key).or_insert(seconds);
+        }
+    }
+    by_key
+}
+
+/// Seconds of work that waited on each job of one build's `jobs`, by job key.
+fn in_one_build(jobs: &[JobRecord]) -> Vec<(String, f64)> {
     let arguments: Vec<Vec<String>> = jobs
         .iter()
         .map(|job| job.command.split_whitespace().map(String::from).collect())
@@ -102,10 +120,25 @@ mod tests {
                 35_000,
             ),
         ];
-        let waiting = waiting_seconds_by_key(&jobs);
-        assert_eq!(waiting["a"], 100.0);
-        assert_eq!(waiting["b"], 100.0);
-        assert_eq!(waiting["c"], 5.0);
-        assert_eq!(waiting["tool"], 0.0);
+        let full = waiting_seconds_by_key(&[jobs.to_vec()]);
+        assert_eq!(full["a"], 100.0);
+        assert_eq!(full["b"], 100.0);
+        assert_eq!(full["c"], 5.0);
+        assert_eq!(full["tool"], 0.0);
+
+        // A rebuild of a.cpp alone, with a link that took 40 s this time.
+        let rebuild = vec![
+            job("a", "g++ -c a.cpp -o obj/a.o", "/src", 0, 10_000),
+            job(
+                "tool",
+                "g++ -flto -o tool ../obj/a.o ../obj/b.o",
+                "/src/bin",
+                10_000,
+                50_000,
+            ),
+        ];
+        let recent = waiting_seconds_by_key(&[rebuild, jobs.to_vec()]);
+        assert_eq!(recent["a"], 40.0);
+        assert_eq!(recent["b"], 100.0, "b.o did not run in the rebuild");
     }
 }

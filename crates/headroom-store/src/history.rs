@@ -350,13 +350,16 @@ impl History {
             .ok_or(StoreError::Empty)
     }
 
-    /// The jobs of the most recent build, none when there is no build yet.
-    pub fn last_build_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        match self.last_build_id() {
-            Ok(id) => self.load_jobs(id).map_err(|e| self.sqlite(e)),
-            Err(StoreError::Empty) => Ok(Vec::new()),
-            Err(err) => Err(err),
-        }
+    /// The jobs of each of the `count` most recent builds, newest build first.
+    pub fn recent_builds_jobs(&self, count: usize) -> Result<Vec<Vec<JobRecord>>, StoreError> {
+        let ids: Vec<i64> = self
+            .conn
+            .prepare("SELECT id FROM builds ORDER BY id DESC LIMIT ?1")
+            .and_then(|mut query| query.query_map([count as i64], |row| row.get(0))?.collect())
+            .map_err(|e| self.sqlite(e))?;
+        ids.into_iter()
+            .map(|id| self.load_jobs(id).map_err(|e| self.sqlite(e)))
+            .collect()
     }
 
     /// Loads everything recorded about build `id`.
@@ -644,6 +647,27 @@ mod tests {
             history.load_build(id + 1),
             Err(StoreError::NoSuchBuild(_))
         ));
+    }
+
+    #[test]
+    fn recent_builds_come_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        assert!(history.recent_builds_jobs(5).unwrap().is_empty());
+        for key in ["first", "second"] {
+            let id = history.begin_build(&build()).unwrap();
+            history.record_job(id, &job(0, key, 1), None).unwrap();
+        }
+        let keys = |count| -> Vec<String> {
+            history
+                .recent_builds_jobs(count)
+                .unwrap()
+                .iter()
+                .map(|jobs| jobs[0].key.clone())
+                .collect()
+        };
+        assert_eq!(keys(5), ["second", "first"]);
+        assert_eq!(keys(1), ["second"]);
     }
 
     #[test]
