@@ -8,7 +8,7 @@
 //! queued job that does not fit, but only a bounded number of times, so large jobs never
 //! starve behind a stream of small ones. A job bigger than the whole budget runs alone. Jobs
 //! whose length is known from their profile queue longest first, counting with each job the
-//! work that waited on it in the last build (`chain`).
+//! work that waited on it in an earlier build (`chain`).
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
@@ -79,7 +79,7 @@ pub struct Estimate {
     pub peak: u64,
     /// How its memory moves over its life, when an earlier run showed it.
     pub profile: Option<Profile>,
-    /// Seconds of work that waited on this job in the last build
+    /// Seconds of work that waited on this job in an earlier build
     /// ([`waiting_seconds`](crate::chain::waiting_seconds)), 0 when unknown.
     pub waiting_seconds: f64,
 }
@@ -203,7 +203,7 @@ impl Scheduler {
     /// Queues a job. An `alone` job (an OOM retry) runs with no other job beside it.
     ///
     /// Jobs queue by the longest path they start: their own expected length plus the work
-    /// that waited on them last time (the longest path ends the build if it starts last), but
+    /// that waited on them in an earlier build (the longest path ends the build if it starts last), but
     /// never ahead of a job that has already been overtaken or waits to run alone; jobs of
     /// unknown length and unknown followers queue in the order they come.
     pub fn submit(&mut self, id: JobId, estimate: Estimate, alone: bool) {
