@@ -8,7 +8,7 @@
 //! that gets half a core, or is stopped, is half as far along, and its CPU time says so.
 
 /// Equal slices of a job's life that a profile keeps the highest use of.
-pub const PROFILE_SLICES: usize = 16;
+pub const PROFILE_SLICES: usize = 64;
 
 /// A job's memory over its life: the highest use in each of [`PROFILE_SLICES`] equal slices of
 /// the CPU time it used, as fractions of its peak.
@@ -202,9 +202,10 @@ mod tests {
             .iter()
             .position(|&fraction| fraction == 1.0)
             .unwrap();
-        assert_eq!(peak_slice, 12, "{:?}", profile.shape());
+        // The peak, at 4/5 of the job's life, falls in the slice that holds that moment.
+        assert_eq!(peak_slice, PROFILE_SLICES * 4 / 5, "{:?}", profile.shape());
         assert!(profile.shape()[0] < 0.15);
-        assert!((profile.shape()[15] - 0.25).abs() < 0.01);
+        assert!((profile.shape()[PROFILE_SLICES - 1] - 0.25).abs() < 0.01);
     }
 
     #[test]
@@ -225,6 +226,6 @@ mod tests {
         let profile = recorder.finish(ran(0.3, 0.3)).unwrap();
         assert_eq!(profile.shape().len(), PROFILE_SLICES);
         assert!(profile.shape().iter().all(|&f| f == 0.5 || f == 1.0));
-        assert_eq!(profile.shape()[15], 1.0);
+        assert_eq!(profile.shape()[PROFILE_SLICES - 1], 1.0);
     }
 }
