@@ -9,13 +9,16 @@ mkdir -p "$out"
 cargo build --release -p headroom
 headroom=target/release/headroom
 
-"$headroom" sim traces/*.json --machine 16c/32G,64c/128G,192c/1T \
+# Every policy, and the clairvoyant reference that the default set leaves out.
+policies=headroom,headroom-warm,static,ninja,parallel-memfree,parallel-memsuspend,buck2,bazel
+policies=$policies,bazel-inputs,clairvoyant
+"$headroom" sim traces/*.json --machine 16c/32G,64c/128G,192c/1T --policy "$policies" \
     --json --html "$out/synthetic.html" > "$out/synthetic.json"
 python3 bench/sim/table.py "$out/synthetic.json"
 
 if compgen -G "traces/recorded/*.json" > /dev/null; then
     echo
-    "$headroom" sim traces/recorded/*.json --machine 2c/24G,16c/32G \
+    "$headroom" sim traces/recorded/*.json --machine 2c/24G,16c/32G --policy "$policies" \
         --json --html "$out/recorded.html" > "$out/recorded.json"
     python3 bench/sim/table.py "$out/recorded.json"
 fi

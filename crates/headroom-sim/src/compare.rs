@@ -47,12 +47,15 @@ impl Comparison {
             .find(|outcome| outcome.policy == policy)
     }
 
-    /// The fastest baseline (any policy but headroom's) that had no OOM event.
+    /// The fastest baseline (a policy people use: neither headroom's nor the clairvoyant
+    /// reference) that had no OOM event.
     pub fn best_zero_oom_baseline(&self) -> Option<&Outcome> {
         self.outcomes
             .iter()
             .filter(|outcome| {
-                outcome.family != "headroom" && outcome.oom_events == 0 && outcome.completed()
+                !matches!(outcome.family.as_str(), "headroom" | "reference")
+                    && outcome.oom_events == 0
+                    && outcome.completed()
             })
             .min_by(|a, b| a.makespan.total_cmp(&b.makespan))
     }

@@ -103,7 +103,8 @@ const LABEL_WIDTH: f64 = 230.0;
 const CHART_WIDTH: f64 = 900.0;
 
 /// One SVG bar chart of makespans for one machine: headroom in blue, zero-OOM baselines in
-/// grey, baselines with OOM events in red, and the lower bound as a dashed line.
+/// grey, baselines with OOM events in red, the clairvoyant reference in purple, and the lower
+/// bound as a dashed line.
 fn chart(comparison: &Comparison) -> String {
     let outcomes = comparison.summary();
     let longest = outcomes
@@ -121,6 +122,7 @@ fn chart(comparison: &Comparison) -> String {
         let color = match (outcome.family.as_str(), outcome.oom_events) {
             _ if !outcome.completed() => "#e53e3e",
             ("headroom", _) => "#2b6cb0",
+            ("reference", _) => "#805ad5",
             (_, 0) => "#a0aec0",
             _ => "#e53e3e",
         };

@@ -84,6 +84,20 @@ impl SimJob {
         self.curve[segment + 1].0
     }
 
+    /// The most bytes in use between `from` and `to` seconds of progress (0 past the end).
+    pub(crate) fn highest_between(&self, from: f64, to: f64) -> f64 {
+        if from >= self.duration {
+            return 0.0;
+        }
+        let to = to.min(self.duration);
+        let first = self.segment_at(from, 0);
+        let last = self.segment_at(to, first);
+        let corners = self.curve[first + 1..=last].iter().map(|&(_, bytes)| bytes);
+        corners
+            .chain([self.memory_at(from, first), self.memory_at(to, last)])
+            .fold(0.0, f64::max)
+    }
+
     /// Byte-seconds the job occupies over its life when it runs undisturbed.
     pub fn memory_area(&self) -> f64 {
         self.curve
@@ -258,6 +272,15 @@ mod tests {
         assert_eq!(at(5.0), 1000.0);
         assert_eq!(at(9.0), 600.0);
         assert_eq!(at(10.0), 600.0);
+    }
+
+    #[test]
+    fn highest_between_sees_a_peak_inside_the_span() {
+        let job = job(vec![(2.0, 50), (5.0, 100), (8.0, 60)]);
+        assert_eq!(job.highest_between(0.0, 2.0), 500.0);
+        assert_eq!(job.highest_between(4.0, 9.0), 1000.0);
+        assert_eq!(job.highest_between(8.5, 20.0), 600.0);
+        assert_eq!(job.highest_between(10.0, 20.0), 0.0);
     }
 
     #[test]

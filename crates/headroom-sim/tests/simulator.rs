@@ -180,3 +180,43 @@ fn headroom_resumes_the_oldest_job_when_the_older_ones_finish() {
     let outcome = run(&trace, "10c/12G", "headroom");
     assert!(outcome.completed(), "{outcome:?}");
 }
+
+#[test]
+fn the_clairvoyant_reference_pairs_peaks_that_never_meet_and_is_no_baseline() {
+    // On 2c/8G (a 7.2 GiB budget) an early peak and a late peak of 5 GiB never meet: the
+    // reference runs them side by side. Two late peaks would meet, so it runs those in turn.
+    let early = TraceJob {
+        profile: vec![
+            (0.1, 5 * GIB),
+            (5.0, 5 * GIB),
+            (5.1, GIB / 2),
+            (10.0, GIB / 2),
+        ],
+        ..ramp_job("early", 5 * GIB, 10.0)
+    };
+    let late = |label: &str| TraceJob {
+        profile: vec![
+            (0.1, GIB / 2),
+            (5.4, GIB / 2),
+            (5.5, 5 * GIB),
+            (10.0, 5 * GIB),
+        ],
+        ..ramp_job(label, 5 * GIB, 10.0)
+    };
+    let apart = trace(vec![early, late("late")]);
+    let outcome = run(&apart, "2c/8G", "clairvoyant");
+    assert_eq!(outcome.oom_events, 0, "{outcome:?}");
+    assert!((outcome.makespan - 10.0).abs() < 0.5, "{outcome:?}");
+    let meeting = trace(vec![late("a"), late("b")]);
+    let outcome = run(&meeting, "2c/8G", "clairvoyant");
+    assert_eq!(outcome.oom_events, 0, "{outcome:?}");
+    assert!(outcome.makespan >= 15.0, "{outcome:?}");
+
+    let workload = Workload::new(&apart, &exact());
+    let specs = [PolicySpec::Clairvoyant, PolicySpec::Static(Some(1))];
+    let comparison = compare(&workload, "2c/8G".parse().unwrap(), &specs, &exact()).unwrap();
+    let best = comparison
+        .best_zero_oom_baseline()
+        .expect("static -j1 has no OOM");
+    assert_eq!(best.policy, "static -j1");
+}

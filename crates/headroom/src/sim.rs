@@ -29,8 +29,9 @@ pub struct SimArgs {
         env = "HEADROOM_SIM_MACHINES"
     )]
     machines: Vec<Machine>,
-    /// Policies to compare (default: all): headroom, headroom-warm, static, static=N, ninja,
-    /// parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs.
+    /// Policies to compare (default: all but clairvoyant): headroom, headroom-warm, static,
+    /// static=N, ninja, parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel,
+    /// bazel-inputs, and clairvoyant (a reference that knows every job's exact memory curve).
     #[arg(long = "policy", value_name = "POLICY", value_delimiter = ',')]
     policies: Vec<PolicySpec>,
     /// Seed of the run-to-run variation of peaks and durations.

@@ -1,6 +1,7 @@
 //! The policies the simulator can compare, and how users name them on the command line.
 
 mod baselines;
+mod clairvoyant;
 mod headroom;
 
 use std::fmt;
@@ -10,6 +11,7 @@ pub use baselines::{
     BazelEstimate, BazelEstimates, Buck2Pressure, NinjaPools, ParallelMemfree, ParallelMemsuspend,
     StaticJobs,
 };
+pub use clairvoyant::Clairvoyant;
 pub use headroom::{default_budget, default_prediction, Headroom};
 
 use headroom_probe::size::parse_size;
@@ -35,9 +37,12 @@ pub enum PolicySpec {
     ParallelMemsuspend(Option<u64>),
     Buck2,
     Bazel(BazelEstimate),
+    /// Not a policy anyone can run: greedy admission that knows every job's exact memory
+    /// curve, to show how much of a gap is knowledge and how much is greedy admission.
+    Clairvoyant,
 }
 
-/// Every policy, in report order.
+/// Every policy, in report order (the clairvoyant reference only when asked for).
 pub const ALL_POLICIES: [PolicySpec; 9] = [
     PolicySpec::Headroom { warm: false },
     PolicySpec::Headroom { warm: true },
@@ -87,6 +92,7 @@ impl FromStr for PolicySpec {
             "buck2" => PolicySpec::Buck2,
             "bazel" => PolicySpec::Bazel(BazelEstimate::Fixed),
             "bazel-inputs" => PolicySpec::Bazel(BazelEstimate::Inputs),
+            "clairvoyant" => PolicySpec::Clairvoyant,
             _ => return Err(invalid(format!("`{name}` is not a policy"))),
         };
         let takes_value = matches!(
@@ -115,6 +121,7 @@ impl fmt::Display for PolicySpec {
             PolicySpec::Buck2 => write!(f, "buck2"),
             PolicySpec::Bazel(BazelEstimate::Fixed) => write!(f, "bazel"),
             PolicySpec::Bazel(BazelEstimate::Inputs) => write!(f, "bazel-inputs"),
+            PolicySpec::Clairvoyant => write!(f, "clairvoyant"),
         }
     }
 }
@@ -140,6 +147,7 @@ impl PolicySpec {
             ))],
             PolicySpec::Buck2 => vec![Box::new(Buck2Pressure::new(machine))],
             PolicySpec::Bazel(estimate) => vec![Box::new(BazelEstimates::new(machine, estimate))],
+            PolicySpec::Clairvoyant => vec![Box::new(Clairvoyant::new(machine, workload))],
         }
     }
 }
@@ -150,7 +158,7 @@ mod tests {
 
     #[test]
     fn every_policy_name_round_trips() {
-        for spec in ALL_POLICIES {
+        for spec in ALL_POLICIES.into_iter().chain([PolicySpec::Clairvoyant]) {
             assert_eq!(spec.to_string().parse::<PolicySpec>().ok(), Some(spec));
         }
         assert_eq!(
