@@ -108,21 +108,23 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&terminate))?;
     }
-    let (history, build_id, waiting_seconds) = open_history(&config);
+    let past = open_history(&config);
     let limits = Limits {
         budget: config.budget,
         slots: config.slots,
     };
+    let mut scheduler = Scheduler::new(limits);
+    scheduler.note_reruns(past.reruns);
     let governor = Arc::new(Governor {
         start: Instant::now(),
         state: Mutex::new(State {
-            scheduler: Scheduler::new(limits),
+            scheduler,
             predictor: Predictor::new(default_job_peak(config.budget, config.slots)),
             jobs: HashMap::new(),
             next_id: 0,
-            history,
-            build_id,
-            waiting_seconds,
+            history: past.history,
+            build_id: past.build_id,
+            waiting_seconds: past.waiting_seconds,
             samples: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
@@ -143,24 +145,41 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
     Ok(())
 }
 
-/// Opens the history and begins this build in it; also returns what waited on each job in
-/// the most recent build that ran it.
-fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>, HashMap<String, f64>) {
+/// What the governor starts a build with from its history.
+#[derive(Default)]
+struct Past {
+    history: Option<History>,
+    /// This build's id in the history.
+    build_id: Option<i64>,
+    /// Seconds of work that waited on each job in the most recent build that ran it, by key.
+    waiting_seconds: HashMap<String, f64>,
+    /// Each job's two newest clean runs, for the timing slack (`last_build::reruns`).
+    reruns: Vec<(Ran, Ran)>,
+}
+
+/// Opens the history and begins this build in it, with what recent builds say about the jobs.
+fn open_history(config: &GovernorConfig) -> Past {
     let Some(path) = &config.history else {
-        return (None, None, HashMap::new());
+        return Past::default();
     };
     let opened = History::open_or_recover(path);
     for warning in &opened.warnings {
         eprintln!("headroom: warning: {warning}");
     }
     let Some(history) = opened.history else {
-        return (None, None, HashMap::new());
+        return Past::default();
     };
-    let waiting_seconds = match history.recent_builds_jobs(last_build::BUILDS_TO_READ) {
-        Ok(builds) => last_build::waiting_seconds_by_key(&builds),
+    let (waiting_seconds, reruns) = match history.recent_builds_jobs(last_build::BUILDS_TO_READ) {
+        Ok(builds) => (
+            last_build::waiting_seconds_by_key(&builds),
+            last_build::reruns(&builds),
+        ),
         Err(err) => {
-            eprintln!("headroom: warning: {err}; jobs queue by their own length only");
-            HashMap::new()
+            eprintln!(
+                "headroom: warning: {err}; jobs queue by their own length only and plan with the \
+                 configured timing slack"
+            );
+            Default::default()
         }
     };
     let build = BuildRecord {
@@ -176,10 +195,15 @@ fn open_history(config: &GovernorConfig) -> (Option<History>, Option<i64>, HashM
         peak_total: None,
     };
     match history.begin_build(&build) {
-        Ok(id) => (Some(history), Some(id), waiting_seconds),
+        Ok(id) => Past {
+            history: Some(history),
+            build_id: Some(id),
+            waiting_seconds,
+            reruns,
+        },
         Err(err) => {
             eprintln!("headroom: warning: {err}; this build runs without history");
-            (None, None, HashMap::new())
+            Past::default()
         }
     }
 }

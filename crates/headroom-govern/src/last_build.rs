@@ -1,15 +1,20 @@
-//! What the governor takes from recent builds beyond each job's own history: the chains of
-//! jobs that waited on each job, so the queue can start first the jobs that hold the most of
-//! the build up (`headroom_sched::chain`). A job waited on another when the other's `-o` file
-//! is among its arguments: the objects a link reads, the archive a later link reads. Jobs
-//! that name their outputs otherwise (rustc's `--out-dir`) link nothing. Each job takes its
-//! chain from the newest build that ran it, so a rebuild of one file after a full build
-//! leaves the full build's chains for every other file.
+//! What the governor takes from recent builds beyond each job's own history:
+//!
+//! - the chains of jobs that waited on each job, so the queue can start first the jobs that
+//!   hold the most of the build up (`headroom_sched::chain`). A job waited on another when the
+//!   other's `-o` file is among its arguments: the objects a link reads, the archive a later
+//!   link reads. Jobs that name their outputs otherwise (rustc's `--out-dir`) link nothing.
+//!   Each job takes its chain from the newest build that ran it, so a rebuild of one file
+//!   after a full build leaves the full build's chains for every other file;
+//! - how far jobs strayed in time between their two newest runs, so a build plans with the
+//!   timing slack this machine shows from its first job on, not only once enough of its own
+//!   jobs have finished.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
 use headroom_sched::chain::{waiting_seconds, Finished};
+use headroom_sched::Ran;
 use headroom_store::JobRecord;
 
 use crate::job::JobIdentity;
@@ -68,6 +73,49 @@ fn in_one_build(jobs: &[JobRecord]) -> Vec<(String, f64)> {
     jobs.iter()
         .map(|job| job.key.clone())
         .zip(waiting_seconds(&finished))
+        .collect()
+}
+
+/// Each job's two newest clean runs among `builds` (each build's jobs, newest build first) as
+/// `(earlier run, later run)`, oldest later run first. A clean run succeeded at its first
+/// attempt and was never stopped, so its wall time is all running time.
+pub fn reruns(builds: &[Vec<JobRecord>]) -> Vec<(Ran, Ran)> {
+    let clean = |job: &JobRecord| {
+        let ran = Ran {
+            cpu_seconds: job.cpu_ms as f64 / 1000.0,
+            wall_seconds: job.end_ms.saturating_sub(job.start_ms) as f64 / 1000.0,
+        };
+        let once = job.attempts <= 1 && job.suspends == 0 && job.requeues == 0;
+        (job.exit_code == Some(0) && once).then_some(ran)
+    };
+    // The newest clean run of each key, and the keys already paired with an older run.
+    let mut newest: HashMap<&str, (usize, u64, Ran)> = HashMap::new();
+    let mut paired: HashSet<&str> = HashSet::new();
+    let mut pairs = Vec::new();
+    for (build, jobs) in builds.iter().enumerate() {
+        for job in jobs {
+            let key = job.key.as_str();
+            let Some(ran) = clean(job).filter(|_| !paired.contains(key)) else {
+                continue;
+            };
+            match newest.get(key) {
+                None => {
+                    newest.insert(key, (build, job.end_ms, ran));
+                }
+                Some(&(later_build, end_ms, later)) if later_build < build => {
+                    pairs.push((later_build, end_ms, ran, later));
+                    paired.insert(key);
+                }
+                // The same build ran the key twice.
+                Some(_) => {}
+            }
+        }
+    }
+    // Oldest later run first: older builds first, then by when the run ended.
+    pairs.sort_by_key(|&(build, end_ms, _, _)| (std::cmp::Reverse(build), end_ms));
+    pairs
+        .into_iter()
+        .map(|(_, _, earlier, later)| (earlier, later))
         .collect()
 }
 
@@ -145,5 +193,43 @@ mod tests {
         let recent = waiting_seconds_by_key(&[rebuild, jobs.to_vec()]);
         assert_eq!(recent["a"], 40.0);
         assert_eq!(recent["b"], 100.0, "b.o did not run in the rebuild");
+    }
+
+    #[test]
+    fn reruns_pair_each_jobs_two_newest_clean_runs() {
+        let run = |key: &str, end_ms: u64, cpu_ms: u64| JobRecord {
+            cpu_ms,
+            exit_code: Some(0),
+            attempts: 1,
+            ..job(key, "cc", "/src", 0, end_ms)
+        };
+        let stopped = JobRecord {
+            suspends: 1,
+            ..run("b", 12_000, 12_000)
+        };
+        let failed = JobRecord {
+            exit_code: Some(1),
+            ..run("c", 1_000, 1_000)
+        };
+        let builds = [
+            vec![run("a", 11_000, 11_000), stopped, failed],
+            vec![run("a", 10_000, 10_000), run("b", 9_000, 9_000)],
+            vec![
+                run("a", 8_000, 8_000),
+                run("b", 10_000, 10_000),
+                run("c", 2_000, 2_000),
+            ],
+        ];
+        let seconds = |ran: Ran| (ran.cpu_seconds, ran.wall_seconds);
+        let pairs: Vec<_> = reruns(&builds)
+            .into_iter()
+            .map(|(earlier, later)| (seconds(earlier), seconds(later)))
+            .collect();
+        // b's stopped run and c's failed one do not count; a pairs only its two newest runs;
+        // b's later run ended in an older build than a's, so it comes first.
+        assert_eq!(
+            pairs,
+            vec![((10.0, 10.0), (9.0, 9.0)), ((10.0, 10.0), (11.0, 11.0))]
+        );
     }
 }

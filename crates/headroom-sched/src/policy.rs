@@ -239,6 +239,15 @@ impl Scheduler {
         self.remove(id);
     }
 
+    /// Notes how far jobs strayed between their runs in two earlier builds, each as
+    /// `(earlier run, later run)`, oldest later run first: a build starts with the timing
+    /// slack its machine showed, once enough jobs have, instead of the configured one.
+    pub fn note_reruns(&mut self, reruns: impl IntoIterator<Item = (Ran, Ran)>) {
+        for (earlier, later) in reruns {
+            self.slack.note_rerun(earlier, later);
+        }
+    }
+
     /// Forgets a job, queued or running (its client went away, or it is to be retried).
     pub fn remove(&mut self, id: JobId) {
         self.queue.retain(|job| job.id != id);
@@ -657,6 +666,29 @@ mod tests {
             "20% slack: the peaks may meet"
         );
         assert_eq!(run(true), vec![10], "2% slack: they do not");
+    }
+
+    #[test]
+    fn reruns_in_earlier_builds_narrow_the_slack_from_the_first_job() {
+        let run = |reruns: Vec<(Ran, Ran)>| {
+            let mut s = Scheduler::new(Limits {
+                budget: 5 * GIB,
+                slots: 4,
+            });
+            s.note_reruns(reruns);
+            s.submit(1, late_peak(100.0, 4 * GIB), false);
+            s.submit(2, late_peak(100.0, 4 * GIB), false);
+            assert_eq!(starts(&s.decide(None)), vec![1]);
+            // As above: job 2 fits beside job 1 with a slack of a few percent, not with 20%.
+            s.observe(1, GIB / 2, 40.0);
+            starts(&s.decide(None))
+        };
+        let kept = (
+            crate::profile::ran(100.0, 100.0),
+            crate::profile::ran(101.0, 101.0),
+        );
+        assert_eq!(run(vec![kept; 7]), Vec::<JobId>::new(), "too few to go by");
+        assert_eq!(run(vec![kept; 8]), vec![2]);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! the other. Until enough jobs have shown how they stray, the configured slack applies: the
 //! largest stray of a few jobs is a poor guess at the next one's (a CI run failed on a build
 //! of six jobs, where three that kept to their profiles narrowed the slack for the rest).
+//! A build can start from the strays of jobs that ran in the last two builds, which are the
+//! same measure: how far a job strayed from its previous run.
 
 use std::collections::VecDeque;
 
@@ -37,14 +39,26 @@ impl TimingSlack {
         }
     }
 
-    /// Notes how far a job that `ran` so strayed from the `profile` it was planned with: in
-    /// CPU time (where along the profile its peak fell) and in pace (how fast it got there).
+    /// Notes how far a job that `ran` so strayed from the `profile` it was planned with.
     pub(crate) fn note(&mut self, profile: &Profile, ran: Ran) {
-        if !(ran.cpu_seconds > 0.0 && ran.wall_seconds > 0.0) {
+        let planned = Ran {
+            cpu_seconds: profile.cpu_seconds(),
+            wall_seconds: profile.wall_seconds(),
+        };
+        self.note_rerun(planned, ran);
+    }
+
+    /// Notes how far a job that `ran` so strayed from an earlier run that `planned` its
+    /// profile: in CPU time (where along the profile its peak fell) and in pace (how fast it
+    /// got there).
+    pub(crate) fn note_rerun(&mut self, planned: Ran, ran: Ran) {
+        let timed = |run: Ran| run.cpu_seconds > 0.0 && run.wall_seconds > 0.0;
+        if !(timed(planned) && timed(ran)) {
             return;
         }
-        let position = (ran.cpu_seconds / profile.cpu_seconds() - 1.0).abs();
-        let pace = (ran.cpu_seconds / ran.wall_seconds / profile.cpu_per_second() - 1.0).abs();
+        let pace = |run: Ran| run.cpu_seconds / run.wall_seconds;
+        let position = (ran.cpu_seconds / planned.cpu_seconds - 1.0).abs();
+        let pace = (pace(ran) / pace(planned) - 1.0).abs();
         if self.recent.len() == RECENT {
             self.recent.pop_front();
         }
@@ -87,6 +101,20 @@ mod tests {
             slack.note(&profile(), ran(99.0, 99.0));
         }
         assert!((slack.get() - 0.03).abs() < 1e-9, "{}", slack.get());
+    }
+
+    #[test]
+    fn reruns_of_earlier_builds_count_like_finished_jobs() {
+        let mut slack = TimingSlack::new(0.2);
+        for _ in 0..TRUSTED_AFTER {
+            slack.note_rerun(ran(50.0, 50.0), ran(51.0, 51.0));
+        }
+        assert!((slack.get() - 0.04).abs() < 1e-9, "{}", slack.get());
+        slack.note_rerun(ran(0.0, 0.0), ran(51.0, 51.0));
+        assert!(
+            (slack.get() - 0.04).abs() < 1e-9,
+            "an untimed run says nothing"
+        );
     }
 
     #[test]

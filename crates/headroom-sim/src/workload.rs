@@ -48,6 +48,10 @@ pub struct SimJob {
     pub history_peak: u64,
     /// The profile the governor would have recorded on the trace's run, sampling every tick.
     pub history_profile: Option<Profile>,
+    /// Seconds of work the job took in the build before the trace's run (the trace's duration
+    /// with a variation of its own): with the trace's run, what a warm governor reads from
+    /// its last two builds about how far jobs stray between runs.
+    pub earlier_duration: f64,
     pub input_bytes: Option<u64>,
     /// (seconds of progress, bytes) points, first at 0 and last at `duration`.
     curve: Vec<(f64, f64)>,
@@ -126,6 +130,7 @@ impl Workload {
     pub fn new(trace: &Trace, config: &SimConfig) -> Workload {
         let mut rng = fastrand::Rng::with_seed(config.seed);
         let mut vary = || 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
+        let mut earlier_rng = fastrand::Rng::with_seed(config.seed.wrapping_add(1));
         let mut groups: HashMap<&str, u64> = HashMap::new();
         let mut dependents = vec![Vec::new(); trace.jobs.len()];
         let mut jobs = Vec::with_capacity(trace.jobs.len());
@@ -151,6 +156,8 @@ impl Workload {
                 peak: peak as u64,
                 history_peak: job.peak,
                 history_profile: sampled_profile(&recorded, job.duration, threads, config.tick),
+                earlier_duration: job.duration
+                    * (1.0 + config.variation * (2.0 * earlier_rng.f64() - 1.0)),
                 input_bytes: job.input_bytes,
                 curve: curve(&job.profile, job.duration, duration, peak),
             });

@@ -2,9 +2,10 @@
 //! `headroom_sched` predictor and scheduler, the same default budget, slots and default
 //! prediction, the same calls on offers, ticks, finishes and OOM kills, and the same profile
 //! recording on every tick. A warm run knows what a previous run of the same build showed, as
-//! the governor learns it from its history: each job's own peak and profile, and the chains
-//! of jobs that waited on it (the trace's dependencies standing for the files the last
-//! build's commands named).
+//! the governor learns it from its history: each job's own peak and profile, the chains of
+//! jobs that waited on it (the trace's dependencies standing for the files the last build's
+//! commands named), and how far each job strayed in time between the last two builds (the
+//! trace's run against one more run with a variation of its own).
 
 use std::collections::HashMap;
 
@@ -66,8 +67,23 @@ impl Headroom {
             budget: default_budget(machine.memory),
             slots: machine.cores,
         };
+        let mut scheduler = Scheduler::new(limits);
+        if warm {
+            scheduler.note_reruns(workload.jobs.iter().filter_map(|job| {
+                let history = job.history_profile.as_ref()?;
+                let earlier = Ran {
+                    cpu_seconds: job.earlier_duration * job.threads,
+                    wall_seconds: job.earlier_duration,
+                };
+                let later = Ran {
+                    cpu_seconds: history.cpu_seconds(),
+                    wall_seconds: history.wall_seconds(),
+                };
+                Some((earlier, later))
+            }));
+        }
         Headroom {
-            scheduler: Scheduler::new(limits),
+            scheduler,
             predictor: Predictor::new(default_prediction(limits.budget, limits.slots)),
             waiting_seconds,
             profiles: HashMap::new(),
