@@ -51,15 +51,25 @@ pub struct Thresholds {
 
 impl Thresholds {
     pub fn for_limits(limits: Limits) -> Self {
+        // Admission fills the budget by design (flat reservations, or plans over time, up to
+        // the budget), so the net keeps out of the way of jobs that behave as predicted: it
+        // acts in the last 8% of the budget, but never more than the last 512 MiB, which is
+        // room for jobs to grow between two samples; the budget itself keeps a reserve below
+        // the machine.
+        let budget = limits.budget.max(1) as f64;
+        let margin = (0.08 * budget).min(SUSPEND_MARGIN_MOST as f64) / budget;
         Thresholds {
-            suspend_at: 0.92,
-            resume_below: 0.85,
+            suspend_at: 1.0 - margin,
+            resume_below: 1.0 - 2.0 * margin,
             machine_reserve: (limits.budget / 50).max(32 << 20),
             max_overtakes: 4 * limits.slots.max(1),
             timing_slack: 0.2,
         }
     }
 }
+
+/// The most bytes below the budget at which the safety net starts suspending jobs.
+const SUSPEND_MARGIN_MOST: u64 = 512 << 20;
 
 /// What the caller must do to the processes of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -536,7 +546,7 @@ mod tests {
             s.submit(id, Estimate::flat(2 * GIB), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
-        s.observe(1, 4 * GIB, 0.0);
+        s.observe(1, 4 * GIB + GIB / 4, 0.0);
         s.observe(2, 3 * GIB, 0.0);
         s.observe(3, 2 * GIB + GIB / 2, 0.0);
         assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
@@ -564,7 +574,7 @@ mod tests {
         s.submit(2, Estimate::flat(GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1, 2]);
         s.observe(1, 7 * GIB, 0.0);
-        s.observe(2, 2 * GIB + GIB / 2, 0.0);
+        s.observe(2, 2 * GIB + 3 * GIB / 4, 0.0);
         assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
         s.remove(1);
         assert_eq!(s.decide(None), vec![Action::Resume(2)]);
