@@ -114,12 +114,22 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         slots: config.slots,
     };
     let mut scheduler = Scheduler::new(limits);
-    scheduler.note_reruns(past.reruns);
+    scheduler.note_reruns(
+        past.reruns
+            .iter()
+            .map(|(earlier, later)| (earlier.ran, later.ran)),
+    );
+    let mut predictor = Predictor::new(default_job_peak(config.budget, config.slots));
+    predictor.note_peak_reruns(
+        past.reruns
+            .iter()
+            .map(|(earlier, later)| (earlier.peak, later.peak)),
+    );
     let governor = Arc::new(Governor {
         start: Instant::now(),
         state: Mutex::new(State {
             scheduler,
-            predictor: Predictor::new(default_job_peak(config.budget, config.slots)),
+            predictor,
             jobs: HashMap::new(),
             next_id: 0,
             history: past.history,
@@ -153,8 +163,9 @@ struct Past {
     build_id: Option<i64>,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
-    /// Each job's two newest clean runs, for the timing slack (`last_build::reruns`).
-    reruns: Vec<(Ran, Ran)>,
+    /// Each job's two newest clean runs, for the timing slack and the margin on peaks
+    /// (`last_build::reruns`).
+    reruns: Vec<(last_build::CleanRun, last_build::CleanRun)>,
 }
 
 /// Opens the history and begins this build in it, with what recent builds say about the jobs.
@@ -177,7 +188,7 @@ fn open_history(config: &GovernorConfig) -> Past {
         Err(err) => {
             eprintln!(
                 "headroom: warning: {err}; jobs queue by their own length only and plan with the \
-                 configured timing slack"
+                 configured timing slack and peak margin"
             );
             Default::default()
         }

@@ -6,9 +6,9 @@
 //!   link reads. Jobs that name their outputs otherwise (rustc's `--out-dir`) link nothing.
 //!   Each job takes its chain from the newest build that ran it, so a rebuild of one file
 //!   after a full build leaves the full build's chains for every other file;
-//! - how far jobs strayed in time between their two newest runs, so a build plans with the
-//!   timing slack this machine shows from its first job on, not only once enough of its own
-//!   jobs have finished.
+//! - how far jobs strayed in time and peak between their two newest runs, so a build plans
+//!   with the timing slack and the margin on peaks this machine shows from its first job on,
+//!   not only once enough of its own jobs have finished.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
@@ -76,20 +76,30 @@ fn in_one_build(jobs: &[JobRecord]) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// A run that succeeded at its first attempt and was never stopped, so its wall time is all
+/// running time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanRun {
+    pub ran: Ran,
+    pub peak: u64,
+}
+
 /// Each job's two newest clean runs among `builds` (each build's jobs, newest build first) as
-/// `(earlier run, later run)`, oldest later run first. A clean run succeeded at its first
-/// attempt and was never stopped, so its wall time is all running time.
-pub fn reruns(builds: &[Vec<JobRecord>]) -> Vec<(Ran, Ran)> {
+/// `(earlier run, later run)`, oldest later run first.
+pub fn reruns(builds: &[Vec<JobRecord>]) -> Vec<(CleanRun, CleanRun)> {
     let clean = |job: &JobRecord| {
         let ran = Ran {
             cpu_seconds: job.cpu_ms as f64 / 1000.0,
             wall_seconds: job.end_ms.saturating_sub(job.start_ms) as f64 / 1000.0,
         };
         let once = job.attempts <= 1 && job.suspends == 0 && job.requeues == 0;
-        (job.exit_code == Some(0) && once).then_some(ran)
+        (job.exit_code == Some(0) && once).then_some(CleanRun {
+            ran,
+            peak: job.peak,
+        })
     };
     // The newest clean run of each key, and the keys already paired with an older run.
-    let mut newest: HashMap<&str, (usize, u64, Ran)> = HashMap::new();
+    let mut newest: HashMap<&str, (usize, u64, CleanRun)> = HashMap::new();
     let mut paired: HashSet<&str> = HashSet::new();
     let mut pairs = Vec::new();
     for (build, jobs) in builds.iter().enumerate() {
@@ -199,6 +209,7 @@ mod tests {
     fn reruns_pair_each_jobs_two_newest_clean_runs() {
         let run = |key: &str, end_ms: u64, cpu_ms: u64| JobRecord {
             cpu_ms,
+            peak: cpu_ms << 20,
             exit_code: Some(0),
             attempts: 1,
             ..job(key, "cc", "/src", 0, end_ms)
@@ -220,7 +231,10 @@ mod tests {
                 run("c", 2_000, 2_000),
             ],
         ];
-        let seconds = |ran: Ran| (ran.cpu_seconds, ran.wall_seconds);
+        let seconds = |run: CleanRun| {
+            assert_eq!(run.peak, (run.ran.cpu_seconds * 1000.0) as u64 * (1 << 20));
+            (run.ran.cpu_seconds, run.ran.wall_seconds)
+        };
         let pairs: Vec<_> = reruns(&builds)
             .into_iter()
             .map(|(earlier, later)| (seconds(earlier), seconds(later)))

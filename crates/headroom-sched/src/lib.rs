@@ -9,6 +9,7 @@ pub mod policy;
 pub mod predict;
 pub mod profile;
 mod slack;
+mod strays;
 
 pub use policy::{Action, Estimate, Limits, Scheduler, Thresholds};
 pub use predict::{PastRun, Prediction, PredictionSource, Predictor};

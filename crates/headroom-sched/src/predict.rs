@@ -1,12 +1,14 @@
 //! Predicting a job's peak memory before it runs: from its own history when this exact job has
 //! run before, else from jobs of the same group (same compiler and flags) finished in this
 //! build, else from a conservative default. The first two come with the profile of the run
-//! they came from, when one was recorded.
+//! they came from, when one was recorded. A job's own peak gets a margin that follows how far
+//! peaks moved between the last two runs of recently built jobs ([`crate::strays`]).
 
 use std::collections::HashMap;
 
 use crate::policy::Estimate;
 use crate::profile::Profile;
+use crate::strays::Strays;
 use crate::JobId;
 
 /// Where a prediction came from, for reports.
@@ -43,12 +45,18 @@ pub struct Predictor {
     groups: HashMap<u64, PastRun>,
     /// Jobs predicted by default, by group, until a job of their group finishes.
     waiting_for_group: HashMap<u64, Vec<JobId>>,
+    /// The margin on a job's own last peak.
+    history_margin: Strays,
 }
 
-/// Headroom added to a job's own history: the same translation unit varies by a few percent.
-const HISTORY_MARGIN_PERCENT: u64 = 105;
+/// Headroom added to a job's own last peak until earlier builds show how far peaks move
+/// between runs: the same translation unit varies by a few percent at most.
+const HISTORY_MARGIN: f64 = 0.05;
 /// Headroom added to a group estimate: other files of the group may be somewhat larger.
-const GROUP_MARGIN_PERCENT: u64 = 115;
+const GROUP_MARGIN: f64 = 0.15;
+/// A peak that moves by a few MiB matters to no budget: a job's peak stray is counted
+/// against at least this many bytes, so that small jobs do not set the margin of large ones.
+const PEAK_STRAY_FLOOR: u64 = 256 << 20;
 
 impl Predictor {
     pub fn new(default_peak: u64) -> Self {
@@ -56,6 +64,16 @@ impl Predictor {
             default_peak,
             groups: HashMap::new(),
             waiting_for_group: HashMap::new(),
+            history_margin: Strays::new(HISTORY_MARGIN),
+        }
+    }
+
+    /// Notes how far jobs' peaks moved between their runs in two earlier builds, as
+    /// `(earlier peak, later peak)` in bytes, oldest later run first.
+    pub fn note_peak_reruns(&mut self, peaks: impl IntoIterator<Item = (u64, u64)>) {
+        for (earlier, later) in peaks {
+            let moved = earlier.abs_diff(later) as f64 / earlier.max(PEAK_STRAY_FLOOR) as f64;
+            self.history_margin.note(moved);
         }
     }
 
@@ -65,7 +83,7 @@ impl Predictor {
         if let Some(past) = history {
             return Prediction {
                 estimate: Estimate {
-                    peak: with_margin(past.peak, HISTORY_MARGIN_PERCENT),
+                    peak: with_margin(past.peak, self.history_margin.get()),
                     profile: past.profile.clone(),
                     waiting_seconds: 0.0,
                 },
@@ -110,14 +128,15 @@ impl Predictor {
 
 fn group_estimate(largest: &PastRun) -> Estimate {
     Estimate {
-        peak: with_margin(largest.peak, GROUP_MARGIN_PERCENT),
+        peak: with_margin(largest.peak, GROUP_MARGIN),
         profile: largest.profile.clone(),
         waiting_seconds: 0.0,
     }
 }
 
-fn with_margin(bytes: u64, percent: u64) -> u64 {
-    bytes.saturating_mul(percent) / 100
+/// `bytes` and `fraction` more (0.05 = 5%).
+fn with_margin(bytes: u64, fraction: f64) -> u64 {
+    (bytes as f64 * (1.0 + fraction)).ceil() as u64
 }
 
 #[cfg(test)]
@@ -179,6 +198,32 @@ mod tests {
                 profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]),
                 waiting_seconds: 0.0,
             }
+        );
+    }
+
+    #[test]
+    fn the_margin_on_a_jobs_own_peak_follows_how_far_peaks_moved_between_runs() {
+        const MIB: u64 = 1 << 20;
+        let past = PastRun {
+            peak: 1000 * MIB,
+            profile: None,
+        };
+        let mut predictor = Predictor::new(1000);
+        let predicted =
+            |predictor: &mut Predictor| predictor.predict(1, Some(&past), 0).estimate.peak;
+        assert_eq!(
+            predicted(&mut predictor),
+            1050 * MIB,
+            "5% until enough reruns are known"
+        );
+        // Seven units moved by 1%, and a 10 MiB link by 2 MiB: 20% of its own peak, but only
+        // 0.8% of the 256 MiB floor.
+        let unit = (1000 * MIB, 1010 * MIB);
+        predictor.note_peak_reruns(vec![unit; 7].into_iter().chain([(10 * MIB, 12 * MIB)]));
+        let margin = predicted(&mut predictor) as f64 / (1000 * MIB) as f64 - 1.0;
+        assert!(
+            (margin - 0.03).abs() < 1e-6,
+            "largest move 1% + 2%: {margin}"
         );
     }
 }

@@ -2,40 +2,22 @@
 //! timing slack the machine really shows. A compiler given the same input repeats its CPU time
 //! within a few percent on an idle machine, but a loaded machine slows its pace, and an edited
 //! file may take longer: a fixed slack is either too tight for the one or wastes memory on
-//! the other. Until enough jobs have shown how they stray, the configured slack applies: the
-//! largest stray of a few jobs is a poor guess at the next one's (a CI run failed on a build
-//! of six jobs, where three that kept to their profiles narrowed the slack for the rest).
-//! A build can start from the strays of jobs that ran in the last two builds, which are the
-//! same measure: how far a job strayed from its previous run.
-
-use std::collections::VecDeque;
+//! the other. Once enough jobs have shown how they stray ([`crate::strays`]), the slack follows
+//! them; a build can start from the strays of jobs that ran in the last two builds, which are
+//! the same measure: how far a job strayed from its previous run.
 
 use crate::profile::{Profile, Ran};
-
-/// Finished jobs whose strays count: enough to catch an outlier, few enough to follow a
-/// machine whose load changes during the build.
-const RECENT: usize = 32;
-/// Finished jobs needed before their strays replace the configured slack: the next job
-/// strays further than all of them with a chance of about 1 in 9.
-const TRUSTED_AFTER: usize = 8;
-/// Added to the largest stray seen, for jobs that stray a little more than the recent ones.
-const MARGIN: f64 = 0.02;
-/// The slack never goes above this, so that one job starved of CPU for a while (its pace
-/// then says nothing of the others) cannot make the plan hold every peak for most of its
-/// job's life; jobs that stray further meet the safety net.
-const MOST: f64 = 0.5;
+use crate::strays::Strays;
 
 #[derive(Debug, Clone)]
 pub(crate) struct TimingSlack {
-    configured: f64,
-    recent: VecDeque<f64>,
+    strays: Strays,
 }
 
 impl TimingSlack {
     pub(crate) fn new(configured: f64) -> Self {
         TimingSlack {
-            configured,
-            recent: VecDeque::with_capacity(RECENT),
+            strays: Strays::new(configured),
         }
     }
 
@@ -57,22 +39,14 @@ impl TimingSlack {
             return;
         }
         let pace = |run: Ran| run.cpu_seconds / run.wall_seconds;
-        let position = (ran.cpu_seconds / planned.cpu_seconds - 1.0).abs();
-        let pace = (pace(ran) / pace(planned) - 1.0).abs();
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(position.max(pace));
+        let position = ran.cpu_seconds / planned.cpu_seconds - 1.0;
+        let pace = pace(ran) / pace(planned) - 1.0;
+        self.strays.note(position.abs().max(pace.abs()));
     }
 
-    /// The slack to plan with: the largest recent stray plus a margin, or the configured slack
-    /// while fewer than [`TRUSTED_AFTER`] jobs have finished along a profile.
+    /// The slack to plan with (see [`Strays::get`]).
     pub(crate) fn get(&self) -> f64 {
-        if self.recent.len() < TRUSTED_AFTER {
-            return self.configured;
-        }
-        let largest = self.recent.iter().copied().fold(0.0, f64::max);
-        (largest + MARGIN).min(MOST)
+        self.strays.get()
     }
 }
 
@@ -80,6 +54,7 @@ impl TimingSlack {
 mod tests {
     use super::*;
     use crate::profile::ran;
+    use crate::strays::{MOST, RECENT, TRUSTED_AFTER};
 
     fn profile() -> Profile {
         Profile::new(ran(100.0, 100.0), &[1, 4, 2]).unwrap()

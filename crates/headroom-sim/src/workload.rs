@@ -48,10 +48,11 @@ pub struct SimJob {
     pub history_peak: u64,
     /// The profile the governor would have recorded on the trace's run, sampling every tick.
     pub history_profile: Option<Profile>,
-    /// Seconds of work the job took in the build before the trace's run (the trace's duration
-    /// with a variation of its own): with the trace's run, what a warm governor reads from
-    /// its last two builds about how far jobs stray between runs.
+    /// Seconds of work the job took, and its peak, in the build before the trace's run (the
+    /// trace's figures with a variation of their own): with the trace's run, what a warm
+    /// governor reads from its last two builds about how far jobs stray between runs.
     pub earlier_duration: f64,
+    pub earlier_peak: u64,
     pub input_bytes: Option<u64>,
     /// (seconds of progress, bytes) points, first at 0 and last at `duration`.
     curve: Vec<(f64, f64)>,
@@ -130,7 +131,11 @@ impl Workload {
     pub fn new(trace: &Trace, config: &SimConfig) -> Workload {
         let mut rng = fastrand::Rng::with_seed(config.seed);
         let mut vary = || 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
-        let mut earlier_rng = fastrand::Rng::with_seed(config.seed.wrapping_add(1));
+        // The run before the trace's: its durations and peaks vary with seeds of their own.
+        let earlier_rng = |offset| fastrand::Rng::with_seed(config.seed.wrapping_add(offset));
+        let (mut earlier_durations, mut earlier_peaks) = (earlier_rng(1), earlier_rng(2));
+        let vary_earlier =
+            |rng: &mut fastrand::Rng| 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
         let mut groups: HashMap<&str, u64> = HashMap::new();
         let mut dependents = vec![Vec::new(); trace.jobs.len()];
         let mut jobs = Vec::with_capacity(trace.jobs.len());
@@ -156,8 +161,8 @@ impl Workload {
                 peak: peak as u64,
                 history_peak: job.peak,
                 history_profile: sampled_profile(&recorded, job.duration, threads, config.tick),
-                earlier_duration: job.duration
-                    * (1.0 + config.variation * (2.0 * earlier_rng.f64() - 1.0)),
+                earlier_duration: job.duration * vary_earlier(&mut earlier_durations),
+                earlier_peak: (job.peak as f64 * vary_earlier(&mut earlier_peaks)).round() as u64,
                 input_bytes: job.input_bytes,
                 curve: curve(&job.profile, job.duration, duration, peak),
             });

@@ -4,8 +4,8 @@
 //! recording on every tick. A warm run knows what a previous run of the same build showed, as
 //! the governor learns it from its history: each job's own peak and profile, the chains of
 //! jobs that waited on it (the trace's dependencies standing for the files the last build's
-//! commands named), and how far each job strayed in time between the last two builds (the
-//! trace's run against one more run with a variation of its own).
+//! commands named), and how far each job strayed in time and peak between the last two
+//! builds (the trace's run against one more run with a variation of its own).
 
 use std::collections::HashMap;
 
@@ -68,7 +68,14 @@ impl Headroom {
             slots: machine.cores,
         };
         let mut scheduler = Scheduler::new(limits);
+        let mut predictor = Predictor::new(default_prediction(limits.budget, limits.slots));
         if warm {
+            predictor.note_peak_reruns(
+                workload
+                    .jobs
+                    .iter()
+                    .map(|job| (job.earlier_peak, job.history_peak)),
+            );
             scheduler.note_reruns(workload.jobs.iter().filter_map(|job| {
                 let history = job.history_profile.as_ref()?;
                 let earlier = Ran {
@@ -84,7 +91,7 @@ impl Headroom {
         }
         Headroom {
             scheduler,
-            predictor: Predictor::new(default_prediction(limits.budget, limits.slots)),
+            predictor,
             waiting_seconds,
             profiles: HashMap::new(),
             last_tick: 0.0,
