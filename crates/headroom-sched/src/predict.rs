@@ -54,9 +54,6 @@ pub struct Predictor {
 const HISTORY_MARGIN: f64 = 0.05;
 /// Headroom added to a group estimate: other files of the group may be somewhat larger.
 const GROUP_MARGIN: f64 = 0.15;
-/// A peak that moves by a few MiB matters to no budget: a job's peak stray is counted
-/// against at least this many bytes, so that small jobs do not set the margin of large ones.
-const PEAK_STRAY_FLOOR: u64 = 256 << 20;
 
 impl Predictor {
     pub fn new(default_peak: u64) -> Self {
@@ -69,10 +66,12 @@ impl Predictor {
     }
 
     /// Notes how far jobs' peaks moved between their runs in two earlier builds, as
-    /// `(earlier peak, later peak)` in bytes, oldest later run first.
+    /// `(earlier peak, later peak)` in bytes, oldest later run first. A move counts against at
+    /// least the default prediction (a slot's share of the budget): a small job whose peak
+    /// moves by a few MiB matters to no budget and must not set the margin of large ones.
     pub fn note_peak_reruns(&mut self, peaks: impl IntoIterator<Item = (u64, u64)>) {
         for (earlier, later) in peaks {
-            let moved = earlier.abs_diff(later) as f64 / earlier.max(PEAK_STRAY_FLOOR) as f64;
+            let moved = earlier.abs_diff(later) as f64 / earlier.max(self.default_peak) as f64;
             self.history_margin.note(moved);
         }
     }
@@ -208,7 +207,7 @@ mod tests {
             peak: 1000 * MIB,
             profile: None,
         };
-        let mut predictor = Predictor::new(1000);
+        let mut predictor = Predictor::new(256 * MIB);
         let predicted =
             |predictor: &mut Predictor| predictor.predict(1, Some(&past), 0).estimate.peak;
         assert_eq!(
@@ -217,7 +216,7 @@ mod tests {
             "5% until enough reruns are known"
         );
         // Seven units moved by 1%, and a 10 MiB link by 2 MiB: 20% of its own peak, but only
-        // 0.8% of the 256 MiB floor.
+        // 0.8% of the 256 MiB default prediction.
         let unit = (1000 * MIB, 1010 * MIB);
         predictor.note_peak_reruns(vec![unit; 7].into_iter().chain([(10 * MIB, 12 * MIB)]));
         let margin = predicted(&mut predictor) as f64 / (1000 * MIB) as f64 - 1.0;
