@@ -61,6 +61,14 @@ impl Profile {
         self.cpu_seconds / self.cpu_per_second
     }
 
+    /// How the run this profile comes from ran.
+    pub fn ran(&self) -> Ran {
+        Ran {
+            cpu_seconds: self.cpu_seconds,
+            wall_seconds: self.wall_seconds(),
+        }
+    }
+
     /// The highest use per slice, as fractions of the peak.
     pub fn shape(&self) -> &[f32] {
         &self.shape

@@ -23,11 +23,7 @@ impl TimingSlack {
 
     /// Notes how far a job that `ran` so strayed from the `profile` it was planned with.
     pub(crate) fn note(&mut self, profile: &Profile, ran: Ran) {
-        let planned = Ran {
-            cpu_seconds: profile.cpu_seconds(),
-            wall_seconds: profile.wall_seconds(),
-        };
-        self.note_rerun(planned, ran);
+        self.note_rerun(profile.ran(), ran);
     }
 
     /// Notes how far a job that `ran` so strayed from an earlier run that `planned` its

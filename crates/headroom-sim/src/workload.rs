@@ -129,13 +129,11 @@ pub struct Workload {
 impl Workload {
     /// Prepares `trace` (which must have passed [`Trace::validate`]) for a run.
     pub fn new(trace: &Trace, config: &SimConfig) -> Workload {
-        let mut rng = fastrand::Rng::with_seed(config.seed);
-        let mut vary = || 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
-        // The run before the trace's: its durations and peaks vary with seeds of their own.
-        let earlier_rng = |offset| fastrand::Rng::with_seed(config.seed.wrapping_add(offset));
-        let (mut earlier_durations, mut earlier_peaks) = (earlier_rng(1), earlier_rng(2));
-        let vary_earlier =
-            |rng: &mut fastrand::Rng| 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
+        let rng = |offset| fastrand::Rng::with_seed(config.seed.wrapping_add(offset));
+        // This run, and the run before the trace's, each vary with seeds of their own.
+        let mut this_run = rng(0);
+        let (mut earlier_durations, mut earlier_peaks) = (rng(1), rng(2));
+        let vary = |rng: &mut fastrand::Rng| 1.0 + config.variation * (2.0 * rng.f64() - 1.0);
         let mut groups: HashMap<&str, u64> = HashMap::new();
         let mut dependents = vec![Vec::new(); trace.jobs.len()];
         let mut jobs = Vec::with_capacity(trace.jobs.len());
@@ -145,8 +143,8 @@ impl Workload {
             for &dep in &job.deps {
                 dependents[dep].push(index);
             }
-            let peak_factor = vary();
-            let duration = job.duration * vary();
+            let peak_factor = vary(&mut this_run);
+            let duration = job.duration * vary(&mut this_run);
             let peak = (job.peak as f64 * peak_factor).round().max(1.0);
             let recorded = curve(&job.profile, job.duration, job.duration, job.peak as f64);
             let threads = (job.cpu / job.duration).max(1.0);
@@ -161,8 +159,8 @@ impl Workload {
                 peak: peak as u64,
                 history_peak: job.peak,
                 history_profile: sampled_profile(&recorded, job.duration, threads, config.tick),
-                earlier_duration: job.duration * vary_earlier(&mut earlier_durations),
-                earlier_peak: (job.peak as f64 * vary_earlier(&mut earlier_peaks)).round() as u64,
+                earlier_duration: job.duration * vary(&mut earlier_durations),
+                earlier_peak: (job.peak as f64 * vary(&mut earlier_peaks)).round() as u64,
                 input_bytes: job.input_bytes,
                 curve: curve(&job.profile, job.duration, duration, peak),
             });

@@ -128,8 +128,7 @@ impl Policy for Clairvoyant {
                     plan.get(step).copied().unwrap_or(0.0) + bytes <= self.budget
                 });
             if fits {
-                let needs: Vec<f64> = self.needs_from(id, 0.0).collect();
-                add(&mut plan, needs.into_iter());
+                add(&mut plan, self.needs_from(id, 0.0));
                 self.queue.remove(index);
                 actions.push(Action::Start(id));
                 running += 1;

@@ -77,16 +77,11 @@ impl Headroom {
                     .map(|job| (job.earlier_peak, job.history_peak)),
             );
             scheduler.note_reruns(workload.jobs.iter().filter_map(|job| {
-                let history = job.history_profile.as_ref()?;
                 let earlier = Ran {
                     cpu_seconds: job.earlier_duration * job.threads,
                     wall_seconds: job.earlier_duration,
                 };
-                let later = Ran {
-                    cpu_seconds: history.cpu_seconds(),
-                    wall_seconds: history.wall_seconds(),
-                };
-                Some((earlier, later))
+                Some((earlier, job.history_profile.as_ref()?.ran()))
             }));
         }
         Headroom {
