@@ -2,25 +2,69 @@
 //! future, so that a job whose peak comes later may start beside jobs whose peaks will have
 //! passed by then. Jobs without a profile reserve the same bytes for as long as they run,
 //! which is the peak-per-job admission of a plain reservation.
+//!
+//! Each job's need carries a margin for how far it may stray from its last run. Jobs stray
+//! independently of each other, so the margins of jobs planned together pool as the root of
+//! the sum of their squares (as tolerances stack in engineering) instead of adding up: fifteen
+//! units that each may need 5% more than last time will not all need it at once.
 
 use crate::profile::Profile;
 
 /// Slices of the future that a plan checks.
 const PLAN_SLICES: usize = 64;
 
+/// Bytes a job may need, of which `margin` allows for how far it may stray from its last run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Need {
+    pub(crate) bytes: u64,
+    pub(crate) margin: u64,
+}
+
+impl Need {
+    /// The need of a job that already holds `floor` bytes: at least those, and no margin on
+    /// what it surely holds.
+    pub(crate) fn at_least(self, floor: u64) -> Need {
+        let bytes = self.bytes.max(floor);
+        Need {
+            bytes,
+            margin: self.margin.min(bytes - floor),
+        }
+    }
+}
+
+/// What jobs planned together need: their expected bytes add up and their margins pool.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Total {
+    expected: u64,
+    margin_squares: f64,
+}
+
+impl Total {
+    pub(crate) fn with(self, need: Need) -> Total {
+        Total {
+            expected: self.expected + (need.bytes - need.margin),
+            margin_squares: self.margin_squares + (need.margin as f64).powi(2),
+        }
+    }
+
+    pub(crate) fn bytes(self) -> u64 {
+        self.expected + self.margin_squares.sqrt().ceil() as u64
+    }
+}
+
 /// What one job is expected to need from now on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Outlook<'a> {
     /// The same bytes for as long as it runs, however long that is: the job has no profile, or
     /// it is stopped, or it has outrun its profile.
-    Flat(u64),
-    /// The job follows its profile, scaled so the profile's peak is `peak` bytes, from
-    /// `progress` CPU seconds into its life, at the pace it had then; while it runs it needs
-    /// at least `floor` bytes.
+    Flat(Need),
+    /// The job follows its profile, scaled so the profile's peak is `peak`, from `progress`
+    /// CPU seconds into its life, at the pace it had then; while it runs it needs at least
+    /// `floor` bytes.
     Timed {
         profile: &'a Profile,
         progress: f64,
-        peak: u64,
+        peak: Need,
         floor: u64,
     },
 }
@@ -42,9 +86,9 @@ impl Outlook<'_> {
 
     /// The most bytes the job may need between `from` and `to` seconds from now, allowing it
     /// to run `slack` faster or slower than its profile.
-    fn highest_between(&self, from: f64, to: f64, slack: f64) -> u64 {
+    fn highest_between(&self, from: f64, to: f64, slack: f64) -> Need {
         match *self {
-            Outlook::Flat(bytes) => bytes,
+            Outlook::Flat(need) => need,
             Outlook::Timed {
                 profile,
                 progress,
@@ -55,10 +99,14 @@ impl Outlook<'_> {
                 let earliest = (progress + from * pace) / (1.0 + slack);
                 let latest = (progress + to * pace) * (1.0 + slack);
                 if earliest >= profile.cpu_seconds() {
-                    return 0;
+                    return Need::default();
                 }
                 let fraction = profile.highest_between(earliest, latest);
-                ((fraction * peak as f64).ceil() as u64).max(floor)
+                let need = Need {
+                    bytes: (fraction * peak.bytes as f64).ceil() as u64,
+                    margin: (fraction * peak.margin as f64).floor() as u64,
+                };
+                need.at_least(floor)
             }
         }
     }
@@ -70,10 +118,8 @@ pub(crate) struct Plan {
     slack: f64,
     /// Seconds per slice.
     step: f64,
-    /// Bytes of the flat outlooks, needed in every slice.
-    flat: u64,
-    /// Bytes of the timed outlooks per slice.
-    slices: Vec<u64>,
+    /// What the planned jobs need in each slice.
+    slices: Vec<Total>,
 }
 
 impl Plan {
@@ -92,8 +138,7 @@ impl Plan {
         let mut plan = Plan {
             slack,
             step: horizon / PLAN_SLICES as f64,
-            flat: 0,
-            slices: vec![0; PLAN_SLICES],
+            slices: vec![Total::default(); PLAN_SLICES],
         };
         for outlook in running {
             plan.add(outlook);
@@ -101,7 +146,7 @@ impl Plan {
         plan
     }
 
-    fn each_slice<'p>(&'p self, outlook: &'p Outlook<'_>) -> impl Iterator<Item = u64> + 'p {
+    fn each_slice<'p>(&'p self, outlook: &'p Outlook<'_>) -> impl Iterator<Item = Need> + 'p {
         (0..PLAN_SLICES).map(move |slice| {
             let from = slice as f64 * self.step;
             outlook.highest_between(from, from + self.step, self.slack)
@@ -110,31 +155,17 @@ impl Plan {
 
     /// Whether `outlook` fits next to everything planned, in every slice, within `budget`.
     pub(crate) fn fits(&self, outlook: &Outlook<'_>, budget: u64) -> bool {
-        match *outlook {
-            Outlook::Flat(bytes) => self.highest() + bytes <= budget,
-            Outlook::Timed { .. } => self
-                .slices
-                .iter()
-                .zip(self.each_slice(outlook))
-                .all(|(&planned, needed)| self.flat + planned + needed <= budget),
-        }
+        self.slices
+            .iter()
+            .zip(self.each_slice(outlook))
+            .all(|(planned, needed)| planned.with(needed).bytes() <= budget)
     }
 
     pub(crate) fn add(&mut self, outlook: &Outlook<'_>) {
-        match *outlook {
-            Outlook::Flat(bytes) => self.flat += bytes,
-            Outlook::Timed { .. } => {
-                let needs: Vec<u64> = self.each_slice(outlook).collect();
-                for (planned, needed) in self.slices.iter_mut().zip(needs) {
-                    *planned += needed;
-                }
-            }
+        let needs: Vec<Need> = self.each_slice(outlook).collect();
+        for (planned, needed) in self.slices.iter_mut().zip(needs) {
+            *planned = planned.with(needed);
         }
-    }
-
-    /// The most bytes planned in any slice.
-    pub(crate) fn highest(&self) -> u64 {
-        self.flat + self.slices.iter().copied().max().unwrap_or(0)
     }
 }
 
@@ -156,9 +187,16 @@ mod tests {
         Outlook::Timed {
             profile,
             progress,
-            peak: 4 * GB,
+            peak: Need {
+                bytes: 4 * GB,
+                margin: 0,
+            },
             floor,
         }
+    }
+
+    fn flat(bytes: u64, margin: u64) -> Outlook<'static> {
+        Outlook::Flat(Need { bytes, margin })
     }
 
     #[test]
@@ -172,7 +210,7 @@ mod tests {
         );
         // Flat reservations would need 8 GB; the running job ends long before the new one peaks.
         assert!(plan.fits(&candidate, 5 * GB));
-        assert!(!plan.fits(&Outlook::Flat(4 * GB), 5 * GB));
+        assert!(!plan.fits(&flat(4 * GB, 0), 5 * GB));
     }
 
     #[test]
@@ -192,7 +230,34 @@ mod tests {
     fn a_job_past_its_expected_end_needs_nothing_later() {
         let profile = late_peak();
         let ended = at(&profile, 200.0, 0);
-        assert_eq!(ended.highest_between(0.0, 1.0, 0.1), 0);
+        assert_eq!(ended.highest_between(0.0, 1.0, 0.1), Need::default());
         assert_eq!(ended.remaining(0.1), 0.0);
+    }
+
+    #[test]
+    fn margins_of_jobs_planned_together_pool() {
+        // Nine 1 GB jobs that may each need 0.1 GB more: 9.3 GB together, not 9.9 GB.
+        let mut plan = Plan::new(&[], std::iter::empty(), 0.1);
+        for _ in 0..8 {
+            plan.add(&flat(GB + GB / 10, GB / 10));
+        }
+        let ninth = flat(GB + GB / 10, GB / 10);
+        assert!(plan.fits(&ninth, 9_300_000_000));
+        assert!(!plan.fits(&ninth, 9_299_000_000));
+        // One job alone keeps its whole margin; what a job surely holds carries none.
+        let one = Plan::new(&[], std::iter::empty(), 0.1);
+        assert!(!one.fits(&ninth, GB + GB / 10 - 1));
+        let held = Need {
+            bytes: GB,
+            margin: GB / 10,
+        };
+        assert_eq!(held.at_least(GB - GB / 20).margin, GB / 20);
+        assert_eq!(
+            held.at_least(2 * GB),
+            Need {
+                bytes: 2 * GB,
+                margin: 0
+            }
+        );
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Admission: a job starts when a CPU slot is free and its predicted peak fits in the budget
 //! next to the reservations of the running jobs (a running job reserves the larger of its
-//! prediction and what it uses now). Where that fails but profiles from earlier runs say how
+//! prediction and what it uses now; the margins of predictions pool, see [`crate::plan`]). Where that fails but profiles from earlier runs say how
 //! the jobs' memory moves over time, the job still starts if it fits in every slice of the
 //! future (`plan`): its peak comes when the others' have passed. Smaller jobs may overtake a
 //! queued job that does not fit, but only a bounded number of times, so large jobs never
@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use crate::plan::{Outlook, Plan};
+use crate::plan::{Need, Outlook, Plan, Total};
 use crate::profile::{Profile, Ran};
 use crate::slack::TimingSlack;
 use crate::JobId;
@@ -87,6 +87,10 @@ pub enum Action {
 pub struct Estimate {
     /// The most bytes it will use at once.
     pub peak: u64,
+    /// Of `peak`, the bytes allowed for how far the job may stray from its last run. Jobs
+    /// stray independently, so admission pools the margins of jobs running together instead
+    /// of adding them up (see [`crate::plan`]).
+    pub margin: u64,
     /// How its memory moves over its life, when an earlier run showed it.
     pub profile: Option<Profile>,
     /// Seconds of work that waited on this job in an earlier build
@@ -99,6 +103,7 @@ impl Estimate {
     pub fn flat(peak: u64) -> Self {
         Estimate {
             peak,
+            margin: 0,
             profile: None,
             waiting_seconds: 0.0,
         }
@@ -106,19 +111,28 @@ impl Estimate {
 
     /// The same estimate, with a peak of at least `bytes` (what an attempt was seen to use).
     pub fn at_least(self, bytes: u64) -> Self {
+        let need = self.need().at_least(bytes);
         Estimate {
-            peak: self.peak.max(bytes),
+            peak: need.bytes,
+            margin: need.margin,
             ..self
+        }
+    }
+
+    fn need(&self) -> Need {
+        Need {
+            bytes: self.peak,
+            margin: self.margin,
         }
     }
 
     fn outlook(&self) -> Outlook<'_> {
         match &self.profile {
-            None => Outlook::Flat(self.peak),
+            None => Outlook::Flat(self.need()),
             Some(profile) => Outlook::Timed {
                 profile,
                 progress: 0.0,
-                peak: self.peak,
+                peak: self.need(),
                 floor: 0,
             },
         }
@@ -149,11 +163,14 @@ struct Running {
 
 impl Running {
     /// What the job is expected to need at most from now on.
-    fn reservation(&self) -> u64 {
+    fn reservation(&self) -> Need {
         if self.suspended {
-            self.current
+            Need {
+                bytes: self.current,
+                margin: 0,
+            }
         } else {
-            self.estimate.peak.max(self.current)
+            self.estimate.need().at_least(self.current)
         }
     }
 
@@ -168,7 +185,7 @@ impl Running {
                 Outlook::Timed {
                     profile,
                     progress,
-                    peak: self.estimate.peak.max(self.peak),
+                    peak: self.estimate.need().at_least(self.peak),
                     floor: self.current,
                 }
             }
@@ -308,7 +325,13 @@ impl Scheduler {
 
     /// What the running jobs have reserved: the admission side of the budget.
     pub fn reserved(&self) -> u64 {
-        self.running.iter().map(Running::reservation).sum()
+        self.reservations().bytes()
+    }
+
+    fn reservations(&self) -> Total {
+        self.running
+            .iter()
+            .fold(Total::default(), |total, job| total.with(job.reservation()))
     }
 
     /// Decides what to do now. `machine_left` is what the machine or cgroup can still hand
@@ -412,7 +435,9 @@ impl Scheduler {
             let nothing_runs = self.running.is_empty();
             let fits = if candidate.alone {
                 nothing_runs
-            } else if nothing_runs || self.reserved() + candidate.estimate.peak <= budget {
+            } else if nothing_runs
+                || self.reservations().with(candidate.estimate.need()).bytes() <= budget
+            {
                 true
             } else {
                 plan.get_or_insert_with(|| self.plan())
@@ -493,6 +518,25 @@ mod tests {
         assert_eq!(starts(&s.decide(None)), vec![1, 3]);
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn margins_on_last_peaks_pool_instead_of_adding_up() {
+        let mut s = Scheduler::new(Limits {
+            budget: 9 * GIB + 3 * GIB / 10,
+            slots: 16,
+        });
+        // Ten jobs that each peaked at 1 GiB last time and may need 10% more: nine fit with
+        // the margins pooled (9.3 GiB), where added up (9.9 GiB) only eight would.
+        for id in 1..=10 {
+            let estimate = Estimate {
+                margin: GIB / 10,
+                ..Estimate::flat(GIB + GIB / 10)
+            };
+            s.submit(id, estimate, false);
+        }
+        assert_eq!(starts(&s.decide(None)), (1..=9).collect::<Vec<_>>());
+        assert!(s.reserved() <= 9 * GIB + 3 * GIB / 10);
     }
 
     #[test]
@@ -602,6 +646,7 @@ mod tests {
         let slices: Vec<u64> = (0..16).map(|i| if i < 12 { 1 } else { 10 }).collect();
         Estimate {
             peak,
+            margin: 0,
             profile: Profile::new(crate::profile::ran(seconds, seconds), &slices),
             waiting_seconds: 0.0,
         }

@@ -80,9 +80,11 @@ impl Predictor {
     /// one.
     pub fn predict(&mut self, id: JobId, history: Option<&PastRun>, group: u64) -> Prediction {
         if let Some(past) = history {
+            let peak = with_margin(past.peak, self.history_margin.get());
             return Prediction {
                 estimate: Estimate {
-                    peak: with_margin(past.peak, self.history_margin.get()),
+                    peak,
+                    margin: peak - past.peak,
                     profile: past.profile.clone(),
                     waiting_seconds: 0.0,
                 },
@@ -125,9 +127,12 @@ impl Predictor {
     }
 }
 
+/// The largest finished job of a group, with a margin for other files of the group being
+/// larger: a bias of the whole group, not a job's own stray, so it does not pool.
 fn group_estimate(largest: &PastRun) -> Estimate {
     Estimate {
         peak: with_margin(largest.peak, GROUP_MARGIN),
+        margin: 0,
         profile: largest.profile.clone(),
         waiting_seconds: 0.0,
     }
@@ -182,6 +187,7 @@ mod tests {
             Prediction {
                 estimate: Estimate {
                     peak: 420,
+                    margin: 20,
                     profile,
                     waiting_seconds: 0.0
                 },
@@ -194,6 +200,7 @@ mod tests {
             predictor.predict(6, None, 9).estimate,
             Estimate {
                 peak: 460,
+                margin: 0,
                 profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]),
                 waiting_seconds: 0.0,
             }
