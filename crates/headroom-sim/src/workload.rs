@@ -17,6 +17,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Largest relative change of each job's peak and duration against the trace (0.03 = ±3%).
     pub variation: f64,
+    /// Change of every job's peak against the trace, on top of the variation (0.1 = all 10%
+    /// larger): what moves all jobs together, such as an edited header every unit includes
+    /// or a newer compiler, and what no history knows of yet.
+    pub growth: f64,
 }
 
 impl Default for SimConfig {
@@ -25,6 +29,7 @@ impl Default for SimConfig {
             tick: 0.1,
             seed: 1,
             variation: 0.03,
+            growth: 0.0,
         }
     }
 }
@@ -143,7 +148,7 @@ impl Workload {
             for &dep in &job.deps {
                 dependents[dep].push(index);
             }
-            let peak_factor = vary(&mut this_run);
+            let peak_factor = (1.0 + config.growth) * vary(&mut this_run);
             let duration = job.duration * vary(&mut this_run);
             let peak = (job.peak as f64 * peak_factor).round().max(1.0);
             let recorded = curve(&job.profile, job.duration, job.duration, job.peak as f64);

@@ -1,5 +1,6 @@
-//! Invariants of every policy over random traces and machines: memory never exceeds the
-//! machine without an OOM event, every job completes, and no policy beats the lower bound.
+//! Invariants of every policy over random traces and machines, and runs whose peaks all grew
+//! or shrank since the trace: memory never exceeds the machine without an OOM event, every
+//! job completes, and no policy beats the lower bound.
 
 use headroom_sim::{
     compare, JobKind, LowerBound, Machine, PolicySpec, SimConfig, Trace, TraceJob, Workload,
@@ -45,13 +46,20 @@ fn job(index: usize, largest: u64) -> impl Strategy<Value = TraceJob> {
         })
 }
 
-fn scenario() -> impl Strategy<Value = (Machine, Trace, u64)> {
-    (1usize..6, 2u64..12, 1usize..25, any::<u64>()).prop_flat_map(|(cores, gib, jobs, seed)| {
+fn scenario() -> impl Strategy<Value = (Machine, Trace, SimConfig)> {
+    let sizes = (1usize..6, 2u64..12, 1usize..25);
+    let config = (any::<u64>(), -0.2f64..0.1).prop_map(|(seed, growth)| SimConfig {
+        seed,
+        growth,
+        ..SimConfig::default()
+    });
+    (sizes, config).prop_flat_map(|((cores, gib, jobs), config)| {
         let memory = gib << 30;
-        // Keep every job (after ±3% variation) below the machine, or no policy could run it.
-        let largest = memory / 10 * 9;
+        // Keep every job (after 10% growth and ±3% variation) below the machine, or no policy
+        // could run it.
+        let largest = memory / 10 * 8;
         let jobs: Vec<_> = (0..jobs).map(|index| job(index, largest)).collect();
-        (Just(Machine { cores, memory }), jobs, Just(seed)).prop_map(|(machine, jobs, seed)| {
+        (Just(Machine { cores, memory }), jobs, Just(config)).prop_map(|(machine, jobs, config)| {
             let trace = Trace {
                 schema: SCHEMA,
                 name: "random".into(),
@@ -59,21 +67,17 @@ fn scenario() -> impl Strategy<Value = (Machine, Trace, u64)> {
                 recorded: None,
                 jobs,
             };
-            (machine, trace, seed)
+            (machine, trace, config)
         })
     })
 }
 
-fn outcomes(machine: Machine, trace: &Trace, seed: u64) -> Vec<headroom_sim::Outcome> {
+fn outcomes(machine: Machine, trace: &Trace, config: &SimConfig) -> Vec<headroom_sim::Outcome> {
     trace.validate().expect("the generator makes valid traces");
-    let config = SimConfig {
-        seed,
-        ..SimConfig::default()
-    };
-    let workload = Workload::new(trace, &config);
+    let workload = Workload::new(trace, config);
     let mut policies = ALL_POLICIES.to_vec();
     policies.push(PolicySpec::Clairvoyant);
-    let comparison = compare(&workload, machine, &policies, &config).expect("every move is valid");
+    let comparison = compare(&workload, machine, &policies, config).expect("every move is valid");
     assert_eq!(comparison.lower_bound, LowerBound::new(&workload, machine));
     comparison.outcomes
 }
@@ -83,11 +87,10 @@ proptest! {
 
     #[test]
     fn memory_stays_within_the_machine_and_no_policy_beats_the_bound(
-        (machine, trace, seed) in scenario()
+        (machine, trace, config) in scenario()
     ) {
-        let config = SimConfig { seed, ..SimConfig::default() };
         let bound = LowerBound::new(&Workload::new(&trace, &config), machine);
-        for outcome in outcomes(machine, &trace, seed) {
+        for outcome in outcomes(machine, &trace, &config) {
             prop_assert!(
                 outcome.peak_memory <= machine.memory,
                 "{} used {} of {} bytes", outcome.policy, outcome.peak_memory, machine.memory
@@ -100,8 +103,8 @@ proptest! {
     }
 
     #[test]
-    fn every_baseline_completes_every_job((machine, trace, seed) in scenario()) {
-        for outcome in outcomes(machine, &trace, seed) {
+    fn every_baseline_completes_every_job((machine, trace, config) in scenario()) {
+        for outcome in outcomes(machine, &trace, &config) {
             prop_assert!(
                 outcome.family == "headroom" || outcome.completed(),
                 "{}: {:?}", outcome.policy, outcome.stalled
@@ -112,8 +115,8 @@ proptest! {
     /// This found the deadlock that `headroom_resumes_the_oldest_job_when_the_older_ones_finish`
     /// keeps fixed.
     #[test]
-    fn headroom_completes_every_job((machine, trace, seed) in scenario()) {
-        for outcome in outcomes(machine, &trace, seed) {
+    fn headroom_completes_every_job((machine, trace, config) in scenario()) {
+        for outcome in outcomes(machine, &trace, &config) {
             prop_assert!(outcome.completed(), "{}: {:?}", outcome.policy, outcome.stalled);
         }
     }

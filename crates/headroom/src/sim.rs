@@ -40,6 +40,10 @@ pub struct SimArgs {
     /// Largest relative change of each job's peak and duration (0.03 = ±3%).
     #[arg(long, default_value_t = 0.03)]
     variation: f64,
+    /// Change of every job's peak at once, which no history knows of (0.1 = all 10% larger):
+    /// how the policies cope with an edited header that every unit includes.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    growth: f64,
     /// Print every `-jN` of the static sweep, not only the best ones.
     #[arg(long)]
     every_static: bool,
@@ -111,9 +115,16 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
             args.variation
         );
     }
+    if !(-0.5..=1.0).contains(&args.growth) {
+        anyhow::bail!(
+            "--growth must be between -0.5 and 1 (half to twice the recorded peaks), not {}",
+            args.growth
+        );
+    }
     let config = SimConfig {
         seed: args.seed,
         variation: args.variation,
+        growth: args.growth,
         ..SimConfig::default()
     };
     let policies = if args.policies.is_empty() {
