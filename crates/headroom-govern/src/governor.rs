@@ -432,7 +432,9 @@ impl Governor {
                 peak: job.peak,
                 profile: profile.clone(),
             };
-            learn(state, job.identity.group, run);
+            learn(state, id, job.identity.group, run);
+        } else {
+            state.predictor.forget(id);
         }
         let record = JobRecord {
             job_id: id,
@@ -623,14 +625,17 @@ impl Governor {
     }
 }
 
-/// Teaches the predictor how a job of `group` ran, and passes the better guess on to the jobs
-/// of that group that were offered before anything was known about them.
-fn learn(state: &mut State, group: u64, run: PastRun) {
-    for (id, estimate) in state.predictor.learn(group, run) {
+/// Teaches the predictor how job `id` of `group` ran, and passes the better guesses on to the
+/// jobs offered before it was known (see [`Predictor::learn`]).
+fn learn(state: &mut State, id: JobId, group: u64, run: PastRun) {
+    for (id, prediction) in state.predictor.learn(id, group, run) {
         if let Some(job) = state.jobs.get_mut(&id) {
-            job.estimate = estimate.clone();
-            job.source = PredictionSource::Group;
-            state.scheduler.repredict(id, estimate);
+            job.estimate = Estimate {
+                waiting_seconds: job.estimate.waiting_seconds,
+                ..prediction.estimate.clone()
+            };
+            job.source = prediction.source;
+            state.scheduler.repredict(id, prediction.estimate);
         }
     }
 }

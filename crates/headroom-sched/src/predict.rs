@@ -2,9 +2,12 @@
 //! run before, else from jobs of the same group (same compiler and flags) finished in this
 //! build, else from a conservative default. The first two come with the profile of the run
 //! they came from, when one was recorded. A job's own peak gets a margin that follows how far
-//! peaks moved between the last two runs of recently built jobs ([`crate::strays`]).
+//! peaks moved between the last two runs of recently built jobs ([`crate::strays`]). When the
+//! jobs of this build that finished show their peaks moved together from their last runs (an
+//! edited header every unit includes, a newer compiler), the jobs still to come are predicted
+//! with that shift.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::policy::Estimate;
 use crate::profile::Profile;
@@ -45,8 +48,16 @@ pub struct Predictor {
     groups: HashMap<u64, PastRun>,
     /// Jobs predicted by default, by group, until a job of their group finishes.
     waiting_for_group: HashMap<u64, Vec<JobId>>,
-    /// The margin on a job's own last peak.
-    history_margin: Strays,
+    /// How far peaks moved between the runs of jobs in two earlier builds: the margin on a
+    /// job's own last peak until this build has `moves` enough.
+    earlier_moves: Strays,
+    /// How far the peaks of this build's finished jobs moved from their last runs, with signs:
+    /// their mean is the shift, their spread around it the margin.
+    moves: Strays,
+    /// The shift that predictions from a job's own last run are made with now (0.1 = 10% up).
+    shift: f64,
+    /// Jobs predicted from their own last run that have not finished, with that run.
+    from_history: BTreeMap<JobId, PastRun>,
 }
 
 /// Headroom added to a job's own last peak until earlier builds show how far peaks move
@@ -54,6 +65,9 @@ pub struct Predictor {
 const HISTORY_MARGIN: f64 = 0.05;
 /// Headroom added to a group estimate: other files of the group may be somewhat larger.
 const GROUP_MARGIN: f64 = 0.15;
+/// The shift follows this build's moves in steps of at least this much, so that noise in
+/// their mean does not re-predict every waiting job at every finish.
+const SHIFT_STEP: f64 = 0.02;
 
 impl Predictor {
     pub fn new(default_peak: u64) -> Self {
@@ -61,7 +75,10 @@ impl Predictor {
             default_peak,
             groups: HashMap::new(),
             waiting_for_group: HashMap::new(),
-            history_margin: Strays::new(HISTORY_MARGIN),
+            earlier_moves: Strays::new(HISTORY_MARGIN),
+            moves: Strays::new(HISTORY_MARGIN),
+            shift: 0.0,
+            from_history: BTreeMap::new(),
         }
     }
 
@@ -71,25 +88,22 @@ impl Predictor {
     /// moves by a few MiB matters to no budget and must not set the margin of large ones.
     pub fn note_peak_reruns(&mut self, peaks: impl IntoIterator<Item = (u64, u64)>) {
         for (earlier, later) in peaks {
-            let moved = earlier.abs_diff(later) as f64 / earlier.max(self.default_peak) as f64;
-            self.history_margin.note(moved);
+            self.earlier_moves.note(self.moved(earlier, later));
         }
+    }
+
+    /// How far a peak moved from `earlier` to `later` bytes, against at least the default
+    /// prediction.
+    fn moved(&self, earlier: u64, later: u64) -> f64 {
+        (later as f64 - earlier as f64) / earlier.max(self.default_peak) as f64
     }
 
     /// Predicts what job `id` of group `group` needs, given its own earlier run if there was
     /// one.
     pub fn predict(&mut self, id: JobId, history: Option<&PastRun>, group: u64) -> Prediction {
         if let Some(past) = history {
-            let peak = with_margin(past.peak, self.history_margin.get());
-            return Prediction {
-                estimate: Estimate {
-                    peak,
-                    margin: peak - past.peak,
-                    profile: past.profile.clone(),
-                    waiting_seconds: 0.0,
-                },
-                source: PredictionSource::History,
-            };
+            self.from_history.insert(id, past.clone());
+            return self.by_own_run(past);
         }
         match self.groups.get(&group) {
             Some(largest) => Prediction {
@@ -106,10 +120,31 @@ impl Predictor {
         }
     }
 
-    /// Records how a finished job of `group` ran, and returns the better estimate for each job
-    /// of that group that was predicted by default (jobs that have gone since may be among
-    /// them).
-    pub fn learn(&mut self, group: u64, run: PastRun) -> Vec<(JobId, Estimate)> {
+    fn by_own_run(&self, past: &PastRun) -> Prediction {
+        let expected = grown(past.peak, self.shift);
+        let margin = if self.moves.trusted() {
+            self.moves.around(self.shift)
+        } else {
+            self.earlier_moves.get()
+        };
+        let peak = grown(expected, margin);
+        Prediction {
+            estimate: Estimate {
+                peak,
+                margin: peak - expected,
+                profile: past.profile.clone(),
+                waiting_seconds: 0.0,
+            },
+            source: PredictionSource::History,
+        }
+    }
+
+    /// Records how finished job `id` of `group` ran, and returns better predictions for jobs
+    /// predicted earlier (jobs that have gone since may be among them): for those of its group
+    /// that got the default, and, when this build's peaks have moved together from their last
+    /// runs, for every job predicted from its own.
+    pub fn learn(&mut self, id: JobId, group: u64, run: PastRun) -> Vec<(JobId, Prediction)> {
+        let mut better = self.note_own_run(id, run.peak);
         let largest = self.groups.entry(group).or_insert(PastRun {
             peak: 0,
             profile: None,
@@ -117,12 +152,34 @@ impl Predictor {
         if run.peak >= largest.peak {
             *largest = run;
         }
-        let estimate = group_estimate(largest);
-        self.waiting_for_group
-            .remove(&group)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|id| (id, estimate.clone()))
+        let prediction = Prediction {
+            estimate: group_estimate(largest),
+            source: PredictionSource::Group,
+        };
+        let waiting = self.waiting_for_group.remove(&group).unwrap_or_default();
+        better.extend(waiting.into_iter().map(|id| (id, prediction.clone())));
+        better
+    }
+
+    /// Forgets a job that will not finish as predicted (it failed, or ran with lowered flags).
+    pub fn forget(&mut self, id: JobId) {
+        self.from_history.remove(&id);
+    }
+
+    /// Notes how far job `id`'s peak moved from its own last run, if it was predicted from it,
+    /// and returns new predictions for the others when that moves the shift.
+    fn note_own_run(&mut self, id: JobId, peak: u64) -> Vec<(JobId, Prediction)> {
+        let Some(past) = self.from_history.remove(&id) else {
+            return Vec::new();
+        };
+        self.moves.note(self.moved(past.peak, peak));
+        if (self.moves.mean() - self.shift).abs() < SHIFT_STEP {
+            return Vec::new();
+        }
+        self.shift = self.moves.mean();
+        self.from_history
+            .iter()
+            .map(|(&id, past)| (id, self.by_own_run(past)))
             .collect()
     }
 }
@@ -131,15 +188,15 @@ impl Predictor {
 /// larger: a bias of the whole group, not a job's own stray, so it does not pool.
 fn group_estimate(largest: &PastRun) -> Estimate {
     Estimate {
-        peak: with_margin(largest.peak, GROUP_MARGIN),
+        peak: grown(largest.peak, GROUP_MARGIN),
         margin: 0,
         profile: largest.profile.clone(),
         waiting_seconds: 0.0,
     }
 }
 
-/// `bytes` and `fraction` more (0.05 = 5%).
-fn with_margin(bytes: u64, fraction: f64) -> u64 {
+/// `bytes` and `fraction` more (0.05 = 5% more, -0.05 = 5% less).
+fn grown(bytes: u64, fraction: f64) -> u64 {
     (bytes as f64 * (1.0 + fraction)).ceil() as u64
 }
 
@@ -163,8 +220,12 @@ mod tests {
             peak,
             profile: None,
         };
-        assert_eq!(predictor.learn(7, run(200)), vec![(1, Estimate::flat(230))]);
-        assert_eq!(predictor.learn(7, run(100)), vec![]);
+        let from_group = Prediction {
+            estimate: Estimate::flat(230),
+            source: PredictionSource::Group,
+        };
+        assert_eq!(predictor.learn(10, 7, run(200)), vec![(1, from_group)]);
+        assert_eq!(predictor.learn(11, 7, run(100)), vec![]);
         assert_eq!(
             predictor.predict(3, None, 7),
             Prediction {
@@ -176,7 +237,7 @@ mod tests {
             predictor.predict(4, None, 8).source,
             PredictionSource::Default
         );
-        assert_eq!(predictor.learn(8, run(50)).len(), 2);
+        assert_eq!(predictor.learn(12, 8, run(50)).len(), 2);
         let profile = Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]);
         let past = PastRun {
             peak: 400,
@@ -195,7 +256,7 @@ mod tests {
             }
         );
         // A group's estimate carries the profile of its largest finished job.
-        predictor.learn(9, past);
+        predictor.learn(13, 9, past);
         assert_eq!(
             predictor.predict(6, None, 9).estimate,
             Estimate {
@@ -231,5 +292,50 @@ mod tests {
             (margin - 0.03).abs() < 1e-6,
             "largest move 1% + 2%: {margin}"
         );
+    }
+
+    #[test]
+    fn jobs_still_to_come_follow_peaks_that_moved_together() {
+        const MIB: u64 = 1 << 20;
+        let past = PastRun {
+            peak: 1000 * MIB,
+            profile: None,
+        };
+        let mut predictor = Predictor::new(256 * MIB);
+        for id in 0..20 {
+            predictor.predict(id, Some(&past), 0);
+        }
+        // Peaks that stray either way around their last runs move nothing.
+        for id in 0..8 {
+            let peak = if id % 2 == 0 { 1010 } else { 990 } * MIB;
+            let run = PastRun {
+                peak,
+                profile: None,
+            };
+            assert_eq!(predictor.learn(id, 0, run), vec![], "job {id}");
+        }
+        // An edited header: every unit now peaks 10% higher. The second such unit makes the
+        // mean of the moves lean 2% up (0.2 / 10), and every job still to come is predicted
+        // 2% up, with a margin of the largest move around that plus 2%: 8% + 2%.
+        let grown_run = || PastRun {
+            peak: 1100 * MIB,
+            profile: None,
+        };
+        assert_eq!(predictor.learn(8, 0, grown_run()), vec![]);
+        let better = predictor.learn(9, 0, grown_run());
+        let ids: Vec<JobId> = better.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, (10..20).collect::<Vec<_>>());
+        let Prediction { estimate, source } = &better[0].1;
+        assert_eq!(*source, PredictionSource::History);
+        let expected = estimate.peak - estimate.margin;
+        assert_eq!(expected, grown(1000 * MIB, 0.02));
+        assert_eq!(estimate.peak, grown(expected, 0.1));
+        // New offers get the shift too, and a failed job is forgotten.
+        assert_eq!(
+            predictor.predict(30, Some(&past), 0).estimate,
+            estimate.clone()
+        );
+        predictor.forget(30);
+        assert!(!predictor.from_history.contains_key(&30));
     }
 }

@@ -1,7 +1,9 @@
 //! How far the next job may stray, from how far recent ones did: the largest recent stray
 //! plus a little. The timing slack of plans (how far a job's CPU time and pace move from its
 //! profile) and the margin on a job's last peak (how far its peak moves between runs) are
-//! both learned so. Until enough strays are known, a configured value applies: the largest
+//! both learned so. Strays keep their signs: their mean says where the peaks of a build lean
+//! when they move together (the predictor's shift), and the margin is then taken around it.
+//! Until enough strays are known, a configured value applies: the largest
 //! of a few is a poor guess at the next one (a CI run failed on a build of six jobs, where
 //! three that kept to their profiles narrowed the slack for the rest).
 
@@ -34,7 +36,7 @@ impl Strays {
         }
     }
 
-    /// Notes one stray, as a fraction (0.03 = 3%).
+    /// Notes one stray, as a fraction (0.03 = 3% more, -0.03 = 3% less).
     pub(crate) fn note(&mut self, stray: f64) {
         if !stray.is_finite() {
             return;
@@ -42,16 +44,39 @@ impl Strays {
         if self.recent.len() == RECENT {
             self.recent.pop_front();
         }
-        self.recent.push_back(stray.abs());
+        self.recent.push_back(stray);
     }
 
-    /// The largest recent stray plus a margin (at most [`MOST`]), or the configured value
-    /// while fewer than [`TRUSTED_AFTER`] are known.
+    /// The largest recent stray either way plus a margin (at most [`MOST`]), or the
+    /// configured value while fewer than [`TRUSTED_AFTER`] are known.
     pub(crate) fn get(&self) -> f64 {
-        if self.recent.len() < TRUSTED_AFTER {
+        self.around(0.0)
+    }
+
+    /// Like [`Strays::get`], for strays measured from `center` instead of from 0.
+    pub(crate) fn around(&self, center: f64) -> f64 {
+        if !self.trusted() {
             return self.configured;
         }
-        let largest = self.recent.iter().copied().fold(0.0, f64::max);
+        let largest = self
+            .recent
+            .iter()
+            .map(|stray| (stray - center).abs())
+            .fold(0.0, f64::max);
         (largest + MARGIN).min(MOST)
+    }
+
+    /// The mean of the recent strays with their signs: where they lean when they move
+    /// together; 0 while fewer than [`TRUSTED_AFTER`] are known.
+    pub(crate) fn mean(&self) -> f64 {
+        if !self.trusted() {
+            return 0.0;
+        }
+        self.recent.iter().sum::<f64>() / self.recent.len() as f64
+    }
+
+    /// Whether enough strays are known to go by.
+    pub(crate) fn trusted(&self) -> bool {
+        self.recent.len() >= TRUSTED_AFTER
     }
 }

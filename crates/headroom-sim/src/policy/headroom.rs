@@ -163,8 +163,8 @@ impl Policy for Headroom {
             peak,
             profile: recorder.finish(ran),
         };
-        for (id, estimate) in self.predictor.learn(job.group, run) {
-            self.scheduler.repredict(id, estimate);
+        for (id, prediction) in self.predictor.learn(job.id, job.group, run) {
+            self.scheduler.repredict(id, prediction.estimate);
         }
     }
 
