@@ -2,7 +2,7 @@
 """Turns `headroom sim --json` output into the Markdown table of BENCHMARKS.md.
 
 Per trace and machine: the lower bound, headroom (cold and warm) against it, OOM events, the
-best baseline that had no OOM event, and the clairvoyant reference (never a baseline). A target is met when headroom has zero OOM events,
+jobs warm headroom killed itself and the work they lost, the best baseline that had no OOM event, and the clairvoyant reference (never a baseline). A target is met when headroom has zero OOM events,
 finishes within 1.10x of the lower bound and is at least as fast as every zero-OOM baseline.
 """
 import json
@@ -15,8 +15,9 @@ def main(path):
     with open(path) as file:
         comparisons = json.load(file)
     print("| trace | machine | lower bound | headroom cold: ×bound, OOM | headroom warm: ×bound, OOM "
-          "| best zero-OOM baseline | warm ÷ best | clairvoyant: ×bound | targets (warm) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| warm: kills, work lost | best zero-OOM baseline | warm ÷ best | clairvoyant: ×bound "
+          "| targets (warm) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for comparison in comparisons:
         bound = comparison["lower_bound"]["seconds"]
         outcomes = comparison["outcomes"]
@@ -47,8 +48,9 @@ def main(path):
             if best is not None:
                 versus = f'{warm["makespan"] / best["makespan"]:.2f}'
         best_cell = f'{best["policy"]} ({best["makespan"]:.0f} s)' if best else "none"
+        kills = "-" if warm is None else f'{warm["policy_kills"]}, {warm["wasted_seconds"]:.0f} s'
         print(f'| {comparison["trace"]} | {comparison["machine"]} | {bound:.0f} s '
-              f'| {cell("headroom (cold)")} | {cell("headroom (warm)")} | {best_cell} '
+              f'| {cell("headroom (cold)")} | {cell("headroom (warm)")} | {kills} | {best_cell} '
               f'| {versus} | {cell(CLAIRVOYANT).split(",")[0]} | {verdict} |')
 
 
