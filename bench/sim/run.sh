@@ -33,4 +33,11 @@ echo
 "$headroom" sim traces/*.json traces/recorded/torch-ext.json --machine 16c/32G,64c/128G \
     --growth 0.1 --policy "$policies" --json > "$out/growth-10pct.json"
 python3 bench/sim/table.py "$out/growth-10pct.json"
+# Seeds 1 to 5 of the run-to-run variation: how much a row's verdict owes to seed 1.
+echo
+for seed in 1 2 3 4 5; do
+    "$headroom" sim traces/*.json traces/recorded/torch-ext.json --machine 16c/32G,64c/128G,192c/1T \
+        --seed "$seed" --json > "$out/seed-$seed.json"
+done
+python3 bench/sim/table.py --seeds "$out"/seed-*.json
 echo "full tables: $headroom sim ... (without --json); charts: $out/*.html" >&2

@@ -1,14 +1,62 @@
 #!/usr/bin/env python3
-"""Turns `headroom sim --json` output into the Markdown table of BENCHMARKS.md.
+"""Turns `headroom sim --json` output into the Markdown tables of BENCHMARKS.md.
+
+`table.py RUN.json` prints one run's table; `table.py --seeds RUN.json...` the spread of
+warm headroom over runs with different seeds.
 
 Per trace and machine: the lower bound, headroom (cold and warm) against it, OOM events, the
 jobs warm headroom killed itself and the work they lost, the best baseline that had no OOM event, and the clairvoyant reference (never a baseline). A target is met when headroom has zero OOM events,
 finishes within 1.10x of the lower bound and is at least as fast as every zero-OOM baseline.
 """
 import json
+import statistics
 import sys
 
 CLAIRVOYANT = "clairvoyant greedy (reference)"
+
+
+def best_zero_oom_baseline(outcomes):
+    safe = [o for o in outcomes
+            if o["family"] not in ("headroom", "reference") and o["oom_events"] == 0 and o["stalled"] is None]
+    return min(safe, key=lambda o: o["makespan"]) if safe else None
+
+
+def missed_targets(warm, bound, best):
+    """The targets a finished warm run missed, as words (none: it met them all)."""
+    missed = []
+    if warm["oom_events"] > 0:
+        missed.append("OOM")
+    if warm["makespan"] > 1.10 * bound:
+        missed.append(">1.10× bound")
+    if best is not None and warm["makespan"] > best["makespan"] * (1 + 1e-9):
+        missed.append("slower than " + best["policy"])
+    return missed
+
+
+def seeds(paths):
+    """Per trace and machine: warm headroom's median and range over the runs, and in how many
+    runs it met every target."""
+    rows = {}
+    for path in paths:
+        with open(path) as file:
+            for comparison in json.load(file):
+                bound = comparison["lower_bound"]["seconds"]
+                by_name = {outcome["policy"]: outcome for outcome in comparison["outcomes"]}
+                warm = by_name["headroom (warm)"]
+                best = best_zero_oom_baseline(comparison["outcomes"])
+                versus = warm["makespan"] / best["makespan"] if best else float("nan")
+                key = (comparison["trace"], comparison["machine"])
+                met = warm["stalled"] is None and not missed_targets(warm, bound, best)
+                rows.setdefault(key, []).append((warm["makespan"] / bound, versus, met))
+    print("| trace | machine | warm ×bound: median [range] | warm ÷ best zero-OOM baseline: median [range] "
+          "| runs meeting every target |")
+    print("|---|---|---|---|---|")
+    for (trace, machine), runs in rows.items():
+        def spread(values):
+            return f"{statistics.median(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
+        met = sum(1 for run in runs if run[2])
+        print(f"| {trace} | {machine} | {spread([r[0] for r in runs])} | {spread([r[1] for r in runs])} "
+              f"| {met}/{len(runs)} |")
 
 
 def main(path):
@@ -22,9 +70,7 @@ def main(path):
         bound = comparison["lower_bound"]["seconds"]
         outcomes = comparison["outcomes"]
         by_name = {outcome["policy"]: outcome for outcome in outcomes}
-        safe = [o for o in outcomes
-                if o["family"] not in ("headroom", "reference") and o["oom_events"] == 0 and o["stalled"] is None]
-        best = min(safe, key=lambda o: o["makespan"]) if safe else None
+        best = best_zero_oom_baseline(outcomes)
 
         def cell(name):
             outcome = by_name.get(name)
@@ -37,13 +83,7 @@ def main(path):
         warm = by_name.get("headroom (warm)")
         verdict, versus = "-", "-"
         if warm is not None and warm["stalled"] is None:
-            missed = []
-            if warm["oom_events"] > 0:
-                missed.append("OOM")
-            if warm["makespan"] > 1.10 * bound:
-                missed.append(">1.10× bound")
-            if best is not None and warm["makespan"] > best["makespan"] * (1 + 1e-9):
-                missed.append("slower than " + best["policy"])
+            missed = missed_targets(warm, bound, best)
             verdict = "met" if not missed else "missed: " + "; ".join(missed)
             if best is not None:
                 versus = f'{warm["makespan"] / best["makespan"]:.2f}'
@@ -55,4 +95,7 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--seeds":
+        seeds(sys.argv[2:])
+    else:
+        main(sys.argv[1])
