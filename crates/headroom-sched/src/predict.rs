@@ -60,8 +60,8 @@ pub struct Predictor {
     from_history: BTreeMap<JobId, PastRun>,
 }
 
-/// Headroom added to a job's own last peak until earlier builds show how far peaks move
-/// between runs: the same translation unit varies by a few percent at most.
+/// Headroom added to a job's own last peak until earlier builds or this one show how far
+/// peaks move between runs: the same translation unit varies by a few percent at most.
 const HISTORY_MARGIN: f64 = 0.05;
 /// Headroom added to a group estimate: other files of the group may be somewhat larger.
 const GROUP_MARGIN: f64 = 0.15;
