@@ -59,24 +59,28 @@ pub(crate) enum Outlook<'a> {
     /// it is stopped, or it has outrun its profile.
     Flat(Need),
     /// The job follows its profile, scaled so the profile's peak is `peak`, from `progress`
-    /// CPU seconds into its life, at the pace it had then; while it runs it needs at least
-    /// `floor` bytes.
+    /// CPU seconds into its life, at the pace it had then, give or take `slack` (0.1 = 10%)
+    /// in CPU time and pace; while it runs it needs at least `floor` bytes.
     Timed {
         profile: &'a Profile,
         progress: f64,
         peak: Need,
         floor: u64,
+        slack: f64,
     },
 }
 
 impl Outlook<'_> {
-    /// Seconds from now until the job has ended even if it needs `slack` more CPU time than
+    /// Seconds from now until the job has ended even if it needs its slack more CPU time than
     /// its profile (0 for a flat outlook, whose end is unknown).
-    fn remaining(&self, slack: f64) -> f64 {
+    fn remaining(&self) -> f64 {
         match *self {
             Outlook::Flat(_) => 0.0,
             Outlook::Timed {
-                profile, progress, ..
+                profile,
+                progress,
+                slack,
+                ..
             } => {
                 let cpu_left = profile.cpu_seconds() * (1.0 + slack) - progress;
                 (cpu_left / profile.cpu_per_second()).max(0.0)
@@ -85,8 +89,8 @@ impl Outlook<'_> {
     }
 
     /// The most bytes the job may need between `from` and `to` seconds from now, allowing it
-    /// to run `slack` faster or slower than its profile.
-    fn highest_between(&self, from: f64, to: f64, slack: f64) -> Need {
+    /// to run its slack faster or slower than its profile.
+    fn highest_between(&self, from: f64, to: f64) -> Need {
         match *self {
             Outlook::Flat(need) => need,
             Outlook::Timed {
@@ -94,6 +98,7 @@ impl Outlook<'_> {
                 progress,
                 peak,
                 floor,
+                slack,
             } => {
                 let pace = profile.cpu_per_second();
                 let earliest = (progress + from * pace) / (1.0 + slack);
@@ -115,7 +120,6 @@ impl Outlook<'_> {
 /// The bytes the admitted jobs may need in each slice of the future.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    slack: f64,
     /// Seconds per slice.
     step: f64,
     /// What the planned jobs need in each slice.
@@ -127,16 +131,14 @@ impl Plan {
     pub(crate) fn new<'a>(
         running: &[Outlook<'a>],
         candidates: impl Iterator<Item = Outlook<'a>>,
-        slack: f64,
     ) -> Plan {
         let horizon = running
             .iter()
             .copied()
             .chain(candidates)
-            .map(|outlook| outlook.remaining(slack))
+            .map(|outlook| outlook.remaining())
             .fold(0.0, f64::max);
         let mut plan = Plan {
-            slack,
             step: horizon / PLAN_SLICES as f64,
             slices: vec![Total::default(); PLAN_SLICES],
         };
@@ -149,7 +151,7 @@ impl Plan {
     fn each_slice<'p>(&'p self, outlook: &'p Outlook<'_>) -> impl Iterator<Item = Need> + 'p {
         (0..PLAN_SLICES).map(move |slice| {
             let from = slice as f64 * self.step;
-            outlook.highest_between(from, from + self.step, self.slack)
+            outlook.highest_between(from, from + self.step)
         })
     }
 
@@ -182,7 +184,8 @@ mod tests {
         Profile::new(ran(100.0, 100.0), &slices).unwrap()
     }
 
-    /// A 4 GB `late_peak` job `progress` seconds in, using at least `floor` bytes.
+    /// A 4 GB `late_peak` job `progress` seconds in, using at least `floor` bytes, with a
+    /// slack of 10%.
     fn at(profile: &Profile, progress: f64, floor: u64) -> Outlook<'_> {
         Outlook::Timed {
             profile,
@@ -192,6 +195,7 @@ mod tests {
                 margin: 0,
             },
             floor,
+            slack: 0.1,
         }
     }
 
@@ -203,11 +207,7 @@ mod tests {
     fn a_late_peak_fits_beside_a_job_that_will_have_ended() {
         let profile = late_peak();
         let candidate = at(&profile, 0.0, 0);
-        let plan = Plan::new(
-            &[at(&profile, 90.0, 4 * GB)],
-            std::iter::once(candidate),
-            0.1,
-        );
+        let plan = Plan::new(&[at(&profile, 90.0, 4 * GB)], std::iter::once(candidate));
         // Flat reservations would need 8 GB; the running job ends long before the new one peaks.
         assert!(plan.fits(&candidate, 5 * GB));
         assert!(!plan.fits(&flat(4 * GB, 0), 5 * GB));
@@ -217,11 +217,7 @@ mod tests {
     fn two_peaks_that_may_meet_do_not_fit() {
         let profile = late_peak();
         let candidate = at(&profile, 0.0, 0);
-        let plan = Plan::new(
-            &[at(&profile, 5.0, GB / 2)],
-            std::iter::once(candidate),
-            0.1,
-        );
+        let plan = Plan::new(&[at(&profile, 5.0, GB / 2)], std::iter::once(candidate));
         assert!(!plan.fits(&candidate, 5 * GB));
         assert!(plan.fits(&candidate, 8 * GB));
     }
@@ -230,14 +226,14 @@ mod tests {
     fn a_job_past_its_expected_end_needs_nothing_later() {
         let profile = late_peak();
         let ended = at(&profile, 200.0, 0);
-        assert_eq!(ended.highest_between(0.0, 1.0, 0.1), Need::default());
-        assert_eq!(ended.remaining(0.1), 0.0);
+        assert_eq!(ended.highest_between(0.0, 1.0), Need::default());
+        assert_eq!(ended.remaining(), 0.0);
     }
 
     #[test]
     fn margins_of_jobs_planned_together_pool() {
         // Nine 1 GB jobs that may each need 0.1 GB more: 9.3 GB together, not 9.9 GB.
-        let mut plan = Plan::new(&[], std::iter::empty(), 0.1);
+        let mut plan = Plan::new(&[], std::iter::empty());
         for _ in 0..8 {
             plan.add(&flat(GB + GB / 10, GB / 10));
         }
@@ -245,7 +241,7 @@ mod tests {
         assert!(plan.fits(&ninth, 9_300_000_000));
         assert!(!plan.fits(&ninth, 9_299_000_000));
         // One job alone keeps its whole margin; what a job surely holds carries none.
-        let one = Plan::new(&[], std::iter::empty(), 0.1);
+        let one = Plan::new(&[], std::iter::empty());
         assert!(!one.fits(&ninth, GB + GB / 10 - 1));
         let held = Need {
             bytes: GB,

@@ -96,6 +96,11 @@ pub struct Estimate {
     /// Seconds of work that waited on this job in an earlier build
     /// ([`waiting_seconds`](crate::chain::waiting_seconds)), 0 when unknown.
     pub waiting_seconds: f64,
+    /// The profile is another job's (the largest finished job of its group), not this job's
+    /// own: how far the job strays from it is how the group's jobs differ in length, not how
+    /// one job's runs differ, so it is planned with the configured timing slack and does not
+    /// teach the learned one.
+    pub borrowed_profile: bool,
 }
 
 impl Estimate {
@@ -106,6 +111,7 @@ impl Estimate {
             margin: 0,
             profile: None,
             waiting_seconds: 0.0,
+            borrowed_profile: false,
         }
     }
 
@@ -126,7 +132,7 @@ impl Estimate {
         }
     }
 
-    fn outlook(&self) -> Outlook<'_> {
+    fn outlook(&self, slack: f64) -> Outlook<'_> {
         match &self.profile {
             None => Outlook::Flat(self.need()),
             Some(profile) => Outlook::Timed {
@@ -134,6 +140,7 @@ impl Estimate {
                 progress: 0.0,
                 peak: self.need(),
                 floor: 0,
+                slack,
             },
         }
     }
@@ -187,6 +194,7 @@ impl Running {
                     progress,
                     peak: self.estimate.need().at_least(self.peak),
                     floor: self.current,
+                    slack,
                 }
             }
             _ => Outlook::Flat(self.reservation()),
@@ -253,14 +261,15 @@ impl Scheduler {
     }
 
     /// A running job ended having run so (CPU seconds, and wall seconds while not stopped):
-    /// forgets it and notes how far it strayed from its profile.
+    /// forgets it and notes how far it strayed from its own profile.
     pub fn finished(&mut self, id: JobId, ran: Ran) {
-        let profile = self
+        let own_profile = self
             .running
             .iter()
             .find(|job| job.id == id)
+            .filter(|job| !job.estimate.borrowed_profile)
             .and_then(|job| job.estimate.profile.as_ref());
-        if let Some(profile) = profile {
+        if let Some(profile) = own_profile {
             self.slack.note(profile, ran);
         }
         self.remove(id);
@@ -440,8 +449,11 @@ impl Scheduler {
             {
                 true
             } else {
+                let outlook = candidate
+                    .estimate
+                    .outlook(self.slack_for(&candidate.estimate));
                 plan.get_or_insert_with(|| self.plan())
-                    .fits(&candidate.estimate.outlook(), budget)
+                    .fits(&outlook, budget)
             };
             if fits {
                 let job = self.queue.remove(index).expect("index is in the queue");
@@ -449,7 +461,7 @@ impl Scheduler {
                     waiting.overtaken += 1;
                 }
                 if let Some(plan) = plan.as_mut() {
-                    plan.add(&job.estimate.outlook());
+                    plan.add(&job.estimate.outlook(self.slack_for(&job.estimate)));
                 }
                 actions.push(Action::Start(job.id));
                 self.running.push(Running {
@@ -477,10 +489,26 @@ impl Scheduler {
 
     /// The running jobs' needs over the future, long enough for any queued job to end in.
     fn plan(&self) -> Plan {
-        let slack = self.slack.get();
-        let running: Vec<Outlook<'_>> = self.running.iter().map(|job| job.outlook(slack)).collect();
-        let queued = self.queue.iter().map(|job| job.estimate.outlook());
-        Plan::new(&running, queued, slack)
+        let running: Vec<Outlook<'_>> = self
+            .running
+            .iter()
+            .map(|job| job.outlook(self.slack_for(&job.estimate)))
+            .collect();
+        let queued = self
+            .queue
+            .iter()
+            .map(|job| job.estimate.outlook(self.slack_for(&job.estimate)));
+        Plan::new(&running, queued)
+    }
+
+    /// The timing slack to plan a job with: the learned one along its own profile, the
+    /// configured one along a borrowed profile.
+    fn slack_for(&self, estimate: &Estimate) -> f64 {
+        if estimate.borrowed_profile {
+            self.thresholds.timing_slack
+        } else {
+            self.slack.get()
+        }
     }
 }
 
@@ -649,6 +677,7 @@ mod tests {
             margin: 0,
             profile: Profile::new(crate::profile::ran(seconds, seconds), &slices),
             waiting_seconds: 0.0,
+            borrowed_profile: false,
         }
     }
 
@@ -692,14 +721,18 @@ mod tests {
     }
 
     #[test]
-    fn jobs_that_kept_to_their_profiles_narrow_the_slack() {
-        let run = |earlier_kept_to_profiles: bool| {
+    fn jobs_that_kept_to_their_own_profiles_narrow_the_slack() {
+        let run = |earlier_kept_to_profiles: bool, borrowed_profile: bool| {
             let mut s = Scheduler::new(Limits {
                 budget: 5 * GIB,
                 slots: 4,
             });
             for id in 1..=10 {
-                s.submit(id, late_peak(100.0, 4 * GIB), false);
+                let estimate = Estimate {
+                    borrowed_profile,
+                    ..late_peak(100.0, 4 * GIB)
+                };
+                s.submit(id, estimate, false);
             }
             // Eight jobs run one after another, enough for their strays to count.
             for id in 1..=8 {
@@ -716,11 +749,14 @@ mod tests {
             starts(&s.decide(None))
         };
         assert_eq!(
-            run(false),
+            run(false, false),
             Vec::<JobId>::new(),
             "20% slack: the peaks may meet"
         );
-        assert_eq!(run(true), vec![10], "2% slack: they do not");
+        assert_eq!(run(true, false), vec![10], "2% slack: they do not");
+        // Along another job's profile (a group's), how jobs kept to it says nothing of how
+        // this job will: the configured slack holds.
+        assert_eq!(run(true, true), Vec::<JobId>::new());
     }
 
     #[test]

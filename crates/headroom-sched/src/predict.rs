@@ -134,6 +134,7 @@ impl Predictor {
                 margin: peak - expected,
                 profile: past.profile.clone(),
                 waiting_seconds: 0.0,
+                borrowed_profile: false,
             },
             source: PredictionSource::History,
         }
@@ -192,6 +193,7 @@ fn group_estimate(largest: &PastRun) -> Estimate {
         margin: 0,
         profile: largest.profile.clone(),
         waiting_seconds: 0.0,
+        borrowed_profile: largest.profile.is_some(),
     }
 }
 
@@ -250,12 +252,13 @@ mod tests {
                     peak: 420,
                     margin: 20,
                     profile,
-                    waiting_seconds: 0.0
+                    waiting_seconds: 0.0,
+                    borrowed_profile: false,
                 },
                 source: PredictionSource::History
             }
         );
-        // A group's estimate carries the profile of its largest finished job.
+        // A group's estimate carries the profile of its largest finished job, borrowed.
         predictor.learn(13, 9, past);
         assert_eq!(
             predictor.predict(6, None, 9).estimate,
@@ -264,6 +267,7 @@ mod tests {
                 margin: 0,
                 profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]),
                 waiting_seconds: 0.0,
+                borrowed_profile: true,
             }
         );
     }
