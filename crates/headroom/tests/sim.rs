@@ -93,4 +93,15 @@ fn bad_input_exits_2_and_names_the_fix() {
         .expect("headroom runs");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing-trace.json"));
+
+    for (flag, value) in [("--variation", "1.5"), ("--growth", "-0.9")] {
+        let output = headroom()
+            .args(["sim", flag, value])
+            .arg(corpus().join("torch-extension.json"))
+            .output()
+            .expect("headroom runs");
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
+    }
 }
