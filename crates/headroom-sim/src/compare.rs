@@ -14,6 +14,8 @@ use crate::SimError;
 pub struct Comparison {
     pub trace: String,
     pub machine: String,
+    /// The machine's memory in bytes.
+    pub machine_memory: u64,
     pub lower_bound: LowerBound,
     pub outcomes: Vec<Outcome>,
 }
@@ -34,6 +36,7 @@ pub fn compare(
     Ok(Comparison {
         trace: workload.name.clone(),
         machine: machine.to_string(),
+        machine_memory: machine.memory,
         lower_bound: LowerBound::new(workload, machine),
         outcomes,
     })

@@ -4,7 +4,7 @@
 //! instant: when the jobs would take more than the machine has, the kernel's OOM killer acts
 //! at that very moment and the event is counted.
 
-use headroom_sched::{Action, JobId};
+use headroom_sched::{Action, JobId, Profile, ProfileRecorder, Ran};
 use serde::Serialize;
 
 use crate::machine::Machine;
@@ -84,6 +84,10 @@ pub struct Outcome {
     pub wasted_seconds: f64,
     /// Why the run stopped before every job finished (a deadlock or livelock of the policy).
     pub stalled: Option<String>,
+    /// The jobs' total memory over the run: the highest use in each of 64 equal slices of the
+    /// makespan, as fractions of `peak_memory` (for the charts; not in JSON).
+    #[serde(skip)]
+    pub memory_over_time: Option<Profile>,
 }
 
 impl Outcome {
@@ -145,6 +149,7 @@ struct Simulation<'a> {
     done: Vec<bool>,
     finished: usize,
     outcome: Outcome,
+    memory: ProfileRecorder,
 }
 
 impl<'a> Simulation<'a> {
@@ -164,6 +169,7 @@ impl<'a> Simulation<'a> {
             suspensions: 0,
             wasted_seconds: 0.0,
             stalled: None,
+            memory_over_time: None,
         };
         Simulation {
             workload,
@@ -178,6 +184,7 @@ impl<'a> Simulation<'a> {
             done: vec![false; workload.jobs.len()],
             finished: 0,
             outcome,
+            memory: ProfileRecorder::default(),
         }
     }
 
@@ -205,7 +212,7 @@ impl<'a> Simulation<'a> {
                 continue;
             }
             if self.finished == self.workload.jobs.len() {
-                return Ok(self.outcome);
+                return Ok(self.into_outcome());
             }
             if self.runs.is_empty() {
                 return Ok(self.stalled("nothing runs and the policy starts nothing"));
@@ -231,6 +238,15 @@ impl<'a> Simulation<'a> {
             self.finished,
             self.workload.jobs.len()
         ));
+        self.into_outcome()
+    }
+
+    fn into_outcome(mut self) -> Outcome {
+        let whole_run = Ran {
+            cpu_seconds: self.outcome.makespan,
+            wall_seconds: self.outcome.makespan,
+        };
+        self.outcome.memory_over_time = self.memory.finish(whole_run);
         self.outcome
     }
 
@@ -255,9 +271,12 @@ impl<'a> Simulation<'a> {
             .collect()
     }
 
-    fn record_peak(&mut self) {
+    /// Notes the jobs' total memory now: between events it moves in straight lines, so its
+    /// highest points are at events.
+    fn record_memory(&mut self) {
         let used = self.used().round() as u64;
         self.outcome.peak_memory = self.outcome.peak_memory.max(used);
+        self.memory.record(self.now, used);
     }
 
     fn offer(&mut self, jobs: &[usize]) {
@@ -315,7 +334,7 @@ impl<'a> Simulation<'a> {
                 }
             }
         }
-        self.record_peak();
+        self.record_memory();
         Ok(())
     }
 
@@ -386,7 +405,7 @@ impl<'a> Simulation<'a> {
             run.bytes = job.memory_at(run.progress, run.segment);
             run.peak = run.peak.max(run.bytes);
         }
-        self.record_peak();
+        self.record_memory();
         let mut tick_due = false;
         while ticks && self.next_tick <= self.now + PROGRESS_EPSILON {
             tick_due = true;

@@ -1,5 +1,6 @@
-//! Reports of a comparison: a plain-text table for people, and a self-contained HTML page with
-//! one SVG bar chart per trace and machine (JSON comes straight from serde).
+//! Reports of a comparison: a plain-text table for people, and a self-contained HTML page with,
+//! per trace and machine, an SVG bar chart of makespans and a chart of memory over time (JSON
+//! comes straight from serde).
 
 use std::fmt::Write;
 
@@ -157,7 +158,84 @@ fn chart(comparison: &Comparison) -> String {
     svg
 }
 
-/// A self-contained HTML page: for each trace, a chart and a verdict per machine.
+const TIMELINE_HEIGHT: f64 = 200.0;
+
+/// One SVG chart of the jobs' total memory over time (the highest use in each of 64 slices of
+/// a run) for headroom cold and warm, the best zero-OOM baseline and the clairvoyant reference,
+/// against the machine's memory (dashed red): waves of jobs that peak together, and how close
+/// each policy runs to the machine, show here.
+fn timeline(comparison: &Comparison) -> String {
+    let best = comparison.best_zero_oom_baseline();
+    let lines: Vec<(&Outcome, &str)> = [
+        (comparison.outcome("headroom (warm)"), "#2b6cb0"),
+        (comparison.outcome("headroom (cold)"), "#90cdf4"),
+        (best, "#718096"),
+        (
+            comparison
+                .outcomes
+                .iter()
+                .find(|outcome| outcome.family == "reference"),
+            "#805ad5",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(outcome, color)| Some((outcome?, color)))
+    .filter(|(outcome, _)| outcome.memory_over_time.is_some())
+    .collect();
+    let longest = lines
+        .iter()
+        .map(|(outcome, _)| outcome.makespan)
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let memory = comparison.machine_memory.max(1) as f64;
+    let (left, top, width, height) = (60.0, 10.0, CHART_WIDTH - 330.0, TIMELINE_HEIGHT - 40.0);
+    let x = |seconds: f64| left + width * seconds / longest;
+    let y = |bytes: f64| top + height * (1.0 - bytes / memory);
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{TIMELINE_HEIGHT}" font-family="sans-serif" font-size="12"><line x1="{left}" y1="{top:.1}" x2="{:.1}" y2="{top:.1}" stroke="#e53e3e" stroke-dasharray="4 3"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#a0aec0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text><text x="{left}" y="{:.1}">0 s</text><text x="{:.1}" y="{:.1}" text-anchor="end">{longest:.0} s</text>"##,
+        left + width,
+        top + height,
+        left + width,
+        top + height,
+        left - 4.0,
+        top + 4.0,
+        format_size(comparison.machine_memory),
+        TIMELINE_HEIGHT - 14.0,
+        left + width,
+        TIMELINE_HEIGHT - 14.0,
+    );
+    for (row, (outcome, color)) in lines.iter().enumerate() {
+        let Some(profile) = &outcome.memory_over_time else {
+            continue;
+        };
+        let slice = outcome.makespan / profile.shape().len() as f64;
+        let points: Vec<String> = profile
+            .shape()
+            .iter()
+            .enumerate()
+            .flat_map(|(index, &fraction)| {
+                let bytes = f64::from(fraction) * outcome.peak_memory as f64;
+                [index, index + 1]
+                    .map(|edge| format!("{:.1},{:.1}", x(edge as f64 * slice), y(bytes)))
+            })
+            .collect();
+        let legend_y = top + 14.0 + row as f64 * 18.0;
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/><rect x="{:.1}" y="{:.1}" width="12" height="3" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            points.join(" "),
+            left + width + 12.0,
+            legend_y - 4.0,
+            left + width + 28.0,
+            legend_y,
+            escape(&outcome.policy)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// A self-contained HTML page: for each trace, the charts and a verdict per machine.
 pub fn html(comparisons: &[Comparison]) -> String {
     let mut page = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>headroom sim</title></head>\n<body style=\"font-family:sans-serif\">\n<h1>headroom sim</h1>\n",
@@ -170,10 +248,11 @@ pub fn html(comparisons: &[Comparison]) -> String {
         }
         let _ = write!(
             page,
-            "<h3>{}</h3>\n<p>{}</p>\n{}\n",
+            "<h3>{}</h3>\n<p>{}</p>\n{}\n{}\n",
             escape(&comparison.machine),
             escape(&verdict(comparison)),
-            chart(comparison)
+            chart(comparison),
+            timeline(comparison)
         );
     }
     page.push_str("</body></html>\n");
