@@ -2,19 +2,20 @@
 //!
 //! Admission: a job starts when a CPU slot is free and its predicted peak fits in the budget
 //! next to the reservations of the running jobs (a running job reserves the larger of its
-//! prediction and what it uses now; the margins of predictions pool, see [`crate::plan`]). Where that fails but profiles from earlier runs say how
-//! the jobs' memory moves over time, the job still starts if it fits in every slice of the
-//! future (`plan`): its peak comes when the others' have passed. Smaller jobs may overtake a
-//! queued job that does not fit, but only a bounded number of times, so large jobs never
-//! starve behind a stream of small ones. A job bigger than the whole budget runs alone. Jobs
-//! whose length is known from their profile queue longest first, counting with each job the
-//! work that waited on it in an earlier build (`chain`).
+//! prediction and what it uses now; the margins of predictions pool, see [`crate::plan`]).
+//! Where that fails but profiles from earlier runs say how the jobs' memory moves over time,
+//! the job still starts if it fits in every slice of the future (`plan`): its peak comes when
+//! the others' have passed. Smaller jobs may overtake a queued job that does not fit, but only
+//! a bounded number of times, so large jobs never starve behind a stream of small ones. A job
+//! bigger than the whole budget runs alone. Jobs whose length is known from their profile queue
+//! longest first, counting with each job the work that waited on it in an earlier build
+//! (`chain`).
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
-//! quarter of the budget, the youngest of them is killed and requeued instead; past the
-//! budget, or when the machine itself is nearly out, the youngest job is killed and requeued. The oldest
-//! running job is never suspended or killed, so the build always makes progress.
+//! quarter of the budget, the youngest of them is killed and requeued instead; past the budget,
+//! or when the machine itself is nearly out, the youngest job is killed and requeued. The
+//! oldest running job is never suspended or killed, so the build always makes progress.
 
 use std::collections::VecDeque;
 

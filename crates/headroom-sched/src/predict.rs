@@ -120,6 +120,9 @@ impl Predictor {
         }
     }
 
+    /// A job's prediction from its own last run: that run's peak moved by this build's shift,
+    /// and the margin (this build's spread around the shift once known, else the earlier
+    /// builds').
     fn by_own_run(&self, past: &PastRun) -> Prediction {
         let expected = grown(past.peak, self.shift);
         let margin = if self.moves.trusted() {
