@@ -129,7 +129,7 @@ impl Estimate {
     fn need(&self) -> Need {
         Need {
             bytes: self.peak,
-            margin: self.margin,
+            margin: self.margin.min(self.peak),
         }
     }
 
