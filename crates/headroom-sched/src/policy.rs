@@ -437,6 +437,7 @@ impl Scheduler {
             return;
         }
         let budget = self.limits.budget;
+        let slack_for = self.slack_for();
         // Built on the first job whose peak does not fit beside the reservations.
         let mut plan: Option<Plan> = None;
         let mut index = 0;
@@ -450,10 +451,8 @@ impl Scheduler {
             {
                 true
             } else {
-                let outlook = candidate
-                    .estimate
-                    .outlook(self.slack_for(&candidate.estimate));
-                plan.get_or_insert_with(|| self.plan())
+                let outlook = candidate.estimate.outlook(slack_for(&candidate.estimate));
+                plan.get_or_insert_with(|| self.plan(slack_for))
                     .fits(&outlook, budget)
             };
             if fits {
@@ -462,7 +461,7 @@ impl Scheduler {
                     waiting.overtaken += 1;
                 }
                 if let Some(plan) = plan.as_mut() {
-                    plan.add(&job.estimate.outlook(self.slack_for(&job.estimate)));
+                    plan.add(&job.estimate.outlook(slack_for(&job.estimate)));
                 }
                 actions.push(Action::Start(job.id));
                 self.running.push(Running {
@@ -489,26 +488,30 @@ impl Scheduler {
     }
 
     /// The running jobs' needs over the future, long enough for any queued job to end in.
-    fn plan(&self) -> Plan {
+    fn plan(&self, slack_for: impl Fn(&Estimate) -> f64) -> Plan {
         let running: Vec<Outlook<'_>> = self
             .running
             .iter()
-            .map(|job| job.outlook(self.slack_for(&job.estimate)))
+            .map(|job| job.outlook(slack_for(&job.estimate)))
             .collect();
         let queued = self
             .queue
             .iter()
-            .map(|job| job.estimate.outlook(self.slack_for(&job.estimate)));
+            .map(|job| job.estimate.outlook(slack_for(&job.estimate)));
         Plan::new(&running, queued)
     }
 
-    /// The timing slack to plan a job with: the learned one along its own profile, the
-    /// configured one along a borrowed profile.
-    fn slack_for(&self, estimate: &Estimate) -> f64 {
-        if estimate.borrowed_profile {
-            self.thresholds.timing_slack
-        } else {
-            self.slack.get()
+    /// The timing slack to plan each job with, as it stands now: the learned one along the
+    /// job's own profile, the configured one along a borrowed profile.
+    fn slack_for(&self) -> impl Fn(&Estimate) -> f64 + Copy {
+        let learned = self.slack.get();
+        let configured = self.thresholds.timing_slack;
+        move |estimate| {
+            if estimate.borrowed_profile {
+                configured
+            } else {
+                learned
+            }
         }
     }
 }
