@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use headroom_probe::size::format_size;
+use headroom_sched::Profile;
 
 use crate::compare::Comparison;
 use crate::engine::Outcome;
@@ -100,6 +101,8 @@ fn escape(text: &str) -> String {
 }
 
 const BAR_HEIGHT: f64 = 18.0;
+const HEADROOM_COLOR: &str = "#2b6cb0";
+const REFERENCE_COLOR: &str = "#805ad5";
 const LABEL_WIDTH: f64 = 230.0;
 const CHART_WIDTH: f64 = 900.0;
 
@@ -122,8 +125,8 @@ fn chart(comparison: &Comparison) -> String {
         let y = (row as f64 + 0.5) * BAR_HEIGHT * 1.4;
         let color = match (outcome.family.as_str(), outcome.oom_events) {
             _ if !outcome.completed() => "#e53e3e",
-            ("headroom", _) => "#2b6cb0",
-            ("reference", _) => "#805ad5",
+            ("headroom", _) => HEADROOM_COLOR,
+            ("reference", _) => REFERENCE_COLOR,
             (_, 0) => "#a0aec0",
             _ => "#e53e3e",
         };
@@ -166,8 +169,8 @@ const TIMELINE_HEIGHT: f64 = 200.0;
 /// each policy runs to the machine, show here.
 fn timeline(comparison: &Comparison) -> String {
     let best = comparison.best_zero_oom_baseline();
-    let lines: Vec<(&Outcome, &str)> = [
-        (comparison.outcome("headroom (warm)"), "#2b6cb0"),
+    let lines: Vec<(&Outcome, &Profile, &str)> = [
+        (comparison.outcome("headroom (warm)"), HEADROOM_COLOR),
         (comparison.outcome("headroom (cold)"), "#90cdf4"),
         (best, "#718096"),
         (
@@ -175,16 +178,18 @@ fn timeline(comparison: &Comparison) -> String {
                 .outcomes
                 .iter()
                 .find(|outcome| outcome.family == "reference"),
-            "#805ad5",
+            REFERENCE_COLOR,
         ),
     ]
     .into_iter()
-    .filter_map(|(outcome, color)| Some((outcome?, color)))
-    .filter(|(outcome, _)| outcome.memory_over_time.is_some())
+    .filter_map(|(outcome, color)| {
+        let outcome = outcome?;
+        Some((outcome, outcome.memory_over_time.as_ref()?, color))
+    })
     .collect();
     let longest = lines
         .iter()
-        .map(|(outcome, _)| outcome.makespan)
+        .map(|(outcome, _, _)| outcome.makespan)
         .fold(0.0, f64::max)
         .max(f64::MIN_POSITIVE);
     let memory = comparison.machine_memory.max(1) as f64;
@@ -204,10 +209,7 @@ fn timeline(comparison: &Comparison) -> String {
         left + width,
         TIMELINE_HEIGHT - 14.0,
     );
-    for (row, (outcome, color)) in lines.iter().enumerate() {
-        let Some(profile) = &outcome.memory_over_time else {
-            continue;
-        };
+    for (row, (outcome, profile, color)) in lines.iter().enumerate() {
         let slice = outcome.makespan / profile.shape().len() as f64;
         let points: Vec<String> = profile
             .shape()
