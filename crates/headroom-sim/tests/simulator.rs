@@ -182,6 +182,18 @@ fn headroom_resumes_the_oldest_job_when_the_older_ones_finish() {
 }
 
 #[test]
+fn the_clairvoyant_reference_starts_a_job_offered_on_a_sampling_tick() {
+    // `a` ends at 2 s, on a sampling tick between two of the reference's plans; `b`, which
+    // waits on it, is offered then and must start at once, though nothing else runs.
+    let mut after = ramp_job("b", GIB, 1.0);
+    after.deps = vec![0];
+    let trace = trace(vec![ramp_job("a", GIB, 2.0), after]);
+    let outcome = run(&trace, "2c/8G", "clairvoyant");
+    assert!(outcome.completed(), "{outcome:?}");
+    assert!((outcome.makespan - 3.0).abs() < 1e-6, "{outcome:?}");
+}
+
+#[test]
 fn the_clairvoyant_reference_pairs_peaks_that_never_meet_and_is_no_baseline() {
     // On 2c/8G (a 7.2 GiB budget) an early peak and a late peak of 5 GiB never meet: the
     // reference runs them side by side. Two late peaks would meet, so it runs those in turn.

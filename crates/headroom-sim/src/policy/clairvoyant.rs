@@ -27,6 +27,9 @@ pub struct Clairvoyant {
     /// Offered jobs, longest path first, ties in offer order.
     queue: Vec<JobId>,
     last_plan: f64,
+    /// Whether a job was offered, finished or killed since the last plan: then the next
+    /// decision plans again, whenever it comes.
+    changed: bool,
 }
 
 impl Clairvoyant {
@@ -63,6 +66,7 @@ impl Clairvoyant {
             path_seconds,
             queue: Vec::new(),
             last_plan: f64::NEG_INFINITY,
+            changed: false,
         }
     }
 
@@ -105,14 +109,16 @@ impl Policy for Clairvoyant {
             .position(|&queued| self.path_seconds[queued as usize] < seconds)
             .unwrap_or(self.queue.len());
         self.queue.insert(position, job.id);
+        self.changed = true;
     }
 
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
         // Between events, plan once a step: no job's outlook changes faster.
-        if view.tick && view.now - self.last_plan < STEP {
+        if view.tick && !self.changed && view.now - self.last_plan < STEP {
             return Vec::new();
         }
         self.last_plan = view.now;
+        self.changed = false;
         let mut running = view.running.len();
         let mut plan = Vec::new();
         for job in view.running {
@@ -139,10 +145,13 @@ impl Policy for Clairvoyant {
         actions
     }
 
-    fn finished(&mut self, _job: &SimJob, _peak: u64, _now: f64) {}
+    fn finished(&mut self, _job: &SimJob, _peak: u64, _now: f64) {
+        self.changed = true;
+    }
 
     fn oom_killed(&mut self, job: &SimJob, _peak: u64) {
         // Only when jobs wanted more cores than there are and so drifted from the plan.
         self.queue.insert(0, job.id);
+        self.changed = true;
     }
 }
