@@ -59,6 +59,21 @@ def seeds(paths):
               f"| {met}/{len(runs)} |")
 
 
+# The terms of the lower bound, as `headroom sim` names them.
+BOUND_TERMS = {
+    "cpu": "cpu",
+    "memory": "memory",
+    "critical_path": "critical path",
+    "prerequisites_then_chain": "prerequisites then chain",
+}
+
+
+def binding_term(lower_bound):
+    """The name of the term that sets the bound."""
+    return next(name for key, name in BOUND_TERMS.items()
+                if lower_bound[key] == lower_bound["seconds"])
+
+
 def main(path):
     with open(path) as file:
         comparisons = json.load(file)
@@ -89,7 +104,8 @@ def main(path):
                 versus = f'{warm["makespan"] / best["makespan"]:.2f}'
         best_cell = f'{best["policy"]} ({best["makespan"]:.0f} s)' if best else "none"
         kills = "-" if warm is None else f'{warm["policy_kills"]}, {warm["wasted_seconds"]:.0f} s'
-        print(f'| {comparison["trace"]} | {comparison["machine"]} | {bound:.0f} s '
+        term = binding_term(comparison["lower_bound"])
+        print(f'| {comparison["trace"]} | {comparison["machine"]} | {bound:.0f} s ({term}) '
               f'| {cell("headroom (cold)")} | {cell("headroom (warm)")} | {kills} | {best_cell} '
               f'| {versus} | {cell(CLAIRVOYANT).split(",")[0]} | {verdict} |')
 

@@ -20,8 +20,8 @@ fn ratio(outcome: &Outcome, comparison: &Comparison) -> f64 {
 fn verdict(comparison: &Comparison) -> String {
     let bound = &comparison.lower_bound;
     let mut line = format!(
-        "lower bound {:.1}s (cpu {:.1}s, memory {:.1}s, critical path {:.1}s)",
-        bound.seconds, bound.cpu, bound.memory, bound.critical_path
+        "lower bound {:.1}s (cpu {:.1}s, memory {:.1}s, critical path {:.1}s, prerequisites then chain {:.1}s)",
+        bound.seconds, bound.cpu, bound.memory, bound.critical_path, bound.prerequisites_then_chain
     );
     let best = comparison.best_zero_oom_baseline();
     for name in ["headroom (cold)", "headroom (warm)"] {
