@@ -1,6 +1,7 @@
 //! The lower bound on any schedule's makespan, so every policy is judged against what is
 //! possible and not only against the other policies.
 
+use fixedbitset::FixedBitSet;
 use headroom_sched::chain::{self, Finished};
 use serde::Serialize;
 
@@ -18,9 +19,10 @@ pub struct LowerBound {
     pub memory: f64,
     /// The longest chain of dependent jobs.
     pub critical_path: f64,
-    /// The first two bounds for the jobs one job waits for, then the chain from that job on,
-    /// for the job where this is longest: a link that reads every object starts no sooner
-    /// than all compiles fit on the machine, then runs alone.
+    /// For the jobs with the longest chains from them on (the k longest, for the k where
+    /// this is largest), the first two bounds for everything they wait for, then the shortest
+    /// of their chains: the last of them to start waits for all of it. A link that reads every
+    /// object starts no sooner than all compiles fit on the machine, then runs alone.
     pub prerequisites_then_chain: f64,
 }
 
@@ -55,14 +57,7 @@ impl LowerBound {
             .map(|(waiting, job)| job.duration + waiting)
             .collect();
         let critical_path = chains.iter().copied().fold(0.0, f64::max);
-        let prerequisites_then_chain = prerequisites(workload)
-            .into_iter()
-            .zip(&chains)
-            .map(|(before, chain)| {
-                let wait = (before.core_seconds / cores).max(before.byte_seconds / memory_bytes);
-                wait + chain
-            })
-            .fold(0.0, f64::max);
+        let prerequisites_then_chain = prerequisites_then_chain(workload, machine, &chains);
         LowerBound {
             seconds: cpu
                 .max(memory)
@@ -76,39 +71,44 @@ impl LowerBound {
     }
 }
 
-/// The work of every job that one job waits for, directly or through others.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Work {
-    core_seconds: f64,
-    byte_seconds: f64,
+/// The jobs with the longest `chains` from them on, k at a time for every k: the last of them
+/// to start does so only once everything any of them waits for has run, which takes at least
+/// its core-seconds over the cores (or its byte-seconds over the memory), and then runs at
+/// least the shortest of their chains. The largest such bound over k.
+fn prerequisites_then_chain(workload: &Workload, machine: Machine, chains: &[f64]) -> f64 {
+    let jobs = &workload.jobs;
+    let prerequisites = prerequisite_sets(workload);
+    let mut longest_first: Vec<usize> = (0..jobs.len()).collect();
+    longest_first.sort_by(|&a, &b| chains[b].total_cmp(&chains[a]));
+    let mut waited_for = FixedBitSet::with_capacity(jobs.len());
+    let (mut core_seconds, mut byte_seconds) = (0.0, 0.0);
+    let mut bound = 0.0f64;
+    for job in longest_first {
+        for other in prerequisites[job].difference(&waited_for) {
+            core_seconds += jobs[other].core_seconds();
+            byte_seconds += jobs[other].memory_area();
+        }
+        waited_for.union_with(&prerequisites[job]);
+        let wait = (core_seconds / machine.cores as f64).max(byte_seconds / machine.memory as f64);
+        bound = bound.max(wait + chains[job]);
+    }
+    bound
 }
 
-/// For each job, the work of all its prerequisites. Dependencies point to earlier jobs, so one
-/// pass in offer order gathers each job's prerequisites (as a bit set over the jobs) from those
-/// of its direct ones.
-fn prerequisites(workload: &Workload) -> Vec<Work> {
+/// For each job, every job it waits for, directly or through others. Dependencies point to
+/// earlier jobs, so one pass in offer order builds each set from those of its direct ones.
+fn prerequisite_sets(workload: &Workload) -> Vec<FixedBitSet> {
     let jobs = &workload.jobs;
-    let words = jobs.len().div_ceil(64);
-    let mut sets: Vec<Vec<u64>> = Vec::with_capacity(jobs.len());
+    let mut sets: Vec<FixedBitSet> = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let mut set = vec![0u64; words];
+        let mut set = FixedBitSet::with_capacity(jobs.len());
         for &dep in &job.deps {
-            for (word, dep_word) in set.iter_mut().zip(&sets[dep]) {
-                *word |= dep_word;
-            }
-            set[dep / 64] |= 1 << (dep % 64);
+            set.union_with(&sets[dep]);
+            set.insert(dep);
         }
         sets.push(set);
     }
-    sets.iter()
-        .map(|set| {
-            let members = (0..jobs.len()).filter(|&job| set[job / 64] & (1 << (job % 64)) != 0);
-            members.fold(Work::default(), |work, job| Work {
-                core_seconds: work.core_seconds + jobs[job].core_seconds(),
-                byte_seconds: work.byte_seconds + jobs[job].memory_area(),
-            })
-        })
-        .collect()
+    sets
 }
 
 #[cfg(test)]
@@ -133,6 +133,22 @@ mod tests {
         }
     }
 
+    /// The workload of `jobs` exactly as the trace says.
+    fn workload(jobs: Vec<TraceJob>) -> Workload {
+        let trace = Trace {
+            schema: SCHEMA,
+            name: "hand-made".into(),
+            source: None,
+            recorded: None,
+            jobs,
+        };
+        let exact = SimConfig {
+            variation: 0.0,
+            ..SimConfig::default()
+        };
+        Workload::new(&trace, &exact)
+    }
+
     #[test]
     fn a_link_of_every_object_waits_for_all_compiles_to_fit_on_the_cores() {
         // Eight 10 s compiles on 4 cores take 20 s at best; the 5 s link that reads them all
@@ -141,18 +157,7 @@ mod tests {
             .map(|index| job(&format!("u{index}.o"), Vec::new(), 10.0))
             .collect();
         jobs.push(job("a.out", (0..8).collect(), 5.0));
-        let trace = Trace {
-            schema: SCHEMA,
-            name: "link".into(),
-            source: None,
-            recorded: None,
-            jobs,
-        };
-        let config = SimConfig {
-            variation: 0.0,
-            ..SimConfig::default()
-        };
-        let bound = LowerBound::new(&Workload::new(&trace, &config), "4c/64G".parse().unwrap());
+        let bound = LowerBound::new(&workload(jobs), "4c/64G".parse().unwrap());
         assert!((bound.cpu - 21.25).abs() < 1e-9, "{bound:?}");
         assert!((bound.critical_path - 15.0).abs() < 1e-9, "{bound:?}");
         assert!(
@@ -163,25 +168,35 @@ mod tests {
     }
 
     #[test]
-    fn prerequisites_include_the_jobs_of_jobs_waited_for() {
-        let trace = Trace {
-            schema: SCHEMA,
-            name: "chain".into(),
-            source: None,
-            recorded: None,
-            jobs: vec![
-                job("a", Vec::new(), 1.0),
-                job("b", vec![0], 2.0),
-                job("c", Vec::new(), 4.0),
-                job("d", vec![1], 8.0),
-            ],
-        };
-        let workload = Workload::new(&trace, &SimConfig::default());
-        let seconds: Vec<f64> = prerequisites(&workload)
-            .iter()
-            .map(|work| work.core_seconds)
+    fn two_links_of_overlapping_objects_wait_for_all_of_them_between_them() {
+        // Eight 10 s compiles on 4 cores; a 20 s link reads units 0-5, a 19 s link units
+        // 2-7. Whichever link starts last waits for all eight compiles (20 s), then runs at
+        // least 19 s: 39 s, more than either link alone (35 s and 34 s).
+        let mut jobs: Vec<TraceJob> = (0..8)
+            .map(|index| job(&format!("u{index}.o"), Vec::new(), 10.0))
             .collect();
-        let own = |job: usize| workload.jobs[job].core_seconds();
-        assert_eq!(seconds, vec![0.0, own(0), 0.0, own(0) + own(1)]);
+        jobs.push(job("a", (0..6).collect(), 20.0));
+        jobs.push(job("b", (2..8).collect(), 19.0));
+        let bound = LowerBound::new(&workload(jobs), "4c/64G".parse().unwrap());
+        assert!(
+            (bound.prerequisites_then_chain - 39.0).abs() < 1e-9,
+            "{bound:?}"
+        );
+        assert_eq!(bound.seconds, bound.prerequisites_then_chain);
+    }
+
+    #[test]
+    fn prerequisites_include_the_jobs_of_jobs_waited_for() {
+        let workload = workload(vec![
+            job("a", Vec::new(), 1.0),
+            job("b", vec![0], 2.0),
+            job("c", Vec::new(), 4.0),
+            job("d", vec![1], 8.0),
+        ]);
+        let sets: Vec<Vec<usize>> = prerequisite_sets(&workload)
+            .iter()
+            .map(|set| set.ones().collect())
+            .collect();
+        assert_eq!(sets, vec![vec![], vec![0], vec![], vec![0, 1]]);
     }
 }
