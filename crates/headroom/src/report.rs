@@ -38,12 +38,16 @@ pub fn main(args: ReportArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn load(which: Option<&str>) -> Result<BuildReport> {
+/// The report of build `which`: a build id from the history, or a JSON file written by
+/// `headroom build --report` or `headroom report --json`; the last build when `None`.
+pub(crate) fn load(which: Option<&str>) -> Result<BuildReport> {
     if let Some(file) = which.filter(|w| w.parse::<i64>().is_err()) {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read the report {file}"))?;
         return serde_json::from_str(&text).with_context(|| {
-            format!("{file} is not a report written by `headroom build --report`")
+            format!(
+                "{file} is not a report written by `headroom build --report` or `headroom report --json`"
+            )
         });
     }
     let path = History::default_path();

@@ -9,7 +9,6 @@ use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
     compare, report, Machine, PolicySpec, SimConfig, Trace, Workload, ALL_POLICIES,
 };
-use headroom_store::BuildReport;
 
 /// Arguments of `headroom sim`.
 #[derive(clap::Args)]
@@ -59,15 +58,16 @@ pub struct SimArgs {
 enum SimCommand {
     /// Write synthetic traces that match published memory figures.
     Generate(GenerateArgs),
-    /// Turn a `headroom build --report` JSON (or `headroom report BUILD --json`) into a trace.
+    /// Turn a build from the history (or a `headroom build --report` JSON) into a trace.
     Import(ImportArgs),
 }
 
 #[derive(clap::Args)]
 struct ImportArgs {
-    /// The report of one build.
-    #[arg(value_name = "REPORT.json")]
-    report: PathBuf,
+    /// A build id from the history, or a JSON file written by `headroom build --report` or
+    /// `headroom report --json` [default: the last build].
+    #[arg(value_name = "BUILD|REPORT.json")]
+    build: Option<String>,
     /// Where to write the trace.
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
@@ -177,14 +177,7 @@ fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
 }
 
 fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
-    let text = std::fs::read_to_string(&args.report)
-        .with_context(|| format!("reading the report {}", args.report.display()))?;
-    let report: BuildReport = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not a report written by `headroom build --report` or `headroom report --json`",
-            args.report.display()
-        )
-    })?;
+    let report = crate::report::load(args.build.as_deref())?;
     let machine = match args.machine {
         Some(machine) => machine,
         None => this_machine()?,

@@ -694,3 +694,60 @@ fn report_renders_the_last_build_as_html_and_json() {
     assert_eq!(report.jobs.len(), 2);
     assert!(!report.samples.is_empty());
 }
+
+#[test]
+fn sim_import_turns_the_last_build_into_a_trace_that_sim_replays() {
+    let project = Project::new();
+    let sim = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .arg("sim")
+            .args(args)
+            .current_dir(project.dir.path())
+            .env("HEADROOM_STATE_DIR", project.path("state"))
+            .output()
+            .unwrap()
+    };
+    let import = ["import", "--out", "trace.json", "--machine", "2c/8G"];
+    let output = sim(&import);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("no build history"),
+        "{}",
+        stderr(&output)
+    );
+
+    project.write(
+        "Makefile",
+        "tool: a.o b.o\n\tg++ --mem 60 --ms 300 -o tool a.o b.o\n\
+         a.o:\n\tg++ --mem 120 --ms 400 -c a.cpp -o a.o\n\
+         b.o:\n\tg++ --mem 80 --ms 400 -c b.cpp -o b.o\n",
+    );
+    assert!(project.run(&["--", "make", "-j2"]).status.success());
+    let output = sim(&import);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(project.path("trace.json")).unwrap()).unwrap();
+    let jobs = trace["jobs"].as_array().unwrap();
+    let labels: Vec<&str> = jobs
+        .iter()
+        .map(|job| job["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 3, "{trace}");
+    let link = labels.iter().position(|label| *label == "tool").unwrap();
+    assert_eq!(jobs[link]["deps"].as_array().unwrap().len(), 2, "{trace}");
+    let a = labels.iter().position(|label| *label == "a.o").unwrap();
+    assert!(jobs[a]["peak"].as_u64().unwrap() >= 120 * MIB, "{trace}");
+
+    let output = sim(&[
+        "trace.json",
+        "--machine",
+        "2c/8G",
+        "--policy",
+        "static",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let results: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let makespan = results[0]["outcomes"][0]["makespan"].as_f64().unwrap();
+    assert!(makespan >= 0.7, "{results}");
+}
