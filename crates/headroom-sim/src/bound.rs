@@ -1,7 +1,6 @@
 //! The lower bound on any schedule's makespan, so every policy is judged against what is
 //! possible and not only against the other policies.
 
-use fixedbitset::FixedBitSet;
 use headroom_sched::chain::{self, Finished};
 use serde::Serialize;
 
@@ -77,38 +76,29 @@ impl LowerBound {
 /// least the shortest of their chains. The largest such bound over k.
 fn prerequisites_then_chain(workload: &Workload, machine: Machine, chains: &[f64]) -> f64 {
     let jobs = &workload.jobs;
-    let prerequisites = prerequisite_sets(workload);
     let mut longest_first: Vec<usize> = (0..jobs.len()).collect();
     longest_first.sort_by(|&a, &b| chains[b].total_cmp(&chains[a]));
-    let mut waited_for = FixedBitSet::with_capacity(jobs.len());
+    // What the jobs taken so far wait for. It holds every prerequisite of each job in it, so
+    // a walk from a new job's dependencies stops at jobs already in it: each job is added
+    // once, and the whole sweep is linear in jobs and dependencies.
+    let mut waited_for = vec![false; jobs.len()];
     let (mut core_seconds, mut byte_seconds) = (0.0, 0.0);
+    let mut to_visit = Vec::new();
     let mut bound = 0.0f64;
     for job in longest_first {
-        for other in prerequisites[job].difference(&waited_for) {
+        to_visit.extend_from_slice(&jobs[job].deps);
+        while let Some(other) = to_visit.pop() {
+            if std::mem::replace(&mut waited_for[other], true) {
+                continue;
+            }
             core_seconds += jobs[other].core_seconds();
             byte_seconds += jobs[other].memory_area();
+            to_visit.extend_from_slice(&jobs[other].deps);
         }
-        waited_for.union_with(&prerequisites[job]);
         let wait = (core_seconds / machine.cores as f64).max(byte_seconds / machine.memory as f64);
         bound = bound.max(wait + chains[job]);
     }
     bound
-}
-
-/// For each job, every job it waits for, directly or through others. Dependencies point to
-/// earlier jobs, so one pass in offer order builds each set from those of its direct ones.
-fn prerequisite_sets(workload: &Workload) -> Vec<FixedBitSet> {
-    let jobs = &workload.jobs;
-    let mut sets: Vec<FixedBitSet> = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let mut set = FixedBitSet::with_capacity(jobs.len());
-        for &dep in &job.deps {
-            set.union_with(&sets[dep]);
-            set.insert(dep);
-        }
-        sets.push(set);
-    }
-    sets
 }
 
 #[cfg(test)]
@@ -183,20 +173,5 @@ mod tests {
             "{bound:?}"
         );
         assert_eq!(bound.seconds, bound.prerequisites_then_chain);
-    }
-
-    #[test]
-    fn prerequisites_include_the_jobs_of_jobs_waited_for() {
-        let workload = workload(vec![
-            job("a", Vec::new(), 1.0),
-            job("b", vec![0], 2.0),
-            job("c", Vec::new(), 4.0),
-            job("d", vec![1], 8.0),
-        ]);
-        let sets: Vec<Vec<usize>> = prerequisite_sets(&workload)
-            .iter()
-            .map(|set| set.ones().collect())
-            .collect();
-        assert_eq!(sets, vec![vec![], vec![0], vec![], vec![0, 1]]);
     }
 }
