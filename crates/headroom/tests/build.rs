@@ -49,10 +49,17 @@ impl Project {
 
     /// `headroom build ARGS…` in this project, with the fake compiler first on PATH.
     fn headroom(&self, args: &[&str]) -> Command {
+        let mut command = self.command("build");
+        command.args(args);
+        command
+    }
+
+    /// `headroom SUBCOMMAND` in this project, with its own history and runtime directory and
+    /// the fake compiler first on PATH.
+    fn command(&self, subcommand: &str) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
         command
-            .arg("build")
-            .args(args)
+            .arg(subcommand)
             .current_dir(self.dir.path())
             .env("HEADROOM_STATE_DIR", self.path("state"))
             .env("HEADROOM_SAMPLE_INTERVAL_MS", "20")
@@ -677,10 +684,9 @@ fn report_renders_the_last_build_as_html_and_json() {
         ("b.o", "--mem 80 --ms 400".into()),
     ]);
     assert!(project.run(&["--", "make"]).status.success());
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["report", "--html", "timeline.html", "--json", "again.json"])
-        .current_dir(project.dir.path())
-        .env("HEADROOM_STATE_DIR", project.path("state"))
+    let output = project
+        .command("report")
+        .args(["--html", "timeline.html", "--json", "again.json"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
@@ -698,15 +704,7 @@ fn report_renders_the_last_build_as_html_and_json() {
 #[test]
 fn sim_import_turns_the_last_build_into_a_trace_that_sim_replays() {
     let project = Project::new();
-    let sim = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_headroom"))
-            .arg("sim")
-            .args(args)
-            .current_dir(project.dir.path())
-            .env("HEADROOM_STATE_DIR", project.path("state"))
-            .output()
-            .unwrap()
-    };
+    let sim = |args: &[&str]| project.command("sim").args(args).output().unwrap();
     let import = ["import", "--out", "trace.json", "--machine", "2c/8G"];
     let output = sim(&import);
     assert!(!output.status.success());
