@@ -1,7 +1,6 @@
 //! The lower bound on any schedule's makespan, so every policy is judged against what is
 //! possible and not only against the other policies.
 
-use headroom_sched::chain::{self, Finished};
 use serde::Serialize;
 
 use crate::machine::Machine;
@@ -41,20 +40,7 @@ impl LowerBound {
             .map(|job| job.memory_area())
             .sum::<f64>()
             / memory_bytes;
-        let finished: Vec<Finished> = workload
-            .jobs
-            .iter()
-            .map(|job| Finished {
-                seconds: job.duration,
-                inputs: job.deps.clone(),
-            })
-            .collect();
-        // Each job's own seconds and the longest chain that waits on it.
-        let chains: Vec<f64> = chain::waiting_seconds(&finished)
-            .into_iter()
-            .zip(&workload.jobs)
-            .map(|(waiting, job)| job.duration + waiting)
-            .collect();
+        let chains = workload.chains();
         let critical_path = chains.iter().copied().fold(0.0, f64::max);
         let prerequisites_then_chain = prerequisites_then_chain(workload, machine, &chains);
         LowerBound {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use headroom_sched::chain::{self, Finished};
 use headroom_sched::{JobId, Profile, ProfileRecorder, Ran};
 
 use crate::trace::{JobKind, Trace};
@@ -180,6 +181,24 @@ impl Workload {
     /// The largest peak of any job in this run.
     pub fn largest_peak(&self) -> u64 {
         self.jobs.iter().map(|job| job.peak).max().unwrap_or(0)
+    }
+
+    /// For each job, its own seconds in this run plus the longest chain of work that waits
+    /// on it: how long the build goes on from its start at best.
+    pub fn chains(&self) -> Vec<f64> {
+        let finished: Vec<Finished> = self
+            .jobs
+            .iter()
+            .map(|job| Finished {
+                seconds: job.duration,
+                inputs: job.deps.clone(),
+            })
+            .collect();
+        chain::waiting_seconds(&finished)
+            .into_iter()
+            .zip(&self.jobs)
+            .map(|(waiting, job)| job.duration + waiting)
+            .collect()
     }
 }
 

@@ -5,7 +5,6 @@
 //! admission in that order and to the bound, not to what headroom does not know; the rest of
 //! headroom's gap is the price of planning from an earlier run's profiles with a slack.
 
-use headroom_sched::chain::{self, Finished};
 use headroom_sched::{Action, JobId};
 
 use crate::engine::{Policy, View};
@@ -45,25 +44,12 @@ impl Clairvoyant {
                     .collect()
             })
             .collect();
-        let finished: Vec<Finished> = workload
-            .jobs
-            .iter()
-            .map(|job| Finished {
-                seconds: job.duration,
-                inputs: job.deps.clone(),
-            })
-            .collect();
-        let path_seconds = chain::waiting_seconds(&finished)
-            .into_iter()
-            .zip(&workload.jobs)
-            .map(|(waiting, job)| waiting + job.duration)
-            .collect();
         Clairvoyant {
             budget: default_budget(machine.memory) as f64,
             slots: machine.cores,
             needs,
             threads: workload.jobs.iter().map(|job| job.threads).collect(),
-            path_seconds,
+            path_seconds: workload.chains(),
             queue: Vec::new(),
             last_plan: f64::NEG_INFINITY,
             changed: false,
