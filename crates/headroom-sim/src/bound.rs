@@ -125,13 +125,18 @@ mod tests {
         Workload::new(&trace, &exact)
     }
 
+    /// Eight independent 10 s compiles, `u0.o` to `u7.o`.
+    fn eight_compiles() -> Vec<TraceJob> {
+        (0..8)
+            .map(|index| job(&format!("u{index}.o"), Vec::new(), 10.0))
+            .collect()
+    }
+
     #[test]
     fn a_link_of_every_object_waits_for_all_compiles_to_fit_on_the_cores() {
-        // Eight 10 s compiles on 4 cores take 20 s at best; the 5 s link that reads them all
+        // The eight compiles take 20 s at best on 4 cores; the 5 s link that reads them all
         // runs after them: 25 s, above the work over the cores (21.25 s) and the chain (15 s).
-        let mut jobs: Vec<TraceJob> = (0..8)
-            .map(|index| job(&format!("u{index}.o"), Vec::new(), 10.0))
-            .collect();
+        let mut jobs = eight_compiles();
         jobs.push(job("a.out", (0..8).collect(), 5.0));
         let bound = LowerBound::new(&workload(jobs), "4c/64G".parse().unwrap());
         assert!((bound.cpu - 21.25).abs() < 1e-9, "{bound:?}");
@@ -145,12 +150,10 @@ mod tests {
 
     #[test]
     fn two_links_of_overlapping_objects_wait_for_all_of_them_between_them() {
-        // Eight 10 s compiles on 4 cores; a 20 s link reads units 0-5, a 19 s link units
+        // The eight compiles on 4 cores; a 20 s link reads units 0-5, a 19 s link units
         // 2-7. Whichever link starts last waits for all eight compiles (20 s), then runs at
         // least 19 s: 39 s, more than either link alone (35 s and 34 s).
-        let mut jobs: Vec<TraceJob> = (0..8)
-            .map(|index| job(&format!("u{index}.o"), Vec::new(), 10.0))
-            .collect();
+        let mut jobs = eight_compiles();
         jobs.push(job("a", (0..6).collect(), 20.0));
         jobs.push(job("b", (2..8).collect(), 19.0));
         let bound = LowerBound::new(&workload(jobs), "4c/64G".parse().unwrap());
