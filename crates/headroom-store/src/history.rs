@@ -88,7 +88,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error(
-        "build {0} is not in the history; `headroom report` without an id shows the last build"
+        "build {0} is not in the history; leave the id out for the last build"
     )]
     NoSuchBuild(i64),
     #[error("the history has no builds yet: run `headroom build -- …` first, or pass a report JSON file")]
