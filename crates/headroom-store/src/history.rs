@@ -87,9 +87,7 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "build {0} is not in the history; leave the id out for the last build"
-    )]
+    #[error("build {0} is not in the history; leave the id out for the last build")]
     NoSuchBuild(i64),
     #[error("the history has no builds yet: run `headroom build -- …` first, or pass a report JSON file")]
     Empty,
