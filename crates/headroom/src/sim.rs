@@ -9,6 +9,7 @@ use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
     compare, report, Machine, PolicySpec, SimConfig, Trace, Workload, ALL_POLICIES,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `headroom sim`.
 #[derive(clap::Args)]
@@ -132,16 +133,25 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
     } else {
         args.policies
     };
+    // Drawn only on a terminal: large traces on many machines take a while.
+    let progress = ProgressBar::new((args.traces.len() * args.machines.len()) as u64);
+    if let Ok(style) = ProgressStyle::with_template("simulating [{bar:30}] {pos}/{len} {wide_msg}")
+    {
+        progress.set_style(style.progress_chars("=> "));
+    }
     let mut comparisons = Vec::new();
     for path in &args.traces {
         let trace = Trace::load(path).context("loading a trace given on the command line")?;
         let workload = Workload::new(&trace, &config);
         for &machine in &args.machines {
+            progress.set_message(format!("{} on {machine}", trace.name));
             let comparison = compare(&workload, machine, &policies, &config)
                 .with_context(|| format!("simulating {} on {machine}", path.display()))?;
             comparisons.push(comparison);
+            progress.inc(1);
         }
     }
+    progress.finish_and_clear();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&comparisons)?);
     } else {
