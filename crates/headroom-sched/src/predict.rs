@@ -209,6 +209,16 @@ fn grown(bytes: u64, fraction: f64) -> u64 {
 mod tests {
     use super::*;
 
+    const MIB: u64 = 1 << 20;
+
+    /// A last run that peaked at 1000 MiB, with no profile.
+    fn peak_of_1000_mib() -> PastRun {
+        PastRun {
+            peak: 1000 * MIB,
+            profile: None,
+        }
+    }
+
     #[test]
     fn history_beats_group_beats_default() {
         let mut predictor = Predictor::new(1000);
@@ -277,11 +287,7 @@ mod tests {
 
     #[test]
     fn the_margin_on_a_jobs_own_peak_follows_how_far_peaks_moved_between_runs() {
-        const MIB: u64 = 1 << 20;
-        let past = PastRun {
-            peak: 1000 * MIB,
-            profile: None,
-        };
+        let past = peak_of_1000_mib();
         let mut predictor = Predictor::new(256 * MIB);
         let predicted =
             |predictor: &mut Predictor| predictor.predict(1, Some(&past), 0).estimate.peak;
@@ -303,11 +309,7 @@ mod tests {
 
     #[test]
     fn jobs_still_to_come_follow_peaks_that_moved_together() {
-        const MIB: u64 = 1 << 20;
-        let past = PastRun {
-            peak: 1000 * MIB,
-            profile: None,
-        };
+        let past = peak_of_1000_mib();
         let mut predictor = Predictor::new(256 * MIB);
         for id in 0..20 {
             predictor.predict(id, Some(&past), 0);
