@@ -64,6 +64,8 @@ struct Job {
     suspended: bool,
     killed_by_governor: bool,
     alone: bool,
+    /// The CPU niceness the scheduler started the current attempt at.
+    nice: u8,
     rung: usize,
     attempts: u32,
     suspends: u32,
@@ -282,6 +284,7 @@ impl Governor {
                 suspended: false,
                 killed_by_governor: false,
                 alone: false,
+                nice: 0,
                 rung: 0,
                 attempts: 0,
                 suspends: 0,
@@ -303,8 +306,7 @@ impl Governor {
     /// Talks with one job's shim until the job is done.
     fn supervise(&self, id: JobId, stream: &UnixStream) -> io::Result<()> {
         loop {
-            let rung = self.wait_for_admission(id)?;
-            write_frame(stream, &Reply::Run { job_id: id, rung })?;
+            write_frame(stream, &self.wait_for_admission(id)?)?;
             match read_frame::<Request>(stream)? {
                 Request::Started { pid } => self.started(id, pid),
                 other => {
@@ -331,7 +333,7 @@ impl Governor {
         }
     }
 
-    fn wait_for_admission(&self, id: JobId) -> io::Result<Option<Rung>> {
+    fn wait_for_admission(&self, id: JobId) -> io::Result<Reply> {
         let mut state = self.lock();
         loop {
             if state.shutting_down {
@@ -345,7 +347,11 @@ impl Governor {
             if job.admitted {
                 job.admitted = false;
                 job.attempt_running = true;
-                return Ok(job.rung.checked_sub(1).map(|rung| ladder[rung].clone()));
+                return Ok(Reply::Run {
+                    job_id: id,
+                    rung: job.rung.checked_sub(1).map(|rung| ladder[rung].clone()),
+                    nice: job.nice,
+                });
             }
             state = self
                 .admitted
@@ -489,14 +495,17 @@ impl Governor {
         }
         let now = self.now_ms();
         for action in state.scheduler.decide(machine_left) {
-            let (Action::Start(id) | Action::Suspend(id) | Action::Resume(id) | Action::Kill(id)) =
-                action;
+            let (Action::Start { id, .. }
+            | Action::Suspend(id)
+            | Action::Resume(id)
+            | Action::Kill(id)) = action;
             let Some(job) = state.jobs.get_mut(&id) else {
                 continue;
             };
             match action {
-                Action::Start(_) => {
+                Action::Start { nice, .. } => {
                     job.admitted = true;
+                    job.nice = nice;
                     job.attempts += 1;
                     job.profile = ProfileRecorder::default();
                     job.active_seconds = 0.0;

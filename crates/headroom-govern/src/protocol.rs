@@ -46,8 +46,13 @@ pub struct Attempt {
 /// What the governor answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    /// Run now, with lower-memory flags if `rung` says so.
-    Run { job_id: u64, rung: Option<Rung> },
+    /// Run now at CPU niceness `nice` (jobs off the build's longest path run nicer), with
+    /// lower-memory flags if `rung` says so.
+    Run {
+        job_id: u64,
+        rung: Option<Rung>,
+        nice: u8,
+    },
     /// Report the attempt's result to the build system.
     Done,
     /// Do not report this attempt: the job runs again when the next `Run` arrives.

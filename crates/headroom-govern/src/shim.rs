@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
-use rustix::process::{kill_process_group, Pid, Signal};
+use rustix::process::{kill_process_group, setpriority_process, Pid, Signal};
 
 use crate::ladder::Rung;
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
@@ -40,6 +40,9 @@ static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
 /// exits and leaves a compiler it has just started running on.
 const STARTING: i32 = -1;
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// The CPU niceness the governor gave the attempt being started: its process takes it on
+/// before it runs the compiler, so every process and thread of the attempt inherits it.
+static ATTEMPT_NICE: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the program was called through a shim link: as the launcher or a compiler name.
 pub fn is_shim(argv0: &OsStr) -> bool {
@@ -163,12 +166,12 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
     };
     let mut cpu_before = children_cpu_ms();
     loop {
-        let Ok(Reply::Run { job_id, rung }) = replies.recv() else {
+        let Ok(Reply::Run { job_id, rung, nice }) = replies.recv() else {
             // The governor is gone before admitting us: run as if it never existed.
             become_compiler(command)
         };
         command.env(crate::shim::JOB_ENV, job_id.to_string());
-        let outcome = run_attempt(&mut command, args, rung.as_ref(), &stream);
+        let outcome = run_attempt(&mut command, args, rung.as_ref(), nice, &stream);
         let Ok((status, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -217,11 +220,12 @@ fn listen(reader: UnixStream) -> mpsc::Receiver<Reply> {
 }
 
 /// Runs one attempt in its own process group, so the governor can stop, resume or kill it
-/// whole; returns its status and everything it wrote to stderr.
+/// whole, at CPU niceness `nice`; returns its status and everything it wrote to stderr.
 fn run_attempt(
     command: &mut Command,
     args: &[OsString],
     rung: Option<&Rung>,
+    nice: u8,
     stream: &UnixStream,
 ) -> std::io::Result<(std::process::ExitStatus, Vec<u8>)> {
     if let Some(rung) = rung {
@@ -236,6 +240,17 @@ fn run_attempt(
         *command = lowered;
     }
     command.process_group(0).stderr(Stdio::piped());
+    ATTEMPT_NICE.store(i32::from(nice), Ordering::SeqCst);
+    // SAFETY: setpriority is one system call, async-signal-safe, on the child alone. Each
+    // attempt adds this hook again; every copy sets the current attempt's niceness, and the
+    // child starts at the shim's own, so raising it needs no privilege. Failing to change it
+    // only costs speed: the compiler runs anyway.
+    unsafe {
+        command.pre_exec(|| {
+            let _ = setpriority_process(None, ATTEMPT_NICE.load(Ordering::SeqCst));
+            Ok(())
+        });
+    }
     RUNNING_GROUP.store(STARTING, Ordering::SeqCst);
     let spawned = command.spawn();
     let pid = spawned.as_ref().map_or(0, |child| child.id() as i32);

@@ -3,6 +3,10 @@
 //! alone. The governor sees no dependency graph, but the last build's jobs name their files:
 //! a link's inputs are the outputs of compiles. Their durations and those links give each job
 //! the longest chain of work that waited on it.
+//!
+//! The same chains set each job's CPU priority: when jobs want more cores than the machine
+//! has, the kernel shares the cores by niceness, so jobs off the longest path start nicer and
+//! leave the cores to the jobs the build waits on.
 
 /// One job of a finished build: how long it ran and which jobs of that build (by index) made
 /// the files it read.
@@ -53,6 +57,21 @@ fn longest_after(
     longest
 }
 
+/// The nicest a job is started at, as `nice(1)` counts (0 is the normal priority).
+pub const LOWEST_PRIORITY: u8 = 19;
+
+/// The niceness to start a job at whose longest path (its own seconds and the work that
+/// waited on it) is `path_seconds`, when the longest path of any job queued or running is
+/// `longest_seconds`: 0 on the longest path, nicer the shorter the job's path, up to
+/// [`LOWEST_PRIORITY`]. A job whose path is unknown (0 seconds) keeps the normal priority.
+pub fn niceness(path_seconds: f64, longest_seconds: f64) -> u8 {
+    if path_seconds <= 0.0 || path_seconds >= longest_seconds {
+        return 0;
+    }
+    let off_the_path = 1.0 - path_seconds / longest_seconds;
+    (f64::from(LOWEST_PRIORITY) * off_the_path).round() as u8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +97,17 @@ mod tests {
             waiting_seconds(&jobs),
             vec![101.0, 101.0, 5.0, 1.0, 0.0, 0.0]
         );
+    }
+
+    #[test]
+    fn jobs_off_the_longest_path_start_nicer() {
+        assert_eq!(niceness(100.0, 100.0), 0);
+        assert_eq!(niceness(95.0, 100.0), 1);
+        assert_eq!(niceness(50.0, 100.0), 10);
+        assert_eq!(niceness(1.0, 100.0), 19);
+        // Unknown paths keep the normal priority, and so does everything when none is known.
+        assert_eq!(niceness(0.0, 100.0), 0);
+        assert_eq!(niceness(0.0, 0.0), 0);
     }
 
     #[test]

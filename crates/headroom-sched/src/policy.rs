@@ -9,7 +9,9 @@
 //! a bounded number of times, so large jobs never starve behind a stream of small ones. A job
 //! bigger than the whole budget runs alone. Jobs whose length is known from their profile queue
 //! longest first, counting with each job the work that waited on it in an earlier build
-//! (`chain`).
+//! (`chain`), and each job starts at a CPU niceness that grows with how far its path is from
+//! the longest one, so that when jobs want more cores than there are, the kernel gives them
+//! to the jobs the build waits on.
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
@@ -19,6 +21,7 @@
 
 use std::collections::VecDeque;
 
+use crate::chain;
 use crate::plan::{Need, Outlook, Plan, Total};
 use crate::profile::{Profile, Ran};
 use crate::slack::TimingSlack;
@@ -75,7 +78,11 @@ const SUSPEND_MARGIN_MOST: u64 = 512 << 20;
 /// What the caller must do to the processes of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    Start(JobId),
+    /// Start the job at this CPU niceness (see [`chain::niceness`]).
+    Start {
+        id: JobId,
+        nice: u8,
+    },
     /// Stop the job (SIGSTOP): it keeps its memory but stops growing.
     Suspend(JobId),
     Resume(JobId),
@@ -438,6 +445,9 @@ impl Scheduler {
         }
         let budget = self.limits.budget;
         let slack_for = self.slack_for();
+        // The longest path of the jobs queued or running, found at the first start: starting
+        // a job moves it from one to the other, so it holds for the whole round.
+        let mut longest_path: Option<f64> = None;
         // Built on the first job whose peak does not fit beside the reservations.
         let mut plan: Option<Plan> = None;
         let mut index = 0;
@@ -456,6 +466,7 @@ impl Scheduler {
                     .fits(&outlook, budget)
             };
             if fits {
+                let longest_path = *longest_path.get_or_insert_with(|| self.longest_path());
                 let job = self.queue.remove(index).expect("index is in the queue");
                 for waiting in self.queue.iter_mut().take(index) {
                     waiting.overtaken += 1;
@@ -463,7 +474,10 @@ impl Scheduler {
                 if let Some(plan) = plan.as_mut() {
                     plan.add(&job.estimate.outlook(slack_for(&job.estimate)));
                 }
-                actions.push(Action::Start(job.id));
+                actions.push(Action::Start {
+                    id: job.id,
+                    nice: chain::niceness(expected_seconds(&job.estimate), longest_path),
+                });
                 self.running.push(Running {
                     id: job.id,
                     estimate: job.estimate,
@@ -485,6 +499,16 @@ impl Scheduler {
             }
             index += 1;
         }
+    }
+
+    /// The longest expected path of any job queued or running.
+    fn longest_path(&self) -> f64 {
+        self.queue
+            .iter()
+            .map(|job| &job.estimate)
+            .chain(self.running.iter().map(|job| &job.estimate))
+            .map(expected_seconds)
+            .fold(0.0, f64::max)
     }
 
     /// The running jobs' needs over the future, long enough for any queued job to end in.
@@ -532,7 +556,7 @@ mod tests {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Start(id) => Some(*id),
+                Action::Start { id, .. } => Some(*id),
                 _ => None,
             })
             .collect()
@@ -631,13 +655,16 @@ mod tests {
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
         assert!(s.is_queued(3));
         // Room again: job 2 resumes and job 3 starts again at what it was seen to use.
-        assert_eq!(s.decide(None), vec![Action::Resume(2), Action::Start(3)]);
+        assert_eq!(
+            s.decide(None),
+            vec![Action::Resume(2), Action::Start { id: 3, nice: 0 }]
+        );
         // Past the budget the youngest is killed outright; the oldest is never touched.
         s.observe(1, 6 * GIB, 0.0);
         s.observe(3, 2 * GIB, 0.0);
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
         s.remove(1);
-        assert_eq!(s.decide(None), vec![Action::Start(3)]);
+        assert_eq!(s.decide(None), vec![Action::Start { id: 3, nice: 0 }]);
     }
 
     #[test]
@@ -683,6 +710,25 @@ mod tests {
             waiting_seconds: 0.0,
             borrowed_profile: false,
         }
+    }
+
+    #[test]
+    fn jobs_off_the_longest_path_start_nicer() {
+        let mut s = Scheduler::new(Limits {
+            budget: 16 * GIB,
+            slots: 4,
+        });
+        let on_the_path = Estimate {
+            waiting_seconds: 50.0,
+            ..late_peak(100.0, GIB)
+        };
+        s.submit(1, on_the_path, false);
+        s.submit(2, late_peak(30.0, GIB), false);
+        s.submit(3, Estimate::flat(GIB), false);
+        // Paths of 150 s, 30 s and unknown: job 2 starts at 19 × (1 - 30/150) = 15.2, and
+        // the job of unknown length at the normal priority.
+        let expected = [(1, 0), (2, 15), (3, 0)].map(|(id, nice)| Action::Start { id, nice });
+        assert_eq!(s.decide(None), expected);
     }
 
     #[test]

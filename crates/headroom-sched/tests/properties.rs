@@ -50,7 +50,7 @@ proptest! {
 
             for action in scheduler.decide(None) {
                 match action {
-                    Action::Start(id) => {
+                    Action::Start { id, .. } => {
                         let id = id as usize;
                         started[id] = true;
                         running.push(id);

@@ -109,9 +109,21 @@ struct Run {
     segment: usize,
     started: f64,
     suspended: bool,
+    /// The CPU niceness it was started at.
+    nice: u8,
+    /// The fraction of full speed it runs at now ([`Simulation::share_cores`]).
+    speed: f64,
     bytes: f64,
     peak: f64,
 }
+
+/// The kernel's CPU weight of a thread at each niceness from 0 to 19 (`sched_prio_to_weight`
+/// in the Linux scheduler): threads that want more cores than there are get them in
+/// proportion to their weights.
+const CPU_WEIGHTS: [f64; 20] = [
+    1024.0, 820.0, 655.0, 526.0, 423.0, 335.0, 272.0, 215.0, 172.0, 137.0, 110.0, 87.0, 70.0, 56.0,
+    45.0, 36.0, 29.0, 23.0, 18.0, 15.0,
+];
 
 /// Runs `policy` over `workload` on `machine` until every job has finished, or until the
 /// policy can make no more progress (then [`Outcome::stalled`] says why).
@@ -297,7 +309,7 @@ impl<'a> Simulation<'a> {
                 action: format!("{action:?}"),
             };
             match action {
-                Action::Start(id) => {
+                Action::Start { id, nice } => {
                     let job = usize::try_from(id).map_err(|_| invalid())?;
                     let startable = job < self.workload.jobs.len()
                         && self.offered[job]
@@ -314,6 +326,8 @@ impl<'a> Simulation<'a> {
                         segment: sim_job.segment_at(0.0, 0),
                         started: self.now,
                         suspended: false,
+                        nice: nice.min(19),
+                        speed: 1.0,
                         bytes,
                         peak: bytes,
                     });
@@ -356,31 +370,56 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Fraction of full speed each active job gets: all of it unless the jobs want more cores
-    /// than the machine has.
-    fn speed(&self) -> f64 {
-        let demand: f64 = self
-            .runs
-            .iter()
-            .filter(|run| !run.suspended)
-            .map(|run| self.workload.jobs[run.job].threads)
-            .sum();
-        let cores = self.machine.cores as f64;
-        if demand > cores {
-            cores / demand
-        } else {
-            1.0
+    /// Sets each run's speed, the fraction of full speed it gets (0 while suspended): all of
+    /// it unless the jobs want more cores than the machine has. Then each job's threads get
+    /// cores in proportion to their weight, and a job that would get more than it can use
+    /// (its threads) gets just that, the rest going to the others.
+    fn share_cores(&mut self) {
+        let jobs = &self.workload.jobs;
+        let threads = |run: &Run| {
+            if run.suspended {
+                0.0
+            } else {
+                jobs[run.job].threads
+            }
+        };
+        let weight = |run: &Run| CPU_WEIGHTS[usize::from(run.nice)];
+        let mut cores_left = self.machine.cores as f64;
+        let demand: f64 = self.runs.iter().map(threads).sum();
+        let first_nice = self.runs.first().map(|run| run.nice);
+        if demand <= cores_left || self.runs.iter().all(|run| Some(run.nice) == first_nice) {
+            let speed = (cores_left / demand).min(1.0);
+            for run in &mut self.runs {
+                run.speed = if run.suspended { 0.0 } else { speed };
+            }
+            return;
+        }
+        // The heaviest jobs are the ones that may get all they want; once one cannot, the
+        // cores left per weight stay the same for every lighter job.
+        let mut heaviest_first: Vec<usize> = (0..self.runs.len()).collect();
+        heaviest_first.sort_by(|&a, &b| weight(&self.runs[b]).total_cmp(&weight(&self.runs[a])));
+        let mut weight_left: f64 = self.runs.iter().map(|run| threads(run) * weight(run)).sum();
+        for index in heaviest_first {
+            let run = &mut self.runs[index];
+            let (threads, weight) = (threads(run), weight(run));
+            run.speed = if threads > 0.0 {
+                (weight * cores_left / weight_left).min(1.0)
+            } else {
+                0.0
+            };
+            cores_left -= run.speed * threads;
+            weight_left -= threads * weight;
         }
     }
 
     /// Moves time to the next event; returns whether that event is a sampling tick, or `None`
     /// when no event can ever come (every running job is suspended and nothing ticks).
     fn advance(&mut self) -> Option<bool> {
-        let speed = self.speed();
+        self.share_cores();
         let mut step = f64::INFINITY;
         let mut slope = 0.0;
         for run in self.runs.iter().filter(|run| !run.suspended) {
-            let job = &self.workload.jobs[run.job];
+            let (job, speed) = (&self.workload.jobs[run.job], run.speed);
             let to_end = (job.duration - run.progress).max(0.0) / speed;
             let to_turn = (job.segment_end(run.segment) - run.progress).max(0.0) / speed;
             step = step.min(to_end).min(to_turn);
@@ -400,7 +439,7 @@ impl<'a> Simulation<'a> {
         self.now += step;
         for run in self.runs.iter_mut().filter(|run| !run.suspended) {
             let job = &self.workload.jobs[run.job];
-            run.progress = (run.progress + step * speed).min(job.duration);
+            run.progress = (run.progress + step * run.speed).min(job.duration);
             run.segment = job.segment_at(run.progress, run.segment);
             run.bytes = job.memory_at(run.progress, run.segment);
             run.peak = run.peak.max(run.bytes);

@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
+use headroom_sched::Action;
 use headroom_sim::{
-    compare, simulate, JobKind, Machine, PolicySpec, SimConfig, Trace, TraceJob, Workload,
-    ALL_POLICIES, SCHEMA,
+    compare, simulate, JobKind, Machine, Policy, PolicySpec, SimConfig, SimJob, Trace, TraceJob,
+    View, Workload, ALL_POLICIES, SCHEMA,
 };
 
 const GIB: u64 = 1 << 30;
@@ -79,6 +80,63 @@ fn jobs_wanting_more_cores_than_the_machine_has_slow_down_alike() {
     let outcome = run(&trace, "2c/8G", "static=2");
     assert_eq!(outcome.oom_events, 0);
     assert!((outcome.makespan - 25.0).abs() < 1e-6, "{outcome:?}");
+}
+
+/// Starts every job as soon as it is offered, at the niceness given for its label.
+struct StartAtOnce {
+    nice: Vec<(&'static str, u8)>,
+    starts: Vec<Action>,
+}
+
+impl Policy for StartAtOnce {
+    fn name(&self) -> String {
+        "start at once".into()
+    }
+    fn family(&self) -> &'static str {
+        "test"
+    }
+    fn offer(&mut self, job: &SimJob) {
+        let nice = self
+            .nice
+            .iter()
+            .find(|(label, _)| *label == job.label)
+            .map_or(0, |&(_, nice)| nice);
+        self.starts.push(Action::Start { id: job.id, nice });
+    }
+    fn decide(&mut self, _view: &View<'_>) -> Vec<Action> {
+        std::mem::take(&mut self.starts)
+    }
+    fn finished(&mut self, _job: &SimJob, _peak: u64, _now: f64) {}
+    fn oom_killed(&mut self, _job: &SimJob, _peak: u64) {}
+}
+
+#[test]
+fn a_nicer_job_leaves_the_cores_to_the_chain() {
+    // On 2 cores: `chain` (2 threads, 10 s) then `next` (1 thread, 10 s), beside `side`
+    // (2 threads, 10 s). Alike, `chain` and `side` share the cores and end at 20 s, and
+    // `next` runs to 30 s. With `side` at nice 19 (weight 15 against 1024), `chain` gets
+    // 2048/2078 of the cores and ends at 10.15 s, `next` at 20.15 s; `side` has run 0.15 s
+    // by then, 5 s more on the core `next` leaves, and the rest alone: 25 s.
+    let mut chain = ramp_job("chain", GIB, 10.0);
+    chain.cpu = 20.0;
+    let mut next = ramp_job("next", GIB, 10.0);
+    next.deps = vec![0];
+    let mut side = ramp_job("side", GIB, 10.0);
+    side.cpu = 20.0;
+    let trace = trace(vec![chain, next, side]);
+    let workload = Workload::new(&trace, &exact());
+    let machine: Machine = "2c/8G".parse().unwrap();
+    let makespan = |nice| {
+        let mut policy = StartAtOnce {
+            nice: vec![("side", nice)],
+            starts: Vec::new(),
+        };
+        simulate(&workload, machine, &mut policy, &exact())
+            .expect("valid run")
+            .makespan
+    };
+    assert!((makespan(0) - 30.0).abs() < 1e-6);
+    assert!((makespan(19) - 25.0).abs() < 1e-6, "{}", makespan(19));
 }
 
 #[test]

@@ -218,6 +218,47 @@ fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
 }
 
 #[test]
+fn jobs_off_the_longest_path_run_nicer_next_time() {
+    let project = Project::new();
+    // b.o runs first; a.o and c.o wait for an ungoverned step and then queue while it runs.
+    // The 1.5 s link waits on a.o, so a.o's path (1.8 s) is the longest; c.o's (0.9 s) and
+    // b.o's (1.2 s) are shorter, and c.o is started while a longer path is known.
+    project.write(
+        "Makefile",
+        "all: b.o c.o tool\n\
+         stamp:\n\tsleep 0.3 && touch stamp\n\
+         tool: a.o\n\tg++ --ms 1500 -o tool a.o\n\
+         a.o: stamp\n\tg++ --ms 300 -c a.cpp -o a.o\n\
+         b.o:\n\tg++ --ms 1200 -c b.cpp -o b.o\n\
+         c.o: stamp\n\tg++ --ms 900 -c c.cpp -o c.o\n",
+    );
+    let nice = |object: &str| -> u8 {
+        let text = std::fs::read_to_string(project.path(object)).unwrap();
+        let (_, after) = text
+            .split_once("nice ")
+            .expect("the fake compiler names its niceness");
+        after.split(',').next().unwrap().parse().unwrap()
+    };
+    let build = || {
+        let output = project
+            .headroom(&["--jobs", "2", "--", "make"])
+            .env("MAKEFLAGS", "-j8")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+    };
+    build();
+    // The first build knows no paths: every job runs at the normal priority.
+    assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
+    for file in ["stamp", "a.o", "b.o", "c.o", "tool"] {
+        std::fs::remove_file(project.path(file)).unwrap();
+    }
+    build();
+    assert_eq!(nice("a.o"), 0, "a.o is on the longest path");
+    assert!(nice("c.o") > 0, "c.o is off the longest path");
+}
+
+#[test]
 fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
     let project = Project::new();
     let jobs: Vec<(&str, String)> = ["a.o", "b.o"]

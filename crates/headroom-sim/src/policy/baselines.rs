@@ -109,13 +109,19 @@ impl BuildQueue {
                 if running.is_empty() && actions.is_empty() {
                     self.waiting.remove(index);
                     self.alone_running = Some(candidate.id);
-                    actions.push(Action::Start(candidate.id));
+                    actions.push(Action::Start {
+                        id: candidate.id,
+                        nice: 0,
+                    });
                 }
                 return actions;
             }
             if admit(&candidate) {
                 self.waiting.remove(index);
-                actions.push(Action::Start(candidate.id));
+                actions.push(Action::Start {
+                    id: candidate.id,
+                    nice: 0,
+                });
             } else if order == Order::Strict {
                 return actions;
             } else {

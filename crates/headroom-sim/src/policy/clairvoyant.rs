@@ -122,7 +122,8 @@ impl Policy for Clairvoyant {
             if fits {
                 add(&mut plan, self.needs_from(id, 0.0));
                 self.queue.remove(index);
-                actions.push(Action::Start(id));
+                // Its plan has every job run at full speed: no job starts nicer than another.
+                actions.push(Action::Start { id, nice: 0 });
                 running += 1;
             } else {
                 index += 1;

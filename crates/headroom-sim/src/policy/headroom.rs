@@ -145,7 +145,7 @@ impl Policy for Headroom {
         }
         let actions = self.scheduler.decide(Some(view.free()));
         for action in &actions {
-            if let Action::Start(id) = action {
+            if let Action::Start { id, .. } = action {
                 self.profiles.insert(*id, Default::default());
             }
         }

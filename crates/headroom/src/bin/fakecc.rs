@@ -1,5 +1,6 @@
 //! `headroom-fakecc`: a stand-in compiler for tests and benchmarks. It grows to a given amount
-//! of really touched memory over a given time, holds it briefly, and writes its `-o` output.
+//! of really touched memory over a given time, holds it briefly, and writes its `-o` output,
+//! which names the CPU niceness it ran at.
 //!
 //! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
 //! - `--mem-file FILE`: read `MIB [MILLIS]` from FILE, so a job's flags (and so its identity
@@ -66,6 +67,7 @@ fn main() {
         }
     }
     if let Some(out) = value("-o") {
+        let nice = rustix::process::getpriority_process(None).unwrap_or(0);
         let checksum: u64 = memory
             .iter()
             .flat_map(|chunk| chunk.iter().step_by(PAGE))
@@ -73,7 +75,7 @@ fn main() {
             .sum();
         std::fs::write(
             out,
-            format!("fake object, {mem_mib} MiB, checksum {checksum}\n"),
+            format!("fake object, {mem_mib} MiB, nice {nice}, checksum {checksum}\n"),
         )
         .unwrap_or_else(|e| usage(&format!("cannot write {out}: {e}")));
     }
