@@ -468,6 +468,7 @@ impl Governor {
                 .checked_sub(1)
                 .map(|rung| self.config.ladder[rung].describe()),
             over_budget: job.estimate.peak > self.config.budget,
+            nice: job.nice,
         };
         if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
             if let Err(err) = history.record_job(build_id, &record, profile.as_ref()) {

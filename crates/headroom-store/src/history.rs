@@ -10,8 +10,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use crate::model::{BuildRecord, BuildReport, JobRecord, Sample, REPORT_SCHEMA};
 
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
-/// last clean run to `peaks`.
-const SCHEMA_VERSION: i32 = 2;
+/// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`.
+const SCHEMA_VERSION: i32 = 3;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     oom_retries INTEGER NOT NULL,
     lowered_flags TEXT,
     over_budget INTEGER NOT NULL,
+    nice INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (build_id, job_id)
 );
 CREATE TABLE IF NOT EXISTS samples (
@@ -213,7 +214,7 @@ impl History {
         let result = (|| {
             tx.execute(
                 "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                 ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+                 ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
                 params![
                     build_id,
                     job.job_id as i64,
@@ -238,6 +239,7 @@ impl History {
                     job.oom_retries,
                     job.lowered_flags,
                     job.over_budget,
+                    job.nice,
                 ],
             )?;
             // Only a clean run tells the job's real peak; lowered flags change it too.
@@ -400,7 +402,7 @@ impl History {
         let mut query = self.conn.prepare(
             "SELECT job_id, key, grp, label, compiler, command, cwd, offered_ms, start_ms, end_ms, peak,
                     cpu_ms, exit_code, signal, predicted, prediction_source, attempts, suspends, requeues,
-                    oom_retries, lowered_flags, over_budget
+                    oom_retries, lowered_flags, over_budget, nice
              FROM jobs WHERE build_id = ?1 ORDER BY job_id",
         )?;
         let rows = query.query_map([id], |row| {
@@ -428,6 +430,7 @@ impl History {
                 oom_retries: row.get(19)?,
                 lowered_flags: row.get(20)?,
                 over_budget: row.get(21)?,
+                nice: row.get(22)?,
             })
         })?;
         rows.collect()
@@ -511,6 +514,14 @@ fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
             )?;
         }
         tx.execute_batch(SCHEMA)?;
+        let has_nice: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'nice'",
+            [],
+            |row| row.get(0),
+        )?;
+        if has_nice == 0 {
+            tx.execute_batch("ALTER TABLE jobs ADD COLUMN nice INTEGER NOT NULL DEFAULT 0;")?;
+        }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     tx.commit()
@@ -580,6 +591,7 @@ mod tests {
             oom_retries: 0,
             lowered_flags: None,
             over_budget: false,
+            nice: 0,
         }
     }
 
@@ -696,6 +708,34 @@ mod tests {
             history.past_run("a").unwrap().unwrap().profile,
             Some(profile)
         );
+    }
+
+    #[test]
+    fn a_history_from_before_priorities_keeps_its_jobs_and_records_niceness() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let old = Connection::open(&path).unwrap();
+        let version_2 = SCHEMA.replace("    nice INTEGER NOT NULL DEFAULT 0,\n", "");
+        assert_ne!(version_2, SCHEMA);
+        old.execute_batch(&format!(
+            "{version_2}
+             INSERT INTO builds (id, started_unix_ms, command, cwd, budget, budget_source, slots)
+                 VALUES (1, 0, 'make', '/src', 100, 'test', 2);
+             INSERT INTO jobs VALUES (1, 0, 'old', 'g', 'old.o', 'cc', 'cc -c old.c', '/src', 0, 0,
+                 10, 5, 1, 0, NULL, 5, 'default', 1, 0, 0, 0, NULL, 0);
+             PRAGMA user_version = 2;"
+        ))
+        .unwrap();
+        drop(old);
+        let mut history = History::open(&path).unwrap();
+        assert_eq!(history.load_build(1).unwrap().jobs[0].nice, 0);
+        let id = history.begin_build(&build()).unwrap();
+        let nicer = JobRecord {
+            nice: 7,
+            ..job(0, "new", 1)
+        };
+        history.record_job(id, &nicer, None).unwrap();
+        assert_eq!(history.load_build(id).unwrap().jobs[0].nice, 7);
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct JobRecord {
     pub lowered_flags: Option<String>,
     /// Predicted bigger than the whole budget, so it ran alone.
     pub over_budget: bool,
+    /// The CPU niceness its last attempt ran at: above 0 when it was off the longest path.
+    #[serde(default)]
+    pub nice: u8,
 }
 
 /// Memory of one job at one moment.

@@ -36,6 +36,20 @@ pub fn render(report: &BuildReport) -> String {
         report.oom_retries(),
         report.lowered().count()
     );
+    let nicer: Vec<u8> = report
+        .jobs
+        .iter()
+        .map(|job| job.nice)
+        .filter(|&n| n > 0)
+        .collect();
+    if let Some(most) = nicer.iter().max() {
+        let _ = writeln!(
+            out,
+            "  CPU priority: {} of {} jobs ran nicer (up to niceness {most}), off the build's longest path",
+            nicer.len(),
+            report.jobs.len()
+        );
+    }
     for job in report.jobs.iter().filter(|job| job.over_budget) {
         let _ = writeln!(
             out,
@@ -106,6 +120,7 @@ mod tests {
             oom_retries: 0,
             lowered_flags: None,
             over_budget: false,
+            nice: 0,
         };
         let mut jobs = vec![
             job(0, "light.o", 150 << 20),
@@ -116,6 +131,7 @@ mod tests {
         jobs[2].oom_retries = 1;
         jobs[2].over_budget = true;
         jobs[2].lowered_flags = Some("-g0 -O1".into());
+        jobs[0].nice = 12;
         BuildReport {
             schema: REPORT_SCHEMA,
             build: BuildRecord {

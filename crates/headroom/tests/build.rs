@@ -241,7 +241,7 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
     };
     let build = || {
         let output = project
-            .headroom(&["--jobs", "2", "--", "make"])
+            .headroom(&["--jobs", "2", "--report", "report.json", "--", "make"])
             .env("MAKEFLAGS", "-j8")
             .output()
             .unwrap();
@@ -256,6 +256,15 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
     build();
     assert_eq!(nice("a.o"), 0, "a.o is on the longest path");
     assert!(nice("c.o") > 0, "c.o is off the longest path");
+    // The report says what each job ran at.
+    for job in project
+        .report()
+        .jobs
+        .iter()
+        .filter(|job| job.label.ends_with(".o"))
+    {
+        assert_eq!(job.nice, nice(&job.label), "{job:?}");
+    }
 }
 
 #[test]
