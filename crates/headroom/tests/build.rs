@@ -177,11 +177,11 @@ fn admits_by_predicted_peak_and_learns_from_history() {
     );
 }
 
-#[test]
-fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
+/// A project whose 1.5 s link waits on the shortest compile: b.o (1.2 s) starts first;
+/// c.o (0.9 s) and a.o (0.3 s) wait for an ungoverned step and then queue at once. a.o's
+/// path, with the link, is the longest (1.8 s).
+fn long_link_project() -> Project {
     let project = Project::new();
-    // b.o runs alone at first; c.o and a.o wait for an ungoverned step and then queue
-    // behind it, both at once. c.o is the longer compile, but the 1.5 s link waits on a.o.
     project.write(
         "Makefile",
         "all: b.o c.o tool\n\
@@ -191,21 +191,30 @@ fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
          b.o:\n\tg++ --ms 1200 -c b.cpp -o b.o\n\
          c.o: stamp\n\tg++ --ms 900 -c c.cpp -o c.o\n",
     );
-    let build = ["--jobs", "1", "--report", "report.json", "--", "make"];
-    let run = || {
-        let output = project
-            .headroom(&build)
-            .env("MAKEFLAGS", "-j8")
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", stderr(&output));
-        project.report()
-    };
-    run();
+    project
+}
+
+/// Builds the long-link project from scratch with `--jobs JOBS`; returns the report.
+fn build_long_link(project: &Project, jobs: &str) -> BuildReport {
     for file in ["stamp", "a.o", "b.o", "c.o", "tool"] {
-        std::fs::remove_file(project.path(file)).unwrap();
+        let _ = std::fs::remove_file(project.path(file));
     }
-    let warm = run();
+    let output = project
+        .headroom(&["--jobs", jobs, "--report", "report.json", "--", "make"])
+        .env("MAKEFLAGS", "-j8")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    project.report()
+}
+
+#[test]
+fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
+    let project = long_link_project();
+    // With one slot, c.o and a.o queue behind b.o: c.o is the longer compile, but the link
+    // waits on a.o.
+    build_long_link(&project, "1");
+    let warm = build_long_link(&project, "1");
     let start = |label: &str| {
         warm.jobs
             .iter()
@@ -219,19 +228,7 @@ fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
 
 #[test]
 fn jobs_off_the_longest_path_run_nicer_next_time() {
-    let project = Project::new();
-    // b.o runs first; a.o and c.o wait for an ungoverned step and then queue while it runs.
-    // The 1.5 s link waits on a.o, so a.o's path (1.8 s) is the longest; c.o's (0.9 s) and
-    // b.o's (1.2 s) are shorter, and c.o is started while a longer path is known.
-    project.write(
-        "Makefile",
-        "all: b.o c.o tool\n\
-         stamp:\n\tsleep 0.3 && touch stamp\n\
-         tool: a.o\n\tg++ --ms 1500 -o tool a.o\n\
-         a.o: stamp\n\tg++ --ms 300 -c a.cpp -o a.o\n\
-         b.o:\n\tg++ --ms 1200 -c b.cpp -o b.o\n\
-         c.o: stamp\n\tg++ --ms 900 -c c.cpp -o c.o\n",
-    );
+    let project = long_link_project();
     let nice = |object: &str| -> u8 {
         let text = std::fs::read_to_string(project.path(object)).unwrap();
         let (_, after) = text
@@ -239,30 +236,16 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
             .expect("the fake compiler names its niceness");
         after.split(',').next().unwrap().parse().unwrap()
     };
-    let build = || {
-        let output = project
-            .headroom(&["--jobs", "2", "--report", "report.json", "--", "make"])
-            .env("MAKEFLAGS", "-j8")
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", stderr(&output));
-    };
-    build();
     // The first build knows no paths: every job runs at the normal priority.
+    build_long_link(&project, "2");
     assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
-    for file in ["stamp", "a.o", "b.o", "c.o", "tool"] {
-        std::fs::remove_file(project.path(file)).unwrap();
-    }
-    build();
+    // With two slots, whichever of a.o and c.o comes first starts beside b.o: c.o's path
+    // (0.9 s) is shorter than b.o's (1.2 s) and a.o's (1.8 s) either way.
+    let warm = build_long_link(&project, "2");
     assert_eq!(nice("a.o"), 0, "a.o is on the longest path");
     assert!(nice("c.o") > 0, "c.o is off the longest path");
     // The report says what each job ran at.
-    for job in project
-        .report()
-        .jobs
-        .iter()
-        .filter(|job| job.label.ends_with(".o"))
-    {
+    for job in warm.jobs.iter().filter(|job| job.label.ends_with(".o")) {
         assert_eq!(job.nice, nice(&job.label), "{job:?}");
     }
 }
