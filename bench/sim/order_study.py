@@ -3,8 +3,9 @@
 
 An idealised replay outside the simulator: every nvcc job's exact memory curve (highest use
 per 1 s step, the trace's profile), a 30 GiB budget and 16 slots; a job starts when it fits
-beside the running ones in every future step, in the order given. Six draws of ±3% on each
-job's length and peak. Prints the makespans and their median for each order.
+beside the running ones in every future step, in the order given, or (best fit) of all the
+jobs that fit, the one whose start leaves the plan's highest step lowest. Six draws of ±3% on
+each job's length and peak. Prints the makespans and their median for each order.
 
 Usage: python3 bench/sim/order_study.py [TRACE]   (needs numpy: apt-get install python3-numpy)
 """
@@ -30,8 +31,10 @@ def curve(job):
     return np.array([bytes_at[(fine >= k) & (fine < k + 1.25)].max() for k in range(steps)])
 
 
-def makespan(order, curves, deps):
-    """Greedy admission in `order`, each job started as soon as it fits in every step."""
+def makespan(order, curves, deps, best_fit=False):
+    """Greedy admission in `order`, each job started as soon as it fits in every step; with
+    `best_fit`, of all the ready jobs that fit, the one whose start leaves the plan's highest
+    step over its life lowest goes first (ties in `order`)."""
     plan = np.zeros(sum(len(c) for c in curves) + 1)
     ends = {}
     running = []
@@ -41,16 +44,22 @@ def makespan(order, curves, deps):
         for end, job in [r for r in running if r[0] <= now]:
             ends[job] = end
         running = [r for r in running if r[0] > now]
-        for job in list(queue):
-            if len(running) >= SLOTS:
+        while len(running) < SLOTS:
+            fitting = []
+            for job in queue:
+                if any(ends.get(dep, now + 1) > now for dep in deps[job]):
+                    continue
+                total = plan[now:now + len(curves[job])] + curves[job]
+                if not running or np.all(total <= BUDGET):
+                    fitting.append((total.max() if best_fit else 0, job))
+                    if not best_fit:
+                        break
+            if not fitting:
                 break
-            if any(ends.get(dep, now + 1) > now for dep in deps[job]):
-                continue
-            need = curves[job]
-            if not running or np.all(plan[now:now + len(need)] + need <= BUDGET):
-                plan[now:now + len(need)] += need
-                running.append((now + len(need), job))
-                queue.remove(job)
+            job = min(fitting, key=lambda fit: fit[0])[1]
+            plan[now:now + len(curves[job])] += curves[job]
+            running.append((now + len(curves[job]), job))
+            queue.remove(job)
         now += 1
     return max(ends.values())
 
@@ -80,6 +89,8 @@ def main(path):
         }
         for name, order in orders.items():
             results.setdefault(name, []).append(makespan(order + rest, curves, deps))
+        results.setdefault("best fit", []).append(
+            makespan(longest_first + rest, curves, deps, best_fit=True))
     for name, spans in results.items():
         print(f"{name}: median {np.median(spans):.0f} s, {sorted(spans)}")
 
