@@ -4,7 +4,7 @@
 //! instant: when the jobs would take more than the machine has, the kernel's OOM killer acts
 //! at that very moment and the event is counted.
 
-use headroom_sched::{Action, JobId, Profile, ProfileRecorder, Ran};
+use headroom_sched::{chain, Action, JobId, Profile, ProfileRecorder, Ran};
 use serde::Serialize;
 
 use crate::machine::Machine;
@@ -120,7 +120,7 @@ struct Run {
 /// The kernel's CPU weight of a thread at each niceness from 0 to 19 (`sched_prio_to_weight`
 /// in the Linux scheduler): threads that want more cores than there are get them in
 /// proportion to their weights.
-const CPU_WEIGHTS: [f64; 20] = [
+const CPU_WEIGHTS: [f64; chain::LOWEST_PRIORITY as usize + 1] = [
     1024.0, 820.0, 655.0, 526.0, 423.0, 335.0, 272.0, 215.0, 172.0, 137.0, 110.0, 87.0, 70.0, 56.0,
     45.0, 36.0, 29.0, 23.0, 18.0, 15.0,
 ];
@@ -326,7 +326,7 @@ impl<'a> Simulation<'a> {
                         segment: sim_job.segment_at(0.0, 0),
                         started: self.now,
                         suspended: false,
-                        nice: nice.min(19),
+                        nice: nice.min(chain::LOWEST_PRIORITY),
                         speed: 1.0,
                         bytes,
                         peak: bytes,
