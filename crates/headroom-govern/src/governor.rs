@@ -47,6 +47,8 @@ pub struct GovernorConfig {
     /// Lower-memory rungs for jobs that run out of memory alone; empty when not opted in.
     pub ladder: Vec<Rung>,
     pub sample_interval_ms: u64,
+    /// Whether jobs start at the niceness the scheduler chose; otherwise all at 0.
+    pub priorities: bool,
 }
 
 struct Job {
@@ -506,7 +508,7 @@ impl Governor {
             match action {
                 Action::Start { nice, .. } => {
                     job.admitted = true;
-                    job.nice = nice;
+                    job.nice = if self.config.priorities { nice } else { 0 };
                     job.attempts += 1;
                     job.profile = ProfileRecorder::default();
                     job.active_seconds = 0.0;

@@ -43,6 +43,10 @@ pub struct BuildArgs {
     /// (`-g0`, then `-O1`, then `-O0` and small GC parameters); the report lists them.
     #[arg(long, env = "HEADROOM_LOWER_FLAGS")]
     lower_flags: bool,
+    /// Run every job at the normal CPU priority, instead of starting jobs off the build's
+    /// longest path nicer (`nice`) so that the jobs the build waits on get the cores first.
+    #[arg(long, env = "HEADROOM_NO_PRIORITIES")]
+    no_priorities: bool,
     /// Memory sampling interval of running jobs, in milliseconds.
     #[arg(
         long,
@@ -65,6 +69,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         jobs: args.jobs,
         lower_flags: args.lower_flags,
         sample_interval_ms: args.sample_interval_ms,
+        no_priorities: args.no_priorities,
     };
     let command = args
         .command
@@ -156,6 +161,7 @@ pub fn start_session(
             .map_or(0, |d| d.as_millis() as i64),
         ladder: settings.ladder.clone(),
         sample_interval_ms: settings.sample_interval_ms,
+        priorities: settings.priorities,
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     let session = Session::start(&exe, &config)?;

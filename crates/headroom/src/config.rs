@@ -30,6 +30,9 @@ pub struct BuildSection {
     /// Like `--jobs`.
     pub jobs: Option<usize>,
     pub sample_interval_ms: Option<u64>,
+    /// Start jobs off the build's longest path nicer (default true); like `--no-priorities`
+    /// when false.
+    pub priorities: Option<bool>,
     pub ladder: Option<LadderSection>,
 }
 
@@ -80,6 +83,7 @@ pub struct BuildOverrides {
     pub jobs: Option<usize>,
     pub lower_flags: bool,
     pub sample_interval_ms: Option<u64>,
+    pub no_priorities: bool,
 }
 
 /// The settings a build runs with.
@@ -89,6 +93,8 @@ pub struct BuildSettings {
     pub jobs: usize,
     pub ladder: Vec<Rung>,
     pub sample_interval_ms: u64,
+    /// Whether jobs off the build's longest path start nicer.
+    pub priorities: bool,
 }
 
 impl BuildSettings {
@@ -136,11 +142,14 @@ impl BuildSettings {
             .or(project.sample_interval_ms)
             .or(user.sample_interval_ms)
             .unwrap_or(100);
+        let priorities =
+            !flags.no_priorities && project.priorities.or(user.priorities).unwrap_or(true);
         Ok(BuildSettings {
             budget,
             jobs,
             ladder,
             sample_interval_ms,
+            priorities,
         })
     }
 }
@@ -178,9 +187,30 @@ mod tests {
                 budget: BudgetSpec::Auto,
                 jobs: 8,
                 ladder: vec![],
-                sample_interval_ms: 100
+                sample_interval_ms: 100,
+                priorities: true,
             }
         );
+    }
+
+    #[test]
+    fn priorities_are_on_unless_a_file_or_the_flag_turns_them_off() {
+        let none = BuildOverrides::default();
+        let off = file("[build]\npriorities = false\n");
+        let on = file("[build]\npriorities = true\n");
+        let merge = |flags: &BuildOverrides, project: &FileConfig, user: &FileConfig| {
+            BuildSettings::merge(flags, project, user, 2)
+                .unwrap()
+                .priorities
+        };
+        assert!(merge(&none, &FileConfig::default(), &FileConfig::default()));
+        assert!(!merge(&none, &FileConfig::default(), &off));
+        assert!(merge(&none, &on, &off));
+        let flag = BuildOverrides {
+            no_priorities: true,
+            ..Default::default()
+        };
+        assert!(!merge(&flag, &on, &on));
     }
 
     #[test]

@@ -194,13 +194,15 @@ fn long_link_project() -> Project {
     project
 }
 
-/// Builds the long-link project from scratch with `--jobs JOBS`; returns the report.
-fn build_long_link(project: &Project, jobs: &str) -> BuildReport {
+/// Builds the long-link project from scratch with `headroom build FLAGS…`; returns the
+/// report.
+fn build_long_link(project: &Project, flags: &[&str]) -> BuildReport {
     for file in ["stamp", "a.o", "b.o", "c.o", "tool"] {
         let _ = std::fs::remove_file(project.path(file));
     }
     let output = project
-        .headroom(&["--jobs", jobs, "--report", "report.json", "--", "make"])
+        .headroom(flags)
+        .args(["--report", "report.json", "--", "make"])
         .env("MAKEFLAGS", "-j8")
         .output()
         .unwrap();
@@ -213,8 +215,8 @@ fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
     let project = long_link_project();
     // With one slot, c.o and a.o queue behind b.o: c.o is the longer compile, but the link
     // waits on a.o.
-    build_long_link(&project, "1");
-    let warm = build_long_link(&project, "1");
+    build_long_link(&project, &["--jobs", "1"]);
+    let warm = build_long_link(&project, &["--jobs", "1"]);
     let start = |label: &str| {
         warm.jobs
             .iter()
@@ -237,17 +239,21 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
         after.split(',').next().unwrap().parse().unwrap()
     };
     // The first build knows no paths: every job runs at the normal priority.
-    build_long_link(&project, "2");
+    build_long_link(&project, &["--jobs", "2"]);
     assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
     // With two slots, whichever of a.o and c.o comes first starts beside b.o: c.o's path
     // (0.9 s) is shorter than b.o's (1.2 s) and a.o's (1.8 s) either way.
-    let warm = build_long_link(&project, "2");
+    let warm = build_long_link(&project, &["--jobs", "2"]);
     assert_eq!(nice("a.o"), 0, "a.o is on the longest path");
     assert!(nice("c.o") > 0, "c.o is off the longest path");
     // The report says what each job ran at.
     for job in warm.jobs.iter().filter(|job| job.label.ends_with(".o")) {
         assert_eq!(job.nice, nice(&job.label), "{job:?}");
     }
+    // Turned off, every job runs at the normal priority and the report says so.
+    let off = build_long_link(&project, &["--jobs", "2", "--no-priorities"]);
+    assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
+    assert!(off.jobs.iter().all(|job| job.nice == 0), "{:?}", off.jobs);
 }
 
 #[test]
