@@ -2,9 +2,11 @@
 //! of really touched memory over a given time, holds it briefly, and writes its `-o` output,
 //! which names the CPU niceness it ran at.
 //!
-//! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
+//! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--cpu-ms MILLIS [--threads N]] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
 //! - `--mem-file FILE`: read `MIB [MILLIS]` from FILE, so a job's flags (and so its identity
 //!   in the history) stay the same while its memory and time change between builds;
+//! - `--cpu-ms MILLIS`: once at its memory, burn MILLIS of CPU time on `--threads` threads
+//!   (default 1), as a compiler's code generation would: under contention it takes longer;
 //! - `--oom-unless=FLAG`: print gcc's "virtual memory exhausted" and exit 1 unless FLAG is
 //!   among the arguments (to exercise the lower-memory flag ladder);
 //! - `--fail-once MARKER`: the first run (when MARKER does not exist) creates MARKER and dies
@@ -13,6 +15,8 @@
 //! Other arguments are ignored, as a compiler's flags would be.
 
 use std::time::{Duration, Instant};
+
+use rustix::time::ClockId;
 
 const PAGE: usize = 4096;
 
@@ -58,6 +62,12 @@ fn main() {
         }
     }
     let memory = grow(mem_mib as usize * (1 << 20), Duration::from_millis(millis));
+    if let Some(cpu_ms) = number("--cpu-ms") {
+        burn(
+            Duration::from_millis(cpu_ms),
+            number("--threads").unwrap_or(1).max(1),
+        );
+    }
     if let Some(marker) = value("--fail-once") {
         if std::fs::metadata(marker).is_err() {
             std::fs::write(marker, b"failed once\n")
@@ -96,6 +106,25 @@ fn grow(bytes: usize, duration: Duration) -> Vec<Vec<u8>> {
         std::thread::sleep(due.saturating_sub(start.elapsed()));
     }
     memory
+}
+
+/// Burns `cpu` of CPU time in all on `threads` threads, each until its own share is used.
+fn burn(cpu: Duration, threads: u64) {
+    let share = cpu / threads as u32;
+    let thread_cpu = || Duration::try_from(rustix::time::clock_gettime(ClockId::ThreadCPUTime));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let start = thread_cpu().unwrap_or_default();
+                let mut state = 1u64;
+                while thread_cpu().map_or(true, |now| now - start < share) {
+                    for _ in 0..10_000 {
+                        state = std::hint::black_box(state.wrapping_mul(6364136223846793005) + 1);
+                    }
+                }
+            });
+        }
+    });
 }
 
 fn usage(message: &str) -> ! {
