@@ -5,7 +5,7 @@
 //! One thread per connected shim, one sampling thread, one lock around the state: simple to
 //! follow, and cheap enough for the few hundred jobs a build has in flight at most.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -92,6 +92,9 @@ struct State {
     build_id: Option<i64>,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
+    /// Which jobs the newest build offered together, and the keys this build has offered.
+    bursts: last_build::Bursts,
+    arrived: HashSet<String>,
     samples: Vec<Sample>,
     last_flush: Instant,
     peak_total: u64,
@@ -139,6 +142,8 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             history: past.history,
             build_id: past.build_id,
             waiting_seconds: past.waiting_seconds,
+            bursts: past.bursts,
+            arrived: HashSet::new(),
             samples: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
@@ -170,6 +175,8 @@ struct Past {
     /// Each job's two newest clean runs, for the timing slack and the margin on peaks
     /// (`last_build::reruns`).
     reruns: Vec<(last_build::CleanRun, last_build::CleanRun)>,
+    /// Which jobs the newest build offered together.
+    bursts: last_build::Bursts,
 }
 
 /// Opens the history and begins this build in it, with what recent builds say about the jobs.
@@ -184,19 +191,22 @@ fn open_history(config: &GovernorConfig) -> Past {
     let Some(history) = opened.history else {
         return Past::default();
     };
-    let (waiting_seconds, reruns) = match history.recent_builds_jobs(last_build::BUILDS_TO_READ) {
-        Ok(builds) => (
-            last_build::waiting_seconds_by_key(&builds),
-            last_build::reruns(&builds),
-        ),
-        Err(err) => {
-            eprintln!(
+    let (waiting_seconds, reruns, bursts) =
+        match history.recent_builds_jobs(last_build::BUILDS_TO_READ) {
+            Ok(builds) => {
+                let waiting_seconds = last_build::waiting_seconds_by_key(&builds);
+                let newest = builds.first().map_or(&[][..], Vec::as_slice);
+                let bursts = last_build::Bursts::new(newest, &waiting_seconds);
+                (waiting_seconds, last_build::reruns(&builds), bursts)
+            }
+            Err(err) => {
+                eprintln!(
                 "headroom: warning: {err}; jobs queue by their own length only and plan with the \
                  configured timing slack and peak margin"
             );
-            Default::default()
-        }
-    };
+                Default::default()
+            }
+        };
     let build = BuildRecord {
         id: 0,
         started_unix_ms: config.started_unix_ms,
@@ -215,6 +225,7 @@ fn open_history(config: &GovernorConfig) -> Past {
             build_id: Some(id),
             waiting_seconds,
             reruns,
+            bursts,
         },
         Err(err) => {
             eprintln!("headroom: warning: {err}; this build runs without history");
@@ -266,6 +277,13 @@ impl Governor {
             .and_then(|h| h.past_run(&identity.key).ok().flatten());
         let id = state.next_id;
         state.next_id += 1;
+        state.arrived.insert(identity.key.clone());
+        // A job that came first in its burst waits, at most until the sampler's next tick, for
+        // the longer jobs its burst brought last time: the queue's order, not the race to
+        // connect, decides which starts first, as in the simulator.
+        let wait_for_burst = state
+            .bursts
+            .longer_one_coming(&identity.key, &state.arrived);
         let mut prediction = state.predictor.predict(id, past.as_ref(), identity.group);
         prediction.estimate.waiting_seconds = state
             .waiting_seconds
@@ -301,7 +319,9 @@ impl Governor {
             },
         );
         state.scheduler.submit(id, prediction.estimate, false);
-        self.decide(&mut state, None);
+        if !wait_for_burst {
+            self.decide(&mut state, None);
+        }
         id
     }
 
@@ -403,6 +423,18 @@ impl Governor {
             return Reply::Retry;
         }
         let job = state.jobs.remove(&id).expect("checked above");
+        // The jobs that waited on this one come in a moment; a slot it leaves waits for them
+        // (at most until the sampler's next tick) if one is longer than any queued job.
+        let longest_queued = state
+            .jobs
+            .values()
+            .filter(|job| !job.admitted && !job.attempt_running)
+            .map(|job| state.bursts.path(&job.identity.key))
+            .fold(0.0, f64::max);
+        let wait_for_followers =
+            state
+                .bursts
+                .longer_one_follows(&job.identity.key, longest_queued, &state.arrived);
         let ran = Ran {
             cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
             wall_seconds: job.active_seconds,
@@ -414,7 +446,9 @@ impl Governor {
             state.scheduler.remove(id);
         }
         self.record(&mut state, id, job, &attempt, ran);
-        self.decide(&mut state, None);
+        if !wait_for_followers {
+            self.decide(&mut state, None);
+        }
         Reply::Done
     }
 

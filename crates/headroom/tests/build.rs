@@ -257,6 +257,38 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
 }
 
 #[test]
+fn the_longest_job_of_a_burst_starts_first_whichever_connects_first() {
+    let project = Project::new();
+    // make starts all four at once, s1.o first; with one slot, whichever shim connects first
+    // would run first. Next time long.o, the longest, goes first.
+    project.write(
+        "Makefile",
+        "all: s1.o s2.o s3.o long.o\n\
+         long.o:\n\tg++ --ms 1500 -c long.cpp -o long.o\n\
+         s%.o:\n\tg++ --ms 300 -c s$*.cpp -o $@\n",
+    );
+    let build = |sample_interval_ms: &str| {
+        for object in ["s1.o", "s2.o", "s3.o", "long.o"] {
+            let _ = std::fs::remove_file(project.path(object));
+        }
+        let output = project
+            .headroom(&["--jobs", "1", "--report", "report.json", "--", "make"])
+            .env("MAKEFLAGS", "-j8")
+            .env("HEADROOM_SAMPLE_INTERVAL_MS", sample_interval_ms)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        project.report()
+    };
+    build("20");
+    // Sampler ticks far apart, so that a job the burst holds back waits for the burst and
+    // not for a tick.
+    let warm = build("1000");
+    let first = warm.jobs.iter().min_by_key(|job| job.start_ms).unwrap();
+    assert_eq!(first.label, "long.o", "{:?}", warm.jobs);
+}
+
+#[test]
 fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
     let project = Project::new();
     let jobs: Vec<(&str, String)> = ["a.o", "b.o"]
