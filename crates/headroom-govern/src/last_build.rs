@@ -63,7 +63,7 @@ fn in_one_build(jobs: &[JobRecord]) -> Vec<(String, f64)> {
         .zip(&arguments)
         .enumerate()
         .map(|(index, (job, words))| Finished {
-            seconds: job.end_ms.saturating_sub(job.start_ms) as f64 / 1000.0,
+            seconds: job.wall_seconds(),
             // Its own `-o` file is among its words too.
             inputs: words
                 .iter()
@@ -110,13 +110,12 @@ impl Bursts {
         let mut offers: Vec<Offer> = newest
             .iter()
             .map(|job| {
-                let own = job.end_ms.saturating_sub(job.start_ms) as f64 / 1000.0;
                 let waiting = waiting_seconds.get(&job.key).copied().unwrap_or(0.0);
                 Offer {
                     key: job.key.clone(),
                     offered_ms: job.offered_ms,
                     end_ms: job.end_ms,
-                    path: own + waiting,
+                    path: job.wall_seconds() + waiting,
                 }
             })
             .collect();
@@ -192,7 +191,7 @@ pub fn reruns(builds: &[Vec<JobRecord>]) -> Vec<(CleanRun, CleanRun)> {
     let clean = |job: &JobRecord| {
         let ran = Ran {
             cpu_seconds: job.cpu_ms as f64 / 1000.0,
-            wall_seconds: job.end_ms.saturating_sub(job.start_ms) as f64 / 1000.0,
+            wall_seconds: job.wall_seconds(),
         };
         let once = job.attempts <= 1 && job.suspends == 0 && job.requeues == 0;
         (job.exit_code == Some(0) && once).then_some(CleanRun {

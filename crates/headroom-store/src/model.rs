@@ -64,6 +64,13 @@ pub struct JobRecord {
     pub nice: u8,
 }
 
+impl JobRecord {
+    /// Seconds from the job's first start to its end.
+    pub fn wall_seconds(&self) -> f64 {
+        self.end_ms.saturating_sub(self.start_ms) as f64 / 1000.0
+    }
+}
+
 /// Memory of one job at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {

@@ -65,7 +65,7 @@ pub fn render(report: &BuildReport) -> String {
             "peak", "time", "predicted"
         );
         for job in report.by_peak().into_iter().take(TOP_JOBS) {
-            let seconds = job.end_ms.saturating_sub(job.start_ms) as f64 / 1000.0;
+            let seconds = job.wall_seconds();
             let _ = writeln!(
                 out,
                 "  {:>10}  {:>6.1} s  {:>8}  {}",
