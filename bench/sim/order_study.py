@@ -31,6 +31,16 @@ def curve(job):
     return np.array([bytes_at[(fine >= k) & (fine < k + 1.25)].max() for k in range(steps)])
 
 
+def draw(exact, rng):
+    """One run's curves: each job's `exact` curve stretched and scaled by up to ±3%."""
+    curves = []
+    for c in exact:
+        length = max(1, round(len(c) * (1 + rng.uniform(-0.03, 0.03))))
+        stretched = np.interp(np.linspace(0, len(c) - 1, length), np.arange(len(c)), c)
+        curves.append(stretched * (1 + rng.uniform(-0.03, 0.03)))
+    return curves
+
+
 def makespan(order, curves, deps, best_fit=False):
     """Greedy admission in `order`, each job started as soon as it fits in every step; with
     `best_fit`, of all the ready jobs that fit, the one whose start leaves the plan's highest
@@ -72,13 +82,8 @@ def main(path):
     units = [i for i, job in enumerate(jobs) if not deps[i]]
     rest = [i for i in range(len(jobs)) if deps[i]]
     results = {}
-    for draw in range(DRAWS):
-        rng = random.Random(draw)
-        curves = []
-        for c in exact:
-            length = max(1, round(len(c) * (1 + rng.uniform(-0.03, 0.03))))
-            stretched = np.interp(np.linspace(0, len(c) - 1, length), np.arange(len(c)), c)
-            curves.append(stretched * (1 + rng.uniform(-0.03, 0.03)))
+    for seed in range(DRAWS):
+        curves = draw(exact, random.Random(seed))
         longest_first = sorted(units, key=lambda i: -len(curves[i]))
         shortest_8 = longest_first[-8:]
         orders = {
