@@ -16,13 +16,12 @@ its kills and work lost per draw.
 
 Usage: python3 bench/sim/horizon_study.py [TRACE]   (needs numpy: apt-get install python3-numpy)
 """
-import json
 import random
 import sys
 
 import numpy as np
 
-from order_study import BUDGET, DRAWS, GIB, SLOTS, curve, draw
+from order_study import BUDGET, DRAWS, GIB, SLOTS, draw, load
 
 CAPACITY = 32 * GIB
 # Seconds ahead a kill looks: the sampler sees a shortfall a moment before it comes.
@@ -70,11 +69,7 @@ def planned(curves, running, now, steps):
 
 
 def main(path):
-    jobs = json.load(open(path))["jobs"]
-    exact = [curve(job) for job in jobs]
-    deps = [set(job.get("deps", [])) for job in jobs]
-    units = [i for i, job in enumerate(jobs) if not deps[i]]
-    rest = [i for i in range(len(jobs)) if deps[i]]
+    jobs, exact, deps, units, rest = load(path)
     largest = max(job["peak"] for job in jobs)
     results = {}
     for seed in range(DRAWS):

@@ -74,13 +74,19 @@ def makespan(order, curves, deps, best_fit=False):
     return max(ends.values())
 
 
-def main(path):
+def load(path):
+    """The trace's jobs, their exact curves, their dependencies, the jobs that wait for none
+    (flash-attention's nvcc jobs and two API units) and the rest (the link), in trace order."""
     jobs = json.load(open(path))["jobs"]
     exact = [curve(job) for job in jobs]
     deps = [set(job.get("deps", [])) for job in jobs]
-    # The nvcc jobs and the two API units; the link (waiting on all of them) goes last.
     units = [i for i, job in enumerate(jobs) if not deps[i]]
     rest = [i for i in range(len(jobs)) if deps[i]]
+    return jobs, exact, deps, units, rest
+
+
+def main(path):
+    _, exact, deps, units, rest = load(path)
     results = {}
     for seed in range(DRAWS):
         curves = draw(exact, random.Random(seed))
