@@ -83,15 +83,16 @@ def main(path):
                          lambda running, now: CAPACITY - used(running, now) < largest / 2)
         results.setdefault("parallel --memfree", []).append(memfree)
         longest_first = sorted(units, key=lambda i: -len(curves[i])) + rest
+
+        def short(running, now):
+            return bool(np.any(planned(curves, running, now, REACT) > BUDGET))
+
         for horizon in HORIZONS:
 
             def admits(running, job, now, horizon=horizon):
                 steps = len(curves[job]) if horizon is None else min(horizon, len(curves[job]))
                 need = planned(curves, running, now, steps) + curves[job][:steps]
                 return bool(np.all(need <= BUDGET))
-
-            def short(running, now):
-                return bool(np.any(planned(curves, running, now, REACT) > BUDGET))
 
             name = "greedy (whole life)" if horizon is None else f"H = {horizon} s"
             results.setdefault(name, []).append(
