@@ -78,8 +78,46 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("headroom: error: {err:#}");
+            eprintln!("headroom: error: {}", describe(&err));
             ExitCode::from(EXIT_HEADROOM_ERROR)
         }
+    }
+}
+
+/// The error and each of its causes once. Most of our errors name their cause in their own
+/// message, before the advice on what to do, and also keep it as their source, so printing
+/// the whole chain would repeat it.
+fn describe(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain().map(ToString::to_string) {
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_names_each_cause_once() {
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = anyhow::Error::new(headroom_sim::SimError::Io {
+            path: "a.json".into(),
+            source: missing,
+        })
+        .context("loading a trace");
+        assert_eq!(
+            describe(&err),
+            "loading a trace: cannot read or write a.json: no such file"
+        );
+        let bare = anyhow::Error::new(std::io::Error::other("disk on fire")).context("saving");
+        assert_eq!(describe(&bare), "saving: disk on fire");
     }
 }
