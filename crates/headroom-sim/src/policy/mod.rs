@@ -56,7 +56,7 @@ pub const ALL_POLICIES: [PolicySpec; 9] = [
 ];
 
 const POLICY_NAMES: &str = "headroom, headroom-warm, static, static=N, ninja, \
-    parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs";
+    parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs, clairvoyant";
 
 impl FromStr for PolicySpec {
     type Err = SimError;
@@ -171,6 +171,10 @@ mod tests {
         );
         assert!("static=0".parse::<PolicySpec>().is_err());
         assert!("ninja=3".parse::<PolicySpec>().is_err());
-        assert!("make".parse::<PolicySpec>().is_err());
+        let unknown = "make".parse::<PolicySpec>().unwrap_err().to_string();
+        for spec in ALL_POLICIES.into_iter().chain([PolicySpec::Clairvoyant]) {
+            let name = spec.to_string();
+            assert!(unknown.contains(&name), "{name} missing from: {unknown}");
+        }
     }
 }
