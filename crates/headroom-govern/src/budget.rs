@@ -26,6 +26,8 @@ pub enum BudgetError {
     Invalid(String),
     #[error("invalid --budget `{0}`: the percentage must be above 0 and at most 100")]
     Percent(String),
+    #[error("invalid --budget `{0}`: no job fits in no memory; give a size such as `6G`, or leave --budget out to use what is available")]
+    Zero(String),
     #[error("cannot read this machine's memory ({0}); pass --budget SIZE")]
     Unreadable(String),
 }
@@ -47,8 +49,9 @@ pub fn parse_budget(text: &str) -> Result<BudgetSpec, BudgetError> {
         return Ok(BudgetSpec::Percent(percent));
     }
     match parse_size(text) {
-        Ok(0) | Err(_) => Err(BudgetError::Invalid(text.into())),
+        Ok(0) => Err(BudgetError::Zero(text.into())),
         Ok(bytes) => Ok(BudgetSpec::Bytes(bytes)),
+        Err(_) => Err(BudgetError::Invalid(text.into())),
     }
 }
 
@@ -158,6 +161,7 @@ mod tests {
             let err = parse_budget(bad).unwrap_err().to_string();
             assert!(err.contains("--budget") && err.contains(bad), "{err}");
         }
+        assert_eq!(parse_budget("0M"), Err(BudgetError::Zero("0M".into())));
     }
 
     #[test]
