@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -37,7 +38,7 @@ pub struct BuildArgs {
     #[arg(long, short = 'j', env = "HEADROOM_JOBS", value_name = "N")]
     jobs: Option<usize>,
     /// Write the build report as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "no_history")]
     report: Option<PathBuf>,
     /// Let jobs that run out of memory even alone be rebuilt with lower-memory flags
     /// (`-g0`, then `-O1`, then `-O0` and small GC parameters); the report lists them.
@@ -64,6 +65,9 @@ pub struct BuildArgs {
 }
 
 pub fn main(args: BuildArgs) -> Result<u8> {
+    if let Some(path) = &args.report {
+        check_report_path(path)?;
+    }
     let overrides = BuildOverrides {
         budget: args.budget.clone(),
         jobs: args.jobs,
@@ -240,13 +244,39 @@ fn report(history: &Path, id: i64, json: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// Fails now, not after a long build, when the report could not be written where asked.
+fn check_report_path(path: &Path) -> Result<()> {
+    let dir = report_dir(path);
+    if !dir.is_dir() {
+        bail!(
+            "--report {}: there is no directory {}; create it, or write the report elsewhere",
+            path.display(),
+            dir.display()
+        );
+    }
+    if path.is_dir() {
+        bail!(
+            "--report {}: that is a directory; name the report file in it",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// The directory a report at `path` goes to.
+fn report_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// Writes a report atomically: a crash never leaves half a file.
 pub fn write_json_report(report: &BuildReport, path: &Path) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir)
+    let dir = report_dir(path);
+    // Readable as a file the build wrote itself would be (0666 less the umask), not 0600.
+    let mut file = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
         .with_context(|| format!("cannot write a report in {}", dir.display()))?;
     serde_json::to_writer_pretty(&mut file, report)?;
     file.write_all(b"\n")?;

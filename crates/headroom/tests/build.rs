@@ -820,3 +820,45 @@ fn sim_import_turns_the_last_build_into_a_trace_that_sim_replays() {
     let makespan = results[0]["outcomes"][0]["makespan"].as_f64().unwrap();
     assert!(makespan >= 0.7, "{results}");
 }
+
+#[test]
+fn a_report_that_cannot_be_written_fails_before_the_build_runs() {
+    let project = Project::new();
+    project.makefile(&[("a.o", "--mem 10 --ms 50".into())]);
+    std::fs::create_dir(project.path("reports")).unwrap();
+    for (report, says) in [
+        ("missing/report.json", "there is no directory missing"),
+        ("reports", "that is a directory"),
+    ] {
+        let output = project.run(&["--report", report, "--", "make"]);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+        assert!(!project.path("a.o").exists(), "the build must not have run");
+    }
+    let output = project.run(&["--no-history", "--report", "report.json", "--", "make"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(!project.path("a.o").exists(), "the build must not have run");
+}
+
+#[test]
+fn a_report_is_as_readable_as_the_files_the_build_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new();
+    project.makefile(&[("a.o", "--mem 10 --ms 50".into())]);
+    let output = project.run(&["--report", "report.json", "--", "make"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Umask:"))
+        .map(|value| u32::from_str_radix(value.trim(), 8).unwrap())
+        .expect("Linux shows the umask in /proc/self/status");
+    let mode = |name: &str| {
+        std::fs::metadata(project.path(name))
+            .unwrap()
+            .permissions()
+            .mode()
+    };
+    assert_eq!(mode("report.json") & 0o777, 0o666 & !umask);
+    assert_eq!(mode("report.json") & 0o777, mode("a.o") & 0o666);
+}
