@@ -116,10 +116,7 @@ pub fn export(
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let temp = tempfile::Builder::new()
-        .prefix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io_error)?;
+    let temp = cache::temp_file_in(dir).map_err(io_error)?;
     let encoder = zstd::Encoder::new(temp.as_file(), ZSTD_LEVEL).map_err(io_error)?;
     let mut archive = tar::Builder::new(encoder);
     archive.mode(tar::HeaderMode::Deterministic);

@@ -50,11 +50,25 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
     }
 }
 
+/// A temporary file in `dir`, to be renamed over a final path. It is created as a plain file
+/// would be (0666 less the umask), not private to its owner: a cache shared by a team, or a
+/// bundle shipped from CI, must be readable by others wherever the umask lets them.
+pub(crate) fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(fs::Permissions::from_mode(0o666));
+    }
+    builder.tempfile_in(dir)
+}
+
 /// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
-    let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+    let mut temp = temp_file_in(dir)?;
     temp.write_all(bytes)?;
     temp.as_file().sync_all()?;
     temp.persist(path).map_err(|err| err.error)?;
@@ -351,7 +365,7 @@ impl Cache {
         let written = (|| {
             let dir = path.parent().unwrap_or(Path::new("."));
             fs::create_dir_all(dir)?;
-            let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+            let mut temp = temp_file_in(dir)?;
             temp.write_all(&bytes)?;
             temp.as_file().sync_all()?;
             temp.persist_noclobber(&path).map_err(|err| err.error)

@@ -69,6 +69,23 @@ fn export_import_export_is_byte_identical() {
     );
 }
 
+#[test]
+fn bundles_and_cached_artifacts_are_as_readable_as_plain_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = filled_cache(&dir.path().join("ci-cache"));
+    let bundle = dir.path().join("kernels.tar.zst");
+    export(&source, &bundle, &[]).unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"").unwrap();
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&bundle), mode(&plain));
+    assert_eq!(
+        mode(&source.root().join("cuda/add/sm_90a.ptx")),
+        mode(&plain)
+    );
+}
+
 /// One raw tar member: the name is written straight into the header, bypassing the checks
 /// `tar::Builder` would apply, as an attacker would.
 struct Member<'a> {
