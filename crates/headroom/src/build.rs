@@ -5,8 +5,6 @@
 //! own exit code.
 
 use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -23,6 +21,7 @@ use headroom_probe::size::Size;
 use headroom_store::{summary, BuildReport, History};
 
 use crate::config::{BuildOverrides, BuildSettings, FileConfig};
+use crate::output;
 
 /// How long an interrupted build may take to stop before it is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
@@ -66,7 +65,7 @@ pub struct BuildArgs {
 
 pub fn main(args: BuildArgs) -> Result<u8> {
     if let Some(path) = &args.report {
-        check_report_path(path)?;
+        output::check("--report", path)?;
     }
     let overrides = BuildOverrides {
         budget: args.budget.clone(),
@@ -239,48 +238,14 @@ fn report(history: &Path, id: i64, json: Option<&Path>) -> Result<()> {
     let report = History::open(history)?.load_build(id)?;
     eprint!("{}", summary::render(&report));
     if let Some(path) = json {
-        write_json_report(&report, path)?;
+        write_json_report(&report, "--report", path)?;
     }
     Ok(())
 }
 
-/// Fails now, not after a long build, when the report could not be written where asked.
-fn check_report_path(path: &Path) -> Result<()> {
-    let dir = report_dir(path);
-    if !dir.is_dir() {
-        bail!(
-            "--report {}: there is no directory {}; create it, or write the report elsewhere",
-            path.display(),
-            dir.display()
-        );
-    }
-    if path.is_dir() {
-        bail!(
-            "--report {}: that is a directory; name the report file in it",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// The directory a report at `path` goes to.
-fn report_dir(path: &Path) -> &Path {
-    path.parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-}
-
-/// Writes a report atomically: a crash never leaves half a file.
-pub fn write_json_report(report: &BuildReport, path: &Path) -> Result<()> {
-    let dir = report_dir(path);
-    // Readable as a file the build wrote itself would be (0666 less the umask), not 0600.
-    let mut file = tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write a report in {}", dir.display()))?;
-    serde_json::to_writer_pretty(&mut file, report)?;
-    file.write_all(b"\n")?;
-    file.persist(path)
-        .with_context(|| format!("cannot write the report {}", path.display()))?;
-    Ok(())
+/// Writes a build report as JSON, given with `flag`.
+pub fn write_json_report(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
+    let mut json = serde_json::to_vec_pretty(report)?;
+    json.push(b'\n');
+    output::write(flag, path, &json)
 }

@@ -8,6 +8,7 @@ mod build;
 mod config;
 mod doctor;
 mod kernels;
+mod output;
 mod report;
 mod run;
 mod sim;

@@ -8,6 +8,7 @@ use headroom_store::chart::{Limit, Series, Timeline};
 use headroom_store::{summary, BuildReport, History};
 
 use crate::build::write_json_report;
+use crate::output;
 
 /// Arguments of `headroom report`.
 #[derive(clap::Args)]
@@ -25,14 +26,18 @@ pub struct ReportArgs {
 }
 
 pub fn main(args: ReportArgs) -> Result<u8> {
+    output::check_all([
+        ("--json", args.json.as_deref()),
+        ("--html", args.html.as_deref()),
+    ])?;
     let report = load(args.build.as_deref())?;
     eprint!("{}", summary::render(&report));
     if let Some(path) = &args.json {
-        write_json_report(&report, path)?;
+        write_json_report(&report, "--json", path)?;
     }
     if let Some(path) = &args.html {
         let html = headroom_store::chart::render_html(&timeline(&report));
-        std::fs::write(path, html).with_context(|| format!("cannot write {}", path.display()))?;
+        output::write("--html", path, html.as_bytes())?;
         eprintln!("headroom: wrote {}", path.display());
     }
     Ok(0)

@@ -11,6 +11,8 @@ use headroom_sim::{
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::output;
+
 /// Arguments of `headroom sim`.
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -122,6 +124,7 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
             args.growth
         );
     }
+    output::check_all([("--html", args.html.as_deref())])?;
     let config = SimConfig {
         seed: args.seed,
         variation: args.variation,
@@ -158,8 +161,7 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
         print!("{}", report::table(&comparisons, args.every_static));
     }
     if let Some(path) = args.html {
-        std::fs::write(&path, report::html(&comparisons))
-            .with_context(|| format!("writing the --html page to {}", path.display()))?;
+        output::write("--html", &path, report::html(&comparisons).as_bytes())?;
     }
     Ok(0)
 }
@@ -187,6 +189,7 @@ fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
 }
 
 fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
+    output::check("--out", &args.out)?;
     let report = crate::report::load(args.build.as_deref())?;
     let machine = match args.machine {
         Some(machine) => machine,

@@ -82,6 +82,28 @@ fn bad_input_is_a_clear_error_naming_the_flag() {
         "{}",
         stderr(&fallback)
     );
+    // A misspelt flag is not taken for the command.
+    let flag = scratch.headroom(&["run", "--jsn", "out.json", "--", "true"]);
+    assert_eq!(flag.status.code(), Some(2));
+    assert!(stderr(&flag).contains("'--jsn'"), "{}", stderr(&flag));
+}
+
+#[test]
+fn an_output_that_cannot_be_written_fails_before_the_command_runs() {
+    let scratch = Scratch::new();
+    for flag in ["--json", "--html", "--mprof"] {
+        let output = scratch.headroom(&["run", flag, "missing/out", "--", "touch", "ran"]);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!("{flag} missing/out: there is no directory")),
+            "{}",
+            stderr(&output)
+        );
+        assert!(
+            !scratch.path("ran").exists(),
+            "the command must not have run"
+        );
+    }
 }
 
 #[test]

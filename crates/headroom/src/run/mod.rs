@@ -7,7 +7,7 @@ mod stages;
 mod supervise;
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,6 +17,8 @@ use regex::Regex;
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
 use stages::StageDetector;
 use supervise::{Launch, Signals};
+
+use crate::output;
 
 /// Exit status when CMD cannot be found, as shells do.
 const EXIT_NOT_FOUND: u8 = 127;
@@ -52,12 +54,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     mprof: Option<PathBuf>,
     /// The command to run, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -122,6 +119,11 @@ fn is_assignment(word: &str) -> bool {
 }
 
 pub fn main(args: RunArgs) -> anyhow::Result<u8> {
+    output::check_all([
+        ("--json", args.json.as_deref()),
+        ("--html", args.html.as_deref()),
+        ("--mprof", args.mprof.as_deref()),
+    ])?;
     let mut rungs = vec![Rung {
         argv: args.command.clone(),
         env: Vec::new(),
@@ -248,25 +250,16 @@ fn write_outputs(args: &RunArgs, report: &Report) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         let json =
             serde_json::to_string_pretty(report).context("cannot encode the report as JSON")?;
-        write_file(path, &json, "--json")?;
+        output::write("--json", path, json.as_bytes())?;
     }
     if let Some(path) = &args.html {
         let html = headroom_store::chart::render_html(&report::timeline(report));
-        write_file(path, &html, "--html")?;
+        output::write("--html", path, html.as_bytes())?;
     }
     if let Some(path) = &args.mprof {
-        write_file(path, &report::render_mprof(report), "--mprof")?;
+        output::write("--mprof", path, report::render_mprof(report).as_bytes())?;
     }
     Ok(())
-}
-
-fn write_file(path: &Path, contents: &str, flag: &str) -> anyhow::Result<()> {
-    std::fs::write(path, contents).with_context(|| {
-        format!(
-            "cannot write {flag} file {}; check that its directory exists and is writable",
-            path.display()
-        )
-    })
 }
 
 fn lossy(argv: &[OsString]) -> Vec<String> {
