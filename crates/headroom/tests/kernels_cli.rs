@@ -282,6 +282,18 @@ fn manifest_errors_name_the_line_and_exit_2() {
 }
 
 #[test]
+fn an_export_to_a_missing_directory_says_which() {
+    let project = Project::new("");
+    let output = project.run(&["export", "no-such-dir/kernels.tar.zst"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output).trim_end(),
+        "headroom: error: export to no-such-dir/kernels.tar.zst: there is no directory \
+         no-such-dir; create it, or write the file elsewhere"
+    );
+}
+
+#[test]
 fn a_failed_compile_exits_1_and_shows_the_compiler_error() {
     if !have_clang() {
         return;
