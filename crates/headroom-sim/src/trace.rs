@@ -96,18 +96,11 @@ impl Trace {
         Ok(trace)
     }
 
-    /// Writes the trace as compact JSON (the large traces stay small in the repository).
-    pub fn save(&self, path: &Path) -> Result<(), SimError> {
-        let io_error = |source| SimError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let mut text = serde_json::to_string(self).map_err(|source| SimError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    /// The trace as compact JSON, one line (the large traces stay small in the repository).
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string(self).expect("traces always serialize");
         text.push('\n');
-        std::fs::write(path, text).map_err(io_error)
+        text
     }
 
     /// Checks what the simulator relies on: a known schema, dependencies that point back in
