@@ -72,8 +72,8 @@ pub use workload::{SimConfig, SimJob, Workload};
 /// Everything that can go wrong in a simulation.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    #[error("cannot read or write {path}: {source}")]
-    Io {
+    #[error("cannot read {path}: {source}")]
+    Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,

@@ -83,11 +83,11 @@ pub struct TraceJob {
 impl Trace {
     /// Reads and checks a trace file.
     pub fn load(path: &Path) -> Result<Trace, SimError> {
-        let io_error = |source| SimError::Io {
+        let read_error = |source| SimError::Read {
             path: path.to_path_buf(),
             source,
         };
-        let text = std::fs::read_to_string(path).map_err(io_error)?;
+        let text = std::fs::read_to_string(path).map_err(read_error)?;
         let trace: Trace = serde_json::from_str(&text).map_err(|source| SimError::Parse {
             path: path.to_path_buf(),
             source,

@@ -109,14 +109,14 @@ mod tests {
     #[test]
     fn an_error_names_each_cause_once() {
         let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        let err = anyhow::Error::new(headroom_sim::SimError::Io {
+        let err = anyhow::Error::new(headroom_sim::SimError::Read {
             path: "a.json".into(),
             source: missing,
         })
         .context("loading a trace");
         assert_eq!(
             describe(&err),
-            "loading a trace: cannot read or write a.json: no such file"
+            "loading a trace: cannot read a.json: no such file"
         );
         let bare = anyhow::Error::new(std::io::Error::other("disk on fire")).context("saving");
         assert_eq!(describe(&bare), "saving: disk on fire");
