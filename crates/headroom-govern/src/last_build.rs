@@ -45,6 +45,23 @@ pub fn waiting_seconds_by_key(builds: &[Vec<JobRecord>]) -> HashMap<String, f64>
 
 /// Seconds of work that waited on each job of one build's `jobs`, by job key.
 fn in_one_build(jobs: &[JobRecord]) -> Vec<(String, f64)> {
+    let finished: Vec<Finished> = jobs
+        .iter()
+        .zip(named_inputs(jobs))
+        .map(|(job, inputs)| Finished {
+            seconds: job.wall_seconds(),
+            inputs,
+        })
+        .collect();
+    jobs.iter()
+        .map(|job| job.key.clone())
+        .zip(waiting_seconds(&finished))
+        .collect()
+}
+
+/// For each of one build's `jobs`, the jobs (by index) whose `-o` file it names among its
+/// arguments.
+pub fn named_inputs(jobs: &[JobRecord]) -> Vec<Vec<usize>> {
     let arguments: Vec<Vec<String>> = jobs
         .iter()
         .map(|job| job.command.split_whitespace().map(String::from).collect())
@@ -58,24 +75,21 @@ fn in_one_build(jobs: &[JobRecord]) -> Vec<(String, f64)> {
             made_by.insert(resolve(&job.cwd, &output), index);
         }
     }
-    let finished: Vec<Finished> = jobs
-        .iter()
+    jobs.iter()
         .zip(&arguments)
         .enumerate()
-        .map(|(index, (job, words))| Finished {
-            seconds: job.wall_seconds(),
+        .map(|(index, (job, words))| {
             // Its own `-o` file is among its words too.
-            inputs: words
+            let mut inputs: Vec<usize> = words
                 .iter()
                 .skip(1)
                 .filter_map(|word| made_by.get(&resolve(&job.cwd, word)).copied())
                 .filter(|&maker| maker != index)
-                .collect(),
+                .collect();
+            inputs.sort_unstable();
+            inputs.dedup();
+            inputs
         })
-        .collect();
-    jobs.iter()
-        .map(|job| job.key.clone())
-        .zip(waiting_seconds(&finished))
         .collect()
 }
 
@@ -334,6 +348,10 @@ mod tests {
                 35_000,
             ),
         ];
+        assert_eq!(
+            named_inputs(&jobs),
+            [vec![], vec![], vec![], vec![0, 1], vec![2]]
+        );
         let full = waiting_seconds_by_key(&[jobs.to_vec()]);
         assert_eq!(full["a"], 100.0);
         assert_eq!(full["b"], 100.0);

@@ -1,11 +1,17 @@
 //! Turns one `headroom build` run (its `--report` JSON, or `headroom report BUILD --json`)
 //! into a trace, so the simulator replays builds that really happened.
 //!
-//! A report does not say which job waited for which. The trace makes each job depend on every
-//! job that had ended when the build system offered it: exact when the trace is replayed on
-//! the machine and `-j` it was recorded with, and conservative on larger machines. Stretches
-//! when no governed job ran (build scripts, code generators, `ar`) become `(ungoverned work)`
-//! jobs of the same length, so a replay keeps them.
+//! A report does not say which job waited for which, but its commands name files. The trace
+//! makes each job depend on every job that had ended when the build system offered it, except
+//! those whose output other jobs are seen to read and it does not name: a compile offered
+//! after another ended (because `-j` had no free slot, not because it read its object) does
+//! not wait for it when the trace is replayed with more cores, and a link still waits for the
+//! objects it names. An output no governed job names may be read by something headroom does
+//! not see (`ar` packing objects into the archive a link reads, a build script), so jobs
+//! offered after it ended keep waiting for it. Replayed on the machine and `-j` it was
+//! recorded with, the trace runs as the build did. Stretches when no governed job ran (build
+//! scripts, code generators, `ar`) become `(ungoverned work)` jobs of the same length, which
+//! wait for everything that ended before them and hold up everything offered after them.
 
 use headroom_store::BuildReport;
 
@@ -26,10 +32,15 @@ pub struct ImportOptions {
     pub machine: Machine,
     /// The `-j` the build system ran with.
     pub jobs_flag: usize,
+    /// For each of the report's jobs, one entry each, the jobs (by index in the report) whose
+    /// output files its command names (`headroom_govern::last_build::named_inputs`).
+    pub named_inputs: Vec<Vec<usize>>,
 }
 
 /// One span of the build: a governed job or an ungoverned stretch between jobs.
 struct Span {
+    /// The job's index in the report; `None` for an ungoverned stretch.
+    report_index: Option<usize>,
     offered_ms: u64,
     start_ms: u64,
     end_ms: u64,
@@ -41,7 +52,8 @@ pub fn trace_from_report(report: &BuildReport, options: &ImportOptions) -> Trace
     let mut spans: Vec<Span> = report
         .jobs
         .iter()
-        .map(|job| {
+        .enumerate()
+        .map(|(report_index, job)| {
             let duration_ms = job.end_ms.saturating_sub(job.start_ms).max(1);
             let mut profile: Vec<(f64, u64)> = report
                 .samples
@@ -54,6 +66,7 @@ pub fn trace_from_report(report: &BuildReport, options: &ImportOptions) -> Trace
                 .collect();
             thin(&mut profile);
             Span {
+                report_index: Some(report_index),
                 offered_ms: job.offered_ms,
                 start_ms: job.start_ms,
                 end_ms: job.end_ms,
@@ -73,13 +86,22 @@ pub fn trace_from_report(report: &BuildReport, options: &ImportOptions) -> Trace
         .collect();
     spans.extend(ungoverned_stretches(&spans));
     spans.sort_by_key(|span| (span.offered_ms, span.start_ms));
+    assert_eq!(
+        options.named_inputs.len(),
+        report.jobs.len(),
+        "named inputs for each job of the report"
+    );
+    let reads = Reads::new(&options.named_inputs);
     let mut jobs = Vec::with_capacity(spans.len());
     for (index, span) in spans.iter().enumerate() {
         let mut job = span.job.clone();
         job.deps = spans[..index]
             .iter()
             .enumerate()
-            .filter(|(_, earlier)| earlier.end_ms <= span.offered_ms)
+            .filter(|(_, earlier)| {
+                earlier.end_ms <= span.offered_ms
+                    && reads.waited(span.report_index, earlier.report_index)
+            })
             .map(|(dep, _)| dep)
             .collect();
         jobs.push(job);
@@ -96,6 +118,36 @@ pub fn trace_from_report(report: &BuildReport, options: &ImportOptions) -> Trace
             command: report.build.command.clone(),
         }),
         jobs,
+    }
+}
+
+/// Which of the report's jobs read which one's output, as their commands name it.
+struct Reads<'a> {
+    named_inputs: &'a [Vec<usize>],
+    /// Whether any job names the job's output.
+    read_by_a_job: Vec<bool>,
+}
+
+impl<'a> Reads<'a> {
+    fn new(named_inputs: &'a [Vec<usize>]) -> Self {
+        let mut read_by_a_job = vec![false; named_inputs.len()];
+        for &input in named_inputs.iter().flatten() {
+            read_by_a_job[input] = true;
+        }
+        Reads {
+            named_inputs,
+            read_by_a_job,
+        }
+    }
+
+    /// Whether the span `job` waited for the span `earlier`, which had ended when `job` was
+    /// offered (spans by report index, `None` for ungoverned stretches): unless jobs are seen
+    /// to read what `earlier` made and `job`, a governed job, does not name it.
+    fn waited(&self, job: Option<usize>, earlier: Option<usize>) -> bool {
+        let (Some(job), Some(earlier)) = (job, earlier) else {
+            return true;
+        };
+        !self.read_by_a_job[earlier] || self.named_inputs[job].contains(&earlier)
     }
 }
 
@@ -155,6 +207,7 @@ fn ungoverned_stretches(spans: &[Span]) -> Vec<Span> {
         if start >= busy_until + MIN_GAP_MS {
             let seconds = (start - busy_until) as f64 / 1000.0;
             stretches.push(Span {
+                report_index: None,
                 offered_ms: busy_until,
                 start_ms: busy_until,
                 end_ms: start,
@@ -202,9 +255,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_report_becomes_a_replayable_trace() {
-        let report = BuildReport {
+    /// A report of build 3, `make -j2`, that ran `jobs` in 9 s.
+    fn report(jobs: Vec<JobRecord>) -> BuildReport {
+        BuildReport {
             schema: headroom_store::model::REPORT_SCHEMA,
             build: BuildRecord {
                 id: 3,
@@ -218,6 +271,14 @@ mod tests {
                 exit_code: Some(0),
                 peak_total: None,
             },
+            jobs,
+            samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_report_becomes_a_replayable_trace() {
+        let report = BuildReport {
             jobs: vec![
                 job(0, "g++ -c a.cc -o a.o", 0, 0, 2000),
                 job(1, "g++ -c b.cc -o b.o", 0, 0, 3000),
@@ -238,11 +299,13 @@ mod tests {
                     bytes: 90 << 20,
                 },
             ],
+            ..report(Vec::new())
         };
         let options = ImportOptions {
             name: "tiny".into(),
             machine: "2c/24G".parse().expect("valid machine"),
             jobs_flag: 2,
+            named_inputs: vec![vec![], vec![], vec![0, 1]],
         };
         let trace = trace_from_report(&report, &options);
         trace.validate().expect("valid trace");
@@ -254,5 +317,30 @@ mod tests {
         assert_eq!(trace.jobs[3].kind, JobKind::Link);
         assert_eq!(trace.jobs[0].profile, [(1.0, 50 << 20), (1.9, 90 << 20)]);
         assert_eq!(trace.recorded.expect("recorded").wall_seconds, 9.0);
+    }
+
+    #[test]
+    fn a_job_waits_for_what_it_reads_and_what_nobody_is_seen_to_read() {
+        // Recorded at -j1: each job was offered when the one before it ended.
+        let jobs = vec![
+            job(0, "g++ -c a.cc -o a.o", 0, 0, 2000),
+            job(1, "g++ -c b.cc -o b.o", 2000, 2000, 4000),
+            // Packed by `ar`, which headroom does not see, into an archive the link reads.
+            job(2, "g++ -c c.cc -o c.o", 4000, 4000, 6000),
+            job(3, "g++ a.o b.o libc.a -o app", 6000, 6000, 8000),
+            job(4, "g++ -c d.cc -o d.o", 8000, 8000, 9000),
+        ];
+        let report = report(jobs);
+        let options = ImportOptions {
+            name: "sequential".into(),
+            machine: "2c/24G".parse().expect("valid machine"),
+            jobs_flag: 1,
+            named_inputs: vec![vec![], vec![], vec![], vec![0, 1], vec![]],
+        };
+        let trace = trace_from_report(&report, &options);
+        trace.validate().expect("valid trace");
+        let deps: Vec<&[usize]> = trace.jobs.iter().map(|job| job.deps.as_slice()).collect();
+        let none: &[usize] = &[];
+        assert_eq!(deps, [none, none, none, &[0, 1, 2], &[2, 3]]);
     }
 }

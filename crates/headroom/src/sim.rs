@@ -211,6 +211,7 @@ fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
         name,
         machine,
         jobs_flag,
+        named_inputs: headroom_govern::last_build::named_inputs(&report.jobs),
     };
     let trace = trace_from_report(&report, &options);
     trace.validate()?;
