@@ -2,7 +2,7 @@
 # Records real builds with `headroom build` and imports them into traces/recorded/:
 #   zstd-sys         zstd-sys from crates.io (zstd's C sources through cc-rs), a minute at -j2
 #   rocksdb          librocksdb-sys from crates.io (RocksDB's C++ sources through cc-rs), an hour
-#   template-heavy   the bundled examples/template-heavy project, when the checkout has it
+#   template-heavy   `make check` of the bundled examples/template-heavy project, a minute at -j2
 #   torch-ext        PyG's torch-scatter/-sparse/-cluster CPU extensions against a PyTorch
 #                    wheel (bench/sim/torch-ext), 1.3-2.4 GiB per unit, 12 minutes at -j2
 # Usage: bench/sim/record.sh [JOBS [NAME...]]   (default 2 and all; run on an otherwise quiet
@@ -75,18 +75,12 @@ wanted zstd-sys && record_crate zstd-sys 'zstd-sys = "2"'
 wanted rocksdb && record_crate rocksdb 'librocksdb-sys = { version = "0.17", default-features = false }'
 wanted torch-ext && record_torch_ext
 
-if ! wanted template-heavy; then
-    :
-elif [ -f examples/template-heavy/Makefile ] || [ -f examples/template-heavy/CMakeLists.txt ]; then
+if wanted template-heavy; then
     cp -r examples/template-heavy "$work/template-heavy"
-    if [ -f "$work/template-heavy/Makefile" ]; then
-        (cd "$work/template-heavy" && "$headroom" build --jobs "$jobs" --report "$work/template.json" -- make -j "$jobs")
-    else
-        (cd "$work/template-heavy" && cmake -S . -B build -G Ninja >/dev/null &&
-            "$headroom" build --jobs "$jobs" --report "$work/template.json" -- ninja -C build -j "$jobs")
-    fi
+    # A checkout that built the example holds its objects: record a build from none.
+    make -s -C "$work/template-heavy" clean
+    (cd "$work/template-heavy" &&
+        "$headroom" build --jobs "$jobs" --report "$work/template.json" -- make -j "$jobs" check)
     "$headroom" sim import "$work/template.json" --out traces/recorded/template-heavy.json --jobs-flag "$jobs"
-else
-    echo "examples/template-heavy is not in this checkout yet: skipped" >&2
 fi
 rm -rf "$work"
