@@ -38,6 +38,8 @@ echo
 for seed in 1 2 3 4 5; do
     "$headroom" sim traces/*.json traces/recorded/torch-ext.json --machine 16c/32G,64c/128G,192c/1T \
         --seed "$seed" --json > "$out/seed-$seed.json"
+    "$headroom" sim traces/recorded/*.json --machine 2c/24G --seed "$seed" --json \
+        > "$out/seed-recorded-$seed.json"
 done
 python3 bench/sim/table.py --seeds "$out"/seed-*.json
 echo "full tables: $headroom sim ... (without --json); charts: $out/*.html" >&2
