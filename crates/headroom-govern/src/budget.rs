@@ -7,18 +7,7 @@ use headroom_probe::cgroup::Cgroup;
 use headroom_probe::meminfo::read_meminfo;
 use headroom_probe::size::{parse_size, Size};
 
-/// The smallest and largest reserve kept back from the automatic budget.
-const RESERVE_MIN: u64 = 256 << 20;
-const RESERVE_MAX: u64 = 2 << 30;
-
-/// What the user asked for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BudgetSpec {
-    Auto,
-    Bytes(u64),
-    /// A percentage of the room the machine has (MemAvailable or cgroup room), no reserve.
-    Percent(f64),
-}
+pub use headroom_sched::budget::{default_job_peak, reserve_for, BudgetSpec};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BudgetError {
@@ -112,38 +101,21 @@ pub struct Budget {
     pub source: String,
 }
 
-/// The reserve kept back from `room`: 10%, at least 256 MiB, at most 2 GiB.
-pub fn reserve_for(room: u64) -> u64 {
-    (room / 10).clamp(RESERVE_MIN, RESERVE_MAX)
-}
-
 /// Turns the user's request and the machine's memory into a budget.
 pub fn resolve(spec: BudgetSpec, facts: &MemoryFacts) -> Budget {
     let (room, room_source) = facts.room();
-    match spec {
-        BudgetSpec::Bytes(bytes) => Budget {
-            bytes,
-            source: format!("--budget {}", Size(bytes)),
-        },
-        BudgetSpec::Percent(percent) => Budget {
-            bytes: (room as f64 * percent / 100.0) as u64,
-            source: format!("--budget {percent}% of {room_source}"),
-        },
-        BudgetSpec::Auto => {
-            let reserve = reserve_for(room);
-            Budget {
-                // Never zero: a starved machine still runs one job at a time.
-                bytes: room.saturating_sub(reserve).max(RESERVE_MIN),
-                source: format!("{room_source}, minus a reserve of {}", Size(reserve)),
-            }
-        }
+    let source = match spec {
+        BudgetSpec::Bytes(bytes) => format!("--budget {}", Size(bytes)),
+        BudgetSpec::Percent(percent) => format!("--budget {percent}% of {room_source}"),
+        BudgetSpec::Auto => format!(
+            "{room_source}, minus a reserve of {}",
+            Size(reserve_for(room))
+        ),
+    };
+    Budget {
+        bytes: spec.bytes(room),
+        source,
     }
-}
-
-/// What to assume for a job nothing is known about: a fair share of the budget per slot,
-/// at least 512 MiB (a modest C++ unit), at most the budget.
-pub fn default_job_peak(budget: u64, slots: usize) -> u64 {
-    (budget / slots.max(1) as u64).clamp((512u64 << 20).min(budget), budget)
 }
 
 #[cfg(test)]
@@ -187,12 +159,5 @@ mod tests {
             resolve(BudgetSpec::Percent(50.0), &capped).bytes,
             3 * GIB / 4
         );
-    }
-
-    #[test]
-    fn unknown_jobs_get_a_fair_share() {
-        assert_eq!(default_job_peak(16 * GIB, 8), 2 * GIB);
-        assert_eq!(default_job_peak(GIB, 8), 512 << 20);
-        assert_eq!(default_job_peak(GIB / 4, 8), GIB / 4);
     }
 }

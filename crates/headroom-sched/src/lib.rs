@@ -3,6 +3,7 @@
 //! simulator feed it the same events and carry out the same actions, so what the simulator
 //! shows is what the governor does.
 
+pub mod budget;
 pub mod chain;
 mod plan;
 pub mod policy;

@@ -1,0 +1,74 @@
+//! How much memory a build may use out of the room a machine has: one rule for the live
+//! governor, which measures the room (MemAvailable, cgroup room), and the simulator, whose
+//! machines are that room.
+
+/// The smallest and largest reserve kept back from the automatic budget.
+pub const RESERVE_MIN: u64 = 256 << 20;
+const RESERVE_MAX: u64 = 2 << 30;
+
+/// What the user asked for with `--budget`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BudgetSpec {
+    /// The room less a reserve for everything that is not a compiler (the build system, the
+    /// page cache of fresh objects, the desktop), and for jobs that grow between two samples.
+    Auto,
+    Bytes(u64),
+    /// A percentage of the room, no reserve.
+    Percent(f64),
+}
+
+impl BudgetSpec {
+    /// The budget in bytes out of `room`, the memory the machine can hand out.
+    pub fn bytes(self, room: u64) -> u64 {
+        match self {
+            BudgetSpec::Bytes(bytes) => bytes,
+            BudgetSpec::Percent(percent) => (room as f64 * percent / 100.0) as u64,
+            // Never zero: a starved machine still runs one job at a time.
+            BudgetSpec::Auto => room.saturating_sub(reserve_for(room)).max(RESERVE_MIN),
+        }
+    }
+}
+
+/// The reserve kept back from `room`: 10%, at least 256 MiB, at most 2 GiB.
+pub fn reserve_for(room: u64) -> u64 {
+    (room / 10).clamp(RESERVE_MIN, RESERVE_MAX)
+}
+
+/// What to assume for a job nothing is known about: a fair share of the budget per slot,
+/// at least 512 MiB (a modest C++ unit), at most the budget.
+pub fn default_job_peak(budget: u64, slots: usize) -> u64 {
+    (budget / slots.max(1) as u64).clamp((512u64 << 20).min(budget), budget)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn auto_keeps_a_tenth_back_between_256_mib_and_2_gib() {
+        assert_eq!(BudgetSpec::Auto.bytes(20 * GIB), 18 * GIB);
+        assert_eq!(BudgetSpec::Auto.bytes(32 * GIB), 30 * GIB);
+        assert_eq!(BudgetSpec::Auto.bytes(500 * GIB), 498 * GIB);
+        assert_eq!(BudgetSpec::Auto.bytes(2 * GIB), 2 * GIB - 256 * MIB);
+        // A starved machine still gets room for one job.
+        assert_eq!(BudgetSpec::Auto.bytes(100 * MIB), RESERVE_MIN);
+    }
+
+    #[test]
+    fn sizes_and_percentages_keep_no_reserve() {
+        assert_eq!(BudgetSpec::Bytes(6 * GIB).bytes(32 * GIB), 6 * GIB);
+        assert_eq!(BudgetSpec::Percent(100.0).bytes(32 * GIB), 32 * GIB);
+        assert_eq!(BudgetSpec::Percent(50.0).bytes(3 * GIB), 3 * GIB / 2);
+    }
+
+    #[test]
+    fn unknown_jobs_get_a_fair_share() {
+        assert_eq!(default_job_peak(16 * GIB, 8), 2 * GIB);
+        assert_eq!(default_job_peak(GIB, 8), 512 * MIB);
+        assert_eq!(default_job_peak(GIB / 4, 8), GIB / 4);
+        assert_eq!(default_job_peak(30 * GIB, 16), 30 * GIB / 16);
+    }
+}
