@@ -16,6 +16,8 @@ pub struct Comparison {
     pub machine: String,
     /// The machine's memory in bytes.
     pub machine_memory: u64,
+    /// The bytes of it that headroom (and the clairvoyant reference) were given.
+    pub headroom_budget: u64,
     pub lower_bound: LowerBound,
     pub outcomes: Vec<Outcome>,
 }
@@ -29,7 +31,7 @@ pub fn compare(
 ) -> Result<Comparison, SimError> {
     let mut outcomes = Vec::new();
     for spec in specs {
-        for mut policy in spec.instantiate(machine, workload) {
+        for mut policy in spec.instantiate(machine, workload, config) {
             outcomes.push(simulate(workload, machine, policy.as_mut(), config)?);
         }
     }
@@ -37,6 +39,7 @@ pub fn compare(
         trace: workload.name.clone(),
         machine: machine.to_string(),
         machine_memory: machine.memory,
+        headroom_budget: config.budget.bytes(machine.memory),
         lower_bound: LowerBound::new(workload, machine),
         outcomes,
     })

@@ -64,6 +64,7 @@ use std::path::PathBuf;
 pub use bound::LowerBound;
 pub use compare::{compare, Comparison};
 pub use engine::{simulate, Outcome, Policy, RunningJob, View};
+pub use headroom_sched::budget::BudgetSpec;
 pub use machine::Machine;
 pub use policy::{PolicySpec, ALL_POLICIES};
 pub use trace::{JobKind, Recording, Trace, TraceJob, SCHEMA};

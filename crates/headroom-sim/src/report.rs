@@ -15,6 +15,15 @@ fn ratio(outcome: &Outcome, comparison: &Comparison) -> f64 {
     outcome.makespan / comparison.lower_bound.seconds
 }
 
+/// The machine, and how much of its memory headroom was given.
+fn machine_and_budget(comparison: &Comparison) -> String {
+    format!(
+        "{} (headroom's budget {})",
+        comparison.machine,
+        format_size(comparison.headroom_budget)
+    )
+}
+
 /// The verdict line under each trace × machine: headroom against the bound and the best
 /// baseline that had no OOM event.
 fn verdict(comparison: &Comparison) -> String {
@@ -50,7 +59,12 @@ fn verdict(comparison: &Comparison) -> String {
 pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
     let mut text = String::new();
     for comparison in comparisons {
-        let _ = writeln!(text, "{} on {}", comparison.trace, comparison.machine);
+        let _ = writeln!(
+            text,
+            "{} on {}",
+            comparison.trace,
+            machine_and_budget(comparison)
+        );
         let _ = writeln!(
             text,
             "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}",
@@ -251,7 +265,7 @@ pub fn html(comparisons: &[Comparison]) -> String {
         let _ = write!(
             page,
             "<h3>{}</h3>\n<p>{}</p>\n{}\n{}\n",
-            escape(&comparison.machine),
+            escape(&machine_and_budget(comparison)),
             escape(&verdict(comparison)),
             chart(comparison),
             timeline(comparison)

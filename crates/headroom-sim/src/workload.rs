@@ -4,12 +4,14 @@
 
 use std::collections::HashMap;
 
+use headroom_sched::budget::BudgetSpec;
 use headroom_sched::chain::{self, Finished};
 use headroom_sched::{JobId, Profile, ProfileRecorder, Ran};
 
 use crate::trace::{JobKind, Trace};
 
-/// How a run departs from the recorded trace.
+/// How a run is set up: how it departs from the recorded trace, how often policies sample,
+/// and the budget headroom is given.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimConfig {
     /// Seconds between the policy's sampling ticks (the live governor samples every 100 ms).
@@ -22,6 +24,9 @@ pub struct SimConfig {
     /// larger): what moves all jobs together, such as an edited header every unit includes
     /// or a newer compiler, and what no history knows of yet.
     pub growth: f64,
+    /// headroom's `--budget` (and the clairvoyant reference's), out of the machine's memory:
+    /// by default the governor's, the memory less its reserve.
+    pub budget: BudgetSpec,
 }
 
 impl Default for SimConfig {
@@ -31,6 +36,7 @@ impl Default for SimConfig {
             seed: 1,
             variation: 0.03,
             growth: 0.0,
+            budget: BudgetSpec::Auto,
         }
     }
 }

@@ -3,8 +3,8 @@
 //! job completes, and no policy beats the lower bound.
 
 use headroom_sim::{
-    compare, JobKind, LowerBound, Machine, PolicySpec, SimConfig, Trace, TraceJob, Workload,
-    ALL_POLICIES, SCHEMA,
+    compare, BudgetSpec, JobKind, LowerBound, Machine, PolicySpec, SimConfig, Trace, TraceJob,
+    Workload, ALL_POLICIES, SCHEMA,
 };
 use proptest::prelude::*;
 
@@ -48,11 +48,18 @@ fn job(index: usize, largest: u64) -> impl Strategy<Value = TraceJob> {
 
 fn scenario() -> impl Strategy<Value = (Machine, Trace, SimConfig)> {
     let sizes = (1usize..6, 2u64..12, 1usize..25);
-    let config = (any::<u64>(), -0.2f64..0.1).prop_map(|(seed, growth)| SimConfig {
-        seed,
-        growth,
-        ..SimConfig::default()
-    });
+    // headroom's own budget, or `--budget` up to all of the machine's memory.
+    let budget = prop_oneof![
+        Just(BudgetSpec::Auto),
+        (50.0f64..=100.0).prop_map(BudgetSpec::Percent)
+    ];
+    let config =
+        (any::<u64>(), -0.2f64..0.1, budget).prop_map(|(seed, growth, budget)| SimConfig {
+            seed,
+            growth,
+            budget,
+            ..SimConfig::default()
+        });
     (sizes, config).prop_flat_map(|((cores, gib, jobs), config)| {
         let memory = gib << 30;
         // Keep every job (after 10% growth and ±3% variation) below the machine, or no policy

@@ -36,7 +36,7 @@ fn recorded_traces_replay_within_tolerance_of_their_wall_time() {
             PolicySpec::Static(Some(recording.jobs_flag)),
             PolicySpec::Headroom { warm: false },
         ] {
-            let mut policies = spec.instantiate(machine, &workload);
+            let mut policies = spec.instantiate(machine, &workload, &config);
             let outcome =
                 simulate(&workload, machine, policies[0].as_mut(), &config).expect("runs");
             let drift = (outcome.makespan - recording.wall_seconds).abs() / recording.wall_seconds;

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use headroom_govern::budget::{parse_budget, BudgetSpec};
+use headroom_probe::size::Size;
 use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
 use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
@@ -46,6 +48,11 @@ pub struct SimArgs {
     /// how the policies cope with an edited header that every unit includes.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     growth: f64,
+    /// headroom's memory budget on each machine, as `headroom build --budget` takes it: `auto`
+    /// (the machine's memory less the governor's reserve of 10%, 256 MiB to 2 GiB), a size
+    /// such as `28G`, or a percentage of the machine's memory such as `100%`.
+    #[arg(long, value_name = "SIZE|PERCENT", default_value = "auto", value_parser = parse_budget)]
+    budget: BudgetSpec,
     /// Print every `-jN` of the static sweep, not only the best ones.
     #[arg(long)]
     every_static: bool,
@@ -124,11 +131,21 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
             args.growth
         );
     }
+    if let BudgetSpec::Bytes(bytes) = args.budget {
+        if let Some(small) = args.machines.iter().find(|machine| machine.memory < bytes) {
+            anyhow::bail!(
+                "--budget {} is more memory than machine {small} has; give a percentage such as \
+                 `90%`, or simulate machines with more memory",
+                Size(bytes)
+            );
+        }
+    }
     output::check_all([("--html", args.html.as_deref())])?;
     let config = SimConfig {
         seed: args.seed,
         variation: args.variation,
         growth: args.growth,
+        budget: args.budget,
         ..SimConfig::default()
     };
     let policies = if args.policies.is_empty() {

@@ -73,6 +73,40 @@ fn sim_prints_json_per_trace_machine_and_policy() {
     assert!(page.contains("<svg") && page.contains("2c/24G"));
 }
 
+/// `--budget` is what headroom plans with, as `headroom build --budget` is.
+#[test]
+fn headroom_keeps_to_the_budget_it_is_given() {
+    let simulate = |budget: &str| {
+        let output = headroom()
+            .args(["sim", "--machine", "16c/32G", "--policy", "headroom-warm"])
+            .args(["--budget", budget, "--json"])
+            .arg(corpus().join("torch-extension.json"))
+            .output()
+            .expect("headroom runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let comparisons: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("valid JSON");
+        let comparison = comparisons[0].clone();
+        let budget = comparison["headroom_budget"].as_u64().expect("budget");
+        let peak = comparison["outcomes"][0]["peak_memory"]
+            .as_u64()
+            .expect("peak");
+        (budget, peak)
+    };
+    const GIB: u64 = 1 << 30;
+    // The governor's own budget keeps 2 GiB of 32 back, and the build is memory-bound there.
+    let (budget, peak) = simulate("auto");
+    assert_eq!(budget, 30 * GIB);
+    assert!(peak > 20 * GIB, "peak {peak}");
+    let (budget, peak) = simulate("50%");
+    assert_eq!(budget, 16 * GIB);
+    assert!(peak <= budget, "peak {peak} over the budget {budget}");
+}
+
 #[test]
 fn bad_input_exits_2_and_names_the_fix() {
     let output = headroom()
@@ -94,7 +128,24 @@ fn bad_input_exits_2_and_names_the_fix() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing-trace.json"));
 
-    for (flag, value) in [("--variation", "1.5"), ("--growth", "-0.9")] {
+    let output = headroom()
+        .args(["sim", "--machine", "16c/32G", "--budget", "40G"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--budget") && stderr.contains("16c/32G"),
+        "{stderr}"
+    );
+
+    for (flag, value) in [
+        ("--variation", "1.5"),
+        ("--growth", "-0.9"),
+        ("--budget", "lots"),
+        ("--budget", "120%"),
+    ] {
         let output = headroom()
             .args(["sim", flag, value])
             .arg(corpus().join("torch-extension.json"))

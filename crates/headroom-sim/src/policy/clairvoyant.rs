@@ -9,7 +9,6 @@ use headroom_sched::{Action, JobId};
 
 use crate::engine::{Policy, View};
 use crate::machine::Machine;
-use crate::policy::default_budget;
 use crate::workload::{SimJob, Workload};
 
 /// Seconds per step of the plan: finer than any job's rise to its peak in the corpus.
@@ -32,8 +31,8 @@ pub struct Clairvoyant {
 }
 
 impl Clairvoyant {
-    /// The reference on `machine`, with headroom's budget and slots.
-    pub fn new(machine: Machine, workload: &Workload) -> Self {
+    /// The reference on `machine`, with headroom's `budget` (bytes) and slots.
+    pub fn new(machine: Machine, workload: &Workload, budget: u64) -> Self {
         let needs = workload
             .jobs
             .iter()
@@ -45,7 +44,7 @@ impl Clairvoyant {
             })
             .collect();
         Clairvoyant {
-            budget: default_budget(machine.memory) as f64,
+            budget: budget as f64,
             slots: machine.cores,
             needs,
             threads: workload.jobs.iter().map(|job| job.threads).collect(),

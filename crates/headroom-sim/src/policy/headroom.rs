@@ -1,5 +1,5 @@
 //! headroom's own policy, driven exactly as the live governor drives it: the same
-//! `headroom_sched` predictor and scheduler, the same default budget, slots and default
+//! `headroom_sched` predictor and scheduler, the same budget rule, slots and default
 //! prediction, the same calls on offers, ticks, finishes and OOM kills, and the same profile
 //! recording on every tick. A warm run knows what a previous run of the same build showed, as
 //! the governor learns it from its history: each job's own peak and profile, the chains of
@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use headroom_sched::budget::default_job_peak;
 use headroom_sched::chain::{self, Finished};
 use headroom_sched::{
     Action, Estimate, JobId, Limits, PastRun, Predictor, Profile, ProfileRecorder, Ran, Scheduler,
@@ -17,22 +18,6 @@ use headroom_sched::{
 use crate::engine::{Policy, View};
 use crate::machine::Machine;
 use crate::workload::{SimJob, Workload};
-
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-
-/// The governor's default budget: the memory the machine can hand out, less a reserve of 10%
-/// kept between 256 MiB and 2 GiB.
-pub fn default_budget(available: u64) -> u64 {
-    let reserve = (available / 10).clamp(256 * MIB, 2 * GIB);
-    available.saturating_sub(reserve)
-}
-
-/// The governor's prediction for a job with no history and no finished job of its group:
-/// an equal share of the budget per slot, at least 512 MiB and at most the budget.
-pub fn default_prediction(budget: u64, slots: usize) -> u64 {
-    (budget / slots.max(1) as u64).max(512 * MIB).min(budget)
-}
 
 pub struct Headroom {
     scheduler: Scheduler,
@@ -47,8 +32,9 @@ pub struct Headroom {
 }
 
 impl Headroom {
-    /// headroom on `workload`, with no history, or `warm` with what a previous run left.
-    pub fn new(machine: Machine, workload: &Workload, warm: bool) -> Self {
+    /// headroom on `workload` with `budget` bytes, with no history, or `warm` with what a
+    /// previous run left.
+    pub fn new(machine: Machine, workload: &Workload, warm: bool, budget: u64) -> Self {
         let waiting_seconds = warm.then(|| {
             let last_build: Vec<Finished> = workload
                 .jobs
@@ -64,11 +50,11 @@ impl Headroom {
             chain::waiting_seconds(&last_build)
         });
         let limits = Limits {
-            budget: default_budget(machine.memory),
+            budget,
             slots: machine.cores,
         };
         let mut scheduler = Scheduler::new(limits);
-        let mut predictor = Predictor::new(default_prediction(limits.budget, limits.slots));
+        let mut predictor = Predictor::new(default_job_peak(limits.budget, limits.slots));
         if warm {
             predictor.note_peak_reruns(
                 workload
@@ -173,20 +159,5 @@ impl Policy for Headroom {
         self.scheduler.remove(job.id);
         let estimate = self.predicted(job).at_least(peak);
         self.scheduler.submit(job.id, estimate, true);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budget_and_default_prediction_follow_the_governor() {
-        assert_eq!(default_budget(32 * GIB), 30 * GIB);
-        assert_eq!(default_budget(2 * GIB), 2 * GIB - 256 * MIB);
-        assert_eq!(default_budget(10 * GIB), 9 * GIB);
-        assert_eq!(default_prediction(30 * GIB, 16), 30 * GIB / 16);
-        assert_eq!(default_prediction(30 * GIB, 192), 512 * MIB);
-        assert_eq!(default_prediction(256 * MIB, 4), 256 * MIB);
     }
 }

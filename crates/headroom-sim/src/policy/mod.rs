@@ -12,13 +12,13 @@ pub use baselines::{
     StaticJobs,
 };
 pub use clairvoyant::Clairvoyant;
-pub use headroom::{default_budget, default_prediction, Headroom};
+pub use headroom::Headroom;
 
 use headroom_probe::size::parse_size;
 
 use crate::engine::Policy;
 use crate::machine::Machine;
-use crate::workload::Workload;
+use crate::workload::{SimConfig, Workload};
 use crate::SimError;
 
 /// A policy as named by the user; some expand to several runs (`static` to every `-jN`).
@@ -127,11 +127,20 @@ impl fmt::Display for PolicySpec {
 }
 
 impl PolicySpec {
-    /// The policies to run for this spec on `machine`, fresh for one simulation each.
-    pub fn instantiate(&self, machine: Machine, workload: &Workload) -> Vec<Box<dyn Policy>> {
+    /// The policies to run for this spec on `machine`, fresh for one simulation each; headroom
+    /// and the clairvoyant reference get the budget `config` asks for.
+    pub fn instantiate(
+        &self,
+        machine: Machine,
+        workload: &Workload,
+        config: &SimConfig,
+    ) -> Vec<Box<dyn Policy>> {
         let largest = workload.largest_peak();
+        let budget = config.budget.bytes(machine.memory);
         match *self {
-            PolicySpec::Headroom { warm } => vec![Box::new(Headroom::new(machine, workload, warm))],
+            PolicySpec::Headroom { warm } => {
+                vec![Box::new(Headroom::new(machine, workload, warm, budget))]
+            }
             PolicySpec::Static(Some(jobs)) => vec![Box::new(StaticJobs::new(jobs))],
             PolicySpec::Static(None) => (1..=machine.cores)
                 .map(|jobs| Box::new(StaticJobs::new(jobs)) as Box<dyn Policy>)
@@ -147,7 +156,7 @@ impl PolicySpec {
             ))],
             PolicySpec::Buck2 => vec![Box::new(Buck2Pressure::new(machine))],
             PolicySpec::Bazel(estimate) => vec![Box::new(BazelEstimates::new(machine, estimate))],
-            PolicySpec::Clairvoyant => vec![Box::new(Clairvoyant::new(machine, workload))],
+            PolicySpec::Clairvoyant => vec![Box::new(Clairvoyant::new(machine, workload, budget))],
         }
     }
 }
