@@ -42,4 +42,13 @@ for seed in 1 2 3 4 5; do
         > "$out/seed-recorded-$seed.json"
 done
 python3 bench/sim/table.py --seeds "$out"/seed-*.json
+# The same seeds with headroom given all of each machine's memory (`--budget 100%`), where by
+# default it keeps the governor's reserve back: what that reserve costs against baselines
+# that may use every byte.
+echo
+for seed in 1 2 3 4 5; do
+    "$headroom" sim traces/*.json traces/recorded/torch-ext.json --machine 16c/32G,64c/128G,192c/1T \
+        --seed "$seed" --budget 100% --json > "$out/budget-100pct-seed-$seed.json"
+done
+python3 bench/sim/table.py --seeds "$out"/budget-100pct-seed-*.json
 echo "full tables: $headroom sim ... (without --json); charts: $out/*.html" >&2
