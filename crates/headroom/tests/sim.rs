@@ -37,10 +37,22 @@ fn generate_reproduces_the_committed_synthetic_corpus() {
     }
 }
 
+/// What a `headroom sim … --json` command prints, once it has succeeded.
+fn json_of(command: &mut Command) -> serde_json::Value {
+    let output = command.output().expect("headroom runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("valid JSON")
+}
+
 #[test]
 fn sim_prints_json_per_trace_machine_and_policy() {
     let html = tempfile::NamedTempFile::new().expect("temp file");
-    let output = headroom()
+    let mut command = headroom();
+    command
         .args([
             "sim",
             "--machine",
@@ -51,16 +63,8 @@ fn sim_prints_json_per_trace_machine_and_policy() {
         ])
         .arg(corpus().join("torch-extension.json"))
         .arg("--html")
-        .arg(html.path())
-        .output()
-        .expect("headroom runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let comparisons: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("valid JSON");
+        .arg(html.path());
+    let comparisons = json_of(&mut command);
     let comparisons = comparisons.as_array().expect("a list");
     assert_eq!(comparisons.len(), 2);
     let first = &comparisons[0];
@@ -77,20 +81,13 @@ fn sim_prints_json_per_trace_machine_and_policy() {
 #[test]
 fn headroom_keeps_to_the_budget_it_is_given() {
     let simulate = |budget: &str| {
-        let output = headroom()
-            .args(["sim", "--machine", "16c/32G", "--policy", "headroom-warm"])
-            .args(["--budget", budget, "--json"])
-            .arg(corpus().join("torch-extension.json"))
-            .output()
-            .expect("headroom runs");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
+        let comparisons = json_of(
+            headroom()
+                .args(["sim", "--machine", "16c/32G", "--policy", "headroom-warm"])
+                .args(["--budget", budget, "--json"])
+                .arg(corpus().join("torch-extension.json")),
         );
-        let comparisons: serde_json::Value =
-            serde_json::from_slice(&output.stdout).expect("valid JSON");
-        let comparison = comparisons[0].clone();
+        let comparison = &comparisons[0];
         let budget = comparison["headroom_budget"].as_u64().expect("budget");
         let peak = comparison["outcomes"][0]["peak_memory"]
             .as_u64()
