@@ -3,7 +3,7 @@
 //! machines are that room.
 
 /// The smallest and largest reserve kept back from the automatic budget.
-pub const RESERVE_MIN: u64 = 256 << 20;
+const RESERVE_MIN: u64 = 256 << 20;
 const RESERVE_MAX: u64 = 2 << 30;
 
 /// What the user asked for with `--budget`.
