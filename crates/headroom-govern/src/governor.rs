@@ -14,10 +14,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
-use headroom_probe::procs::{tree_usage, Usage};
+use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
-    Action, Estimate, JobId, Limits, PastRun, PredictionSource, Predictor, ProfileRecorder, Ran,
-    Scheduler,
+    Action, Estimate, JobId, Limits, OutsideAction, PastRun, PredictionSource, Predictor,
+    ProfileRecorder, Ran, Scheduler,
 };
 use headroom_store::{BuildRecord, History, JobRecord, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -28,6 +28,7 @@ use crate::job::JobIdentity;
 use crate::ladder::{speaks_gcc_flags, Rung};
 use crate::last_build;
 use crate::oom::ran_out_of_memory;
+use crate::outside::OutsideTracker;
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 
 /// Samples are written to the history at least this often.
@@ -49,6 +50,8 @@ pub struct GovernorConfig {
     pub sample_interval_ms: u64,
     /// Whether jobs start at the niceness the scheduler chose; otherwise all at 0.
     pub priorities: bool,
+    /// The parallelism variables headroom set for the build (`MAX_JOBS=4`), for the report.
+    pub parallelism_set: Vec<String>,
 }
 
 struct Job {
@@ -98,6 +101,8 @@ struct State {
     samples: Vec<Sample>,
     last_flush: Instant,
     peak_total: u64,
+    /// The build's processes outside every job.
+    outside: OutsideTracker,
     shutting_down: bool,
 }
 
@@ -147,6 +152,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             samples: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
+            outside: OutsideTracker::default(),
             shutting_down: false,
         }),
         admitted: Condvar::new(),
@@ -218,6 +224,7 @@ fn open_history(config: &GovernorConfig) -> Past {
         slots: config.slots as u32,
         exit_code: None,
         peak_total: None,
+        parallelism_set: config.parallelism_set.clone(),
     };
     match history.begin_build(&build) {
         Ok(id) => Past {
@@ -576,10 +583,14 @@ impl Governor {
         }
     }
 
-    /// Samples every running job until told to stop.
+    /// Samples every running job, and the build's processes outside them, until told to
+    /// stop. The build is everything below the process that started the governor (the CLI),
+    /// but the governor itself.
     fn sample_until(&self, terminate: &AtomicBool) {
         let interval = Duration::from_millis(self.config.sample_interval_ms.max(10));
         let cgroup = Cgroup::of_self().ok().flatten();
+        let build_root = rustix::process::getppid().map_or(0, |pid| pid.as_raw_nonzero().get());
+        let governor = std::process::id() as i32;
         let mut last_sample = Instant::now();
         loop {
             std::thread::sleep(interval);
@@ -594,9 +605,14 @@ impl Governor {
                 .iter()
                 .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
                 .collect();
+            let pgids: Vec<i32> = groups.iter().map(|&(_, pgid)| pgid).collect();
+            let build = walk_build(build_root, governor, &pgids);
             let readings: Vec<(JobId, Usage)> = groups
                 .iter()
-                .map(|&(id, pgid)| (id, tree_usage(pgid).unwrap_or_default()))
+                .map(|&(id, pgid)| {
+                    let usage = build.jobs.iter().find(|&&(root, _)| root == pgid);
+                    (id, usage.map(|&(_, usage)| usage).unwrap_or_default())
+                })
                 .collect();
             let machine_left = MemoryFacts::read_in(cgroup.as_ref())
                 .ok()
@@ -606,7 +622,8 @@ impl Governor {
             last_sample = Instant::now();
             let mut guard = self.lock();
             let state = &mut *guard;
-            let mut total = 0;
+            let mut total = state.outside.observe(&build.outside, t_ms);
+            state.scheduler.observe_outside(total);
             for &(id, usage) in &readings {
                 let bytes = usage.rss_bytes;
                 let Some(job) = state.jobs.get_mut(&id) else {
@@ -630,6 +647,12 @@ impl Governor {
             }
             state.peak_total = state.peak_total.max(total);
             self.decide(state, machine_left);
+            let any_stopped = state.outside.any_stopped();
+            match state.scheduler.outside_action(machine_left, any_stopped) {
+                OutsideAction::StopLargest => state.outside.stop_largest(&build.outside),
+                OutsideAction::ResumeAll => state.outside.resume_all(),
+                OutsideAction::Nothing => {}
+            }
             if state.last_flush.elapsed() >= SAMPLE_FLUSH_INTERVAL {
                 flush_samples(state);
             }
@@ -641,6 +664,7 @@ impl Governor {
     fn release_jobs(&self, kill: bool) {
         let mut state = self.lock();
         state.shutting_down = true;
+        state.outside.resume_all();
         for job in state.jobs.values() {
             if let Some(pgid) = job.pgid {
                 if kill {
@@ -655,8 +679,12 @@ impl Governor {
     fn finish_history(&self, exit_code: Option<i32>) -> Option<i64> {
         let mut state = self.lock();
         flush_samples(&mut state);
+        let outside = std::mem::take(&mut state.outside).finish();
         let (build_id, peak_total) = (state.build_id?, state.peak_total);
-        let history = state.history.as_ref()?;
+        let history = state.history.as_mut()?;
+        if let Err(err) = history.record_outside(build_id, &outside) {
+            eprintln!("headroom: warning: {err}");
+        }
         if let Err(err) = history.finish_build(build_id, self.now_ms(), exit_code, peak_total) {
             eprintln!("headroom: warning: {err}");
         }

@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use headroom_store::history::state_dir;
 
 use crate::governor::{serve, GovernorConfig};
+use crate::intercept;
 use crate::protocol::{read_frame, write_frame, Reply, Request};
 use crate::shim::{LAUNCHER_NAME, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
@@ -49,33 +50,49 @@ pub enum SessionError {
     Config(#[from] serde_json::Error),
 }
 
-/// A running governor and the shims that lead to it.
+/// A running governor and the ways that lead compilers to it.
 pub struct Session {
     socket: PathBuf,
     shim_dir: PathBuf,
+    /// The shim binary, which the interceptor runs as `headroom-launch COMPILER ARGS…`.
+    shim_exe: PathBuf,
+    /// The interceptor to preload into the build, or why there is none.
+    interceptor: Result<PathBuf, String>,
+    /// The parallelism variables the build gets (`NAME=VALUE`).
+    parallelism_set: Vec<String>,
     governor: Child,
 }
 
 impl Session {
-    /// Refreshes the shim directory, binds the socket and starts the governor process
-    /// (`exe __governor`, in its own process group so a Ctrl-C aimed at the build reaches it
-    /// only through an orderly shutdown).
+    /// Refreshes the shim directory and the interceptor, binds the socket and starts the
+    /// governor process (`exe __governor`, in its own process group so a Ctrl-C aimed at the
+    /// build reaches it only through an orderly shutdown). Without an interceptor nothing is
+    /// governed, so the config's parallelism variables are dropped.
     pub fn start(exe: &Path, config: &GovernorConfig) -> Result<Session, SessionError> {
         let shim_dir = state_dir().join("shims");
-        let path = std::env::var_os("PATH").unwrap_or_default();
         // The small shim binary installed beside headroom starts faster than headroom itself.
         let small_shim = exe.with_file_name("headroom-shim");
         let shim_exe = if small_shim.is_file() {
-            small_shim.as_path()
+            small_shim
         } else {
-            exe
+            exe.to_path_buf()
         };
-        shimdir::install(&shim_dir, shim_exe, &shimdir::compiler_names(&path)).map_err(
-            |source| SessionError::ShimDir {
-                path: shim_dir.clone(),
-                source,
-            },
-        )?;
+        shimdir::install(&shim_dir, &shim_exe).map_err(|source| SessionError::ShimDir {
+            path: shim_dir.clone(),
+            source,
+        })?;
+        let library_dir = state_dir().join("lib");
+        let interceptor = intercept::install(&library_dir).map_err(|err| {
+            format!(
+                "cannot write the interceptor into {} ({err}; set HEADROOM_STATE_DIR to a \
+                 writable path without spaces or colons)",
+                library_dir.display()
+            )
+        });
+        let mut config = config.clone();
+        if interceptor.is_err() {
+            config.parallelism_set.clear();
+        }
         let socket = socket_path()?;
         let listener = UnixListener::bind(&socket).map_err(|source| SessionError::RuntimeDir {
             path: socket.clone(),
@@ -85,7 +102,7 @@ impl Session {
         let mut command = Command::new(exe);
         command
             .arg(GOVERNOR_SUBCOMMAND)
-            .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(config)?)
+            .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(&config)?)
             .stdin(Stdio::null())
             .process_group(0);
         // SAFETY: dup2 and fcntl are async-signal-safe and touch only the listener's descriptor.
@@ -106,6 +123,9 @@ impl Session {
         Ok(Session {
             socket,
             shim_dir,
+            shim_exe,
+            interceptor,
+            parallelism_set: config.parallelism_set,
             governor,
         })
     }
@@ -115,41 +135,24 @@ impl Session {
         self.shim_dir.join(LAUNCHER_NAME)
     }
 
-    /// Sets up `command` (a build command) so every compiler it starts is governed: the shims
-    /// first on PATH, the launcher in the variables build tools read (where the user has not
-    /// set them), and the parallelism variables offering `offered` jobs.
-    pub fn govern(&self, command: &mut Command, offered: usize) {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs = vec![self.shim_dir.clone()];
-        dirs.extend(std::env::split_paths(&path));
-        command.env("PATH", std::env::join_paths(dirs).unwrap_or(path));
+    /// Sets up `command` (a build command) so every compiler it starts is governed: the
+    /// interceptor preloaded, leading each compiler exec to the launcher, and the
+    /// parallelism variables of the config. Returns why the build runs ungoverned, if it does.
+    pub fn govern(&self, command: &mut Command) -> Result<(), String> {
         command.envs(self.launcher_env());
-        let unset = |name: &str| std::env::var_os(name).is_none();
-        for name in [
-            "CMAKE_C_COMPILER_LAUNCHER",
-            "CMAKE_CXX_COMPILER_LAUNCHER",
-            "CMAKE_CUDA_COMPILER_LAUNCHER",
-            "CMAKE_HIP_COMPILER_LAUNCHER",
-            "CCACHE_PREFIX",
-            "RUSTC_WRAPPER",
-        ] {
-            if unset(name) {
-                command.env(name, self.launcher());
+        let library = self.interceptor.as_ref().map_err(Clone::clone)?;
+        let preload = std::env::var_os("LD_PRELOAD");
+        command.env(
+            "LD_PRELOAD",
+            intercept::preload_with(library, preload.as_deref()),
+        );
+        command.env(intercept::LAUNCHER_ENV, &self.shim_exe);
+        for assignment in &self.parallelism_set {
+            if let Some((name, value)) = assignment.split_once('=') {
+                command.env(name, value);
             }
         }
-        let offered = offered.to_string();
-        for name in ["MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "CARGO_BUILD_JOBS"] {
-            if unset(name) {
-                command.env(name, &offered);
-            }
-        }
-        let makeflags = std::env::var("MAKEFLAGS").unwrap_or_default();
-        let has_jobs = makeflags
-            .split_whitespace()
-            .any(|f| f.starts_with("-j") || f.starts_with("--jobs"));
-        if !has_jobs {
-            command.env("MAKEFLAGS", format!("{makeflags} -j{offered}").trim_start());
-        }
+        Ok(())
     }
 
     /// The variables that lead a launcher to this session's governor, for running compile
@@ -184,6 +187,30 @@ impl Session {
         let _ = std::fs::remove_file(&self.socket);
         ended
     }
+}
+
+/// The parallelism variables (`NAME=VALUE`) that offer a build `offered` jobs, among
+/// `MAX_JOBS`, `CMAKE_BUILD_PARALLEL_LEVEL`, `CARGO_BUILD_JOBS` and `-jN` in `MAKEFLAGS`,
+/// leaving alone what the user has set. headroom sets them only where it governs what they
+/// start (see [`Session::start`]).
+pub fn parallelism_set(offered: usize) -> Vec<String> {
+    let mut set = Vec::new();
+    for name in ["MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "CARGO_BUILD_JOBS"] {
+        if std::env::var_os(name).is_none() {
+            set.push(format!("{name}={offered}"));
+        }
+    }
+    let makeflags = std::env::var("MAKEFLAGS").unwrap_or_default();
+    let has_jobs = makeflags
+        .split_whitespace()
+        .any(|f| f.starts_with("-j") || f.starts_with("--jobs"));
+    if !has_jobs {
+        set.push(format!(
+            "MAKEFLAGS={}",
+            format!("{makeflags} -j{offered}").trim_start()
+        ));
+    }
+    set
 }
 
 /// A fresh socket path in the per-user runtime directory (mode 0700).

@@ -44,13 +44,14 @@ static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// before it runs the compiler, so every process and thread of the attempt inherits it.
 static ATTEMPT_NICE: AtomicI32 = AtomicI32::new(0);
 
-/// Whether the program was called through a shim link: as the launcher or a compiler name.
+/// Whether the program was called as the shim: as the launcher, or by a compiler's name (a
+/// link in the shim directory recorded by a tree configured with an earlier version).
 pub fn is_shim(argv0: &OsStr) -> bool {
     let name = Path::new(argv0)
         .file_name()
         .and_then(OsStr::to_str)
         .unwrap_or("");
-    name == LAUNCHER_NAME || crate::shimdir::is_shim_name(name)
+    name == LAUNCHER_NAME || crate::intercept::is_compiler_name(name)
 }
 
 /// Runs the shim; never returns.
@@ -82,11 +83,43 @@ pub fn main(argv: Vec<OsString>) -> ! {
     if let (Some(dir), Some(path)) = (&shim_dir, std::env::var_os("PATH")) {
         command.env("PATH", path_without(&path, dir));
     }
-    let socket = std::env::var_os(SOCKET_ENV).filter(|_| std::env::var_os(JOB_ENV).is_none());
+    // The job's own processes (nvcc's cicc, gcc's cc1plus) are part of this job: they need
+    // no interceptor.
+    match crate::intercept::job_preload() {
+        Some(Some(preload)) => command.env("LD_PRELOAD", preload),
+        Some(None) => command.env_remove("LD_PRELOAD"),
+        None => &mut command,
+    };
+    let socket = std::env::var_os(SOCKET_ENV)
+        .filter(|_| std::env::var_os(JOB_ENV).is_none() && !is_probe(&args));
     let Some(stream) = socket.and_then(|path| UnixStream::connect(path).ok()) else {
         become_compiler(command)
     };
     governed(stream, command, &compiler, &args)
+}
+
+/// Whether a call only asks the compiler about itself (`--version`, `-v`, `-dumpmachine`,
+/// `-print-*`, rustc's `-vV` and `--print`): build tools run such probes with short
+/// timeouts (pip gives `rustc --version` half a second), so they never wait for admission.
+pub fn is_probe(args: &[OsString]) -> bool {
+    let probe_flag = |arg: &[u8]| {
+        matches!(
+            arg,
+            b"--version"
+                | b"-dumpversion"
+                | b"-dumpfullversion"
+                | b"-dumpmachine"
+                | b"-dumpspecs"
+                | b"-###"
+                | b"--help"
+                | b"-V"
+                | b"-vV"
+                | b"--print"
+        ) || [b"-print-".as_slice(), b"--print-", b"--print=", b"--help="]
+            .iter()
+            .any(|prefix| arg.starts_with(prefix))
+    };
+    args.iter().any(|arg| probe_flag(arg.as_bytes())) || args == [OsString::from("-v")]
 }
 
 fn fail(code: i32, message: &str) -> ! {
@@ -312,4 +345,38 @@ fn forward(group: i32, signal: i32) {
 
 fn tail(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(STDERR_TAIL)..]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<OsString> {
+        text.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn probes_are_told_from_compiles() {
+        for probe in [
+            "--version",
+            "-v",
+            "-dumpversion",
+            "-dumpmachine",
+            "-print-file-name=libstdc++.so",
+            "-print-search-dirs",
+            "-vV",
+            "- --crate-name ___ --print=file-names --crate-type bin",
+            "-E -x c++ - -### -o /dev/null",
+        ] {
+            assert!(is_probe(&args(probe)), "{probe}");
+        }
+        for compile in [
+            "-c a.cpp -o a.o",
+            "-v -c a.cpp",
+            "-O2 a.o b.o -o app",
+            "-E a.c",
+        ] {
+            assert!(!is_probe(&args(compile)), "{compile}");
+        }
+    }
 }

@@ -94,6 +94,43 @@ pub fn tree_usage(root: i32) -> Option<Usage> {
     found_root.then_some(total)
 }
 
+/// What one walk of a build's process tree found: the usage of each job (by the pid its
+/// attempt started as) and every process outside all jobs.
+#[derive(Debug, Default)]
+pub struct BuildTree {
+    pub jobs: Vec<(i32, Usage)>,
+    pub outside: Vec<ProcStat>,
+}
+
+/// Walks the processes below `root` (not `root` itself, nor `skip` and what is below it):
+/// the subtree of each pid in `job_roots` is summed as that job, as [`tree_usage`] sums it;
+/// every other process is listed as outside. Used by the governor to see memory that no job
+/// accounts for. Job roots not met below `root` are summed on their own.
+pub fn walk_build(root: i32, skip: i32, job_roots: &[i32]) -> BuildTree {
+    let mut found = BuildTree::default();
+    let mut pending = children_of(root).unwrap_or_default();
+    while let Some(pid) = pending.pop() {
+        if pid == skip {
+            continue;
+        }
+        if job_roots.contains(&pid) {
+            found.jobs.extend(tree_usage(pid).map(|usage| (pid, usage)));
+            continue;
+        }
+        let Ok(stat) = procfs::process::Process::new(pid).and_then(|process| process.stat()) else {
+            continue;
+        };
+        found.outside.push(ProcStat::from_stat(stat));
+        pending.extend(children_of(pid).unwrap_or_default());
+    }
+    for &pid in job_roots {
+        if !found.jobs.iter().any(|&(seen, _)| seen == pid) {
+            found.jobs.extend(tree_usage(pid).map(|usage| (pid, usage)));
+        }
+    }
+    found
+}
+
 /// Children of every thread of `pid`; `None` when the kernel has no children lists (or `pid`
 /// is gone).
 pub fn children_of(pid: i32) -> Option<Vec<i32>> {
@@ -142,6 +179,38 @@ pub fn rss_where(snapshot: &[ProcStat], belongs: impl Fn(&ProcStat) -> bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_walk_tells_jobs_from_processes_outside_them() {
+        let me = std::process::id() as i32;
+        let mut job = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & sleep 5; wait"])
+            .spawn()
+            .unwrap();
+        let mut outside = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let walk = walk_build(me, 0, &[job.id() as i32]);
+        assert_eq!(walk.jobs.len(), 1);
+        assert!(walk.jobs[0].1.rss_bytes > 0);
+        let outside_pids: Vec<i32> = walk.outside.iter().map(|p| p.pid).collect();
+        assert!(
+            outside_pids.contains(&(outside.id() as i32)),
+            "{outside_pids:?}"
+        );
+        assert!(
+            !walk.outside.iter().any(|p| p.ppid == job.id() as i32),
+            "the job's own children are the job's"
+        );
+        let skipped = walk_build(me, outside.id() as i32, &[]);
+        assert!(!skipped.outside.iter().any(|p| p.pid == outside.id() as i32));
+        for child in [&mut job, &mut outside] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
     use std::process::Command;
 
     #[test]

@@ -12,7 +12,7 @@ pub mod profile;
 mod slack;
 mod strays;
 
-pub use policy::{Action, Estimate, Limits, Scheduler, Thresholds};
+pub use policy::{Action, Estimate, Limits, OutsideAction, Scheduler, Thresholds};
 pub use predict::{PastRun, Prediction, PredictionSource, Predictor};
 pub use profile::{Profile, ProfileRecorder, Ran};
 

@@ -218,6 +218,20 @@ pub struct Scheduler {
     queue: VecDeque<Queued>,
     running: Vec<Running>,
     slack: TimingSlack,
+    /// What the build's processes outside every job use now (a build driver, a compiler no
+    /// interceptor saw): real memory, so admission and the safety net count it.
+    outside: u64,
+}
+
+/// What the caller must do to processes outside every job, which headroom cannot requeue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutsideAction {
+    /// Stop the largest of them (SIGSTOP): memory is about to run out and stopping jobs
+    /// did not help.
+    StopLargest,
+    /// Let every stopped one go on.
+    ResumeAll,
+    Nothing,
 }
 
 impl Scheduler {
@@ -236,6 +250,7 @@ impl Scheduler {
             queue: VecDeque::new(),
             running: Vec::new(),
             slack: TimingSlack::new(thresholds.timing_slack),
+            outside: 0,
         }
     }
 
@@ -335,9 +350,38 @@ impl Scheduler {
         self.queue.len()
     }
 
-    /// What the running jobs really use now, suspended ones included.
+    /// Records what the build's processes outside every job use now.
+    pub fn observe_outside(&mut self, bytes: u64) {
+        self.outside = bytes;
+    }
+
+    /// What the running jobs really use now, suspended ones included, and what runs outside
+    /// them.
     pub fn used(&self) -> u64 {
-        self.running.iter().map(|job| job.current).sum()
+        self.outside + self.running.iter().map(|job| job.current).sum::<u64>()
+    }
+
+    /// What to do with processes outside every job, after [`Scheduler::decide`]: they are
+    /// stopped only as a last resort, when use is past the budget (or the machine is short)
+    /// with no job left to stop but the oldest, and only while a job runs that will free
+    /// memory; they go on once use is back under the resume line, or when no job runs.
+    pub fn outside_action(&self, machine_left: Option<u64>, any_stopped: bool) -> OutsideAction {
+        let machine_short = machine_left.is_some_and(|left| left < self.thresholds.machine_reserve);
+        let over = self.used() > self.limits.budget || machine_short;
+        let jobs_left_to_stop = self.running.iter().skip(1).any(|job| !job.suspended);
+        let resume_line = self.thresholds.resume_below * self.limits.budget as f64;
+        if self.running.is_empty() || (any_stopped && (self.used() as f64) < resume_line) {
+            return if any_stopped {
+                OutsideAction::ResumeAll
+            } else {
+                OutsideAction::Nothing
+            };
+        }
+        if over && !jobs_left_to_stop && self.outside > 0 {
+            OutsideAction::StopLargest
+        } else {
+            OutsideAction::Nothing
+        }
     }
 
     /// What the running jobs have reserved: the admission side of the budget.
@@ -443,7 +487,8 @@ impl Scheduler {
         if self.running.iter().any(|job| job.suspended || job.alone) {
             return;
         }
-        let budget = self.limits.budget;
+        // What runs outside the jobs takes its part of the budget first.
+        let budget = self.limits.budget.saturating_sub(self.outside);
         let slack_for = self.slack_for();
         // The longest path of the jobs queued or running, found at the first start: starting
         // a job moves it from one to the other, so it holds for the whole round.
@@ -593,6 +638,56 @@ mod tests {
         }
         assert_eq!(starts(&s.decide(None)), (1..=9).collect::<Vec<_>>());
         assert!(s.reserved() <= 9 * GIB + 3 * GIB / 10);
+    }
+
+    #[test]
+    fn memory_outside_the_jobs_counts_against_the_budget() {
+        let mut scheduler = Scheduler::new(Limits {
+            budget: 4 * GIB,
+            slots: 4,
+        });
+        scheduler.observe_outside(2 * GIB);
+        for id in 0..3 {
+            scheduler.submit(id, Estimate::flat(GIB), false);
+        }
+        let started = scheduler
+            .decide(None)
+            .iter()
+            .filter(|action| matches!(action, Action::Start { .. }))
+            .count();
+        assert_eq!(started, 2, "2 GiB outside leave room for two 1 GiB jobs");
+        assert_eq!(
+            scheduler.outside_action(None, false),
+            OutsideAction::Nothing
+        );
+        // Past the budget with one job left, the outside process is stopped, never requeued.
+        scheduler.observe(0, GIB, 1.0);
+        scheduler.observe(1, GIB, 1.0);
+        scheduler.observe_outside(3 * GIB + GIB / 2);
+        let actions = scheduler.decide(None);
+        assert!(matches!(actions[..], [Action::Kill(1)]), "{actions:?}");
+        assert_eq!(
+            scheduler.outside_action(None, false),
+            OutsideAction::StopLargest
+        );
+        scheduler.observe_outside(GIB);
+        assert_eq!(
+            scheduler.outside_action(None, true),
+            OutsideAction::ResumeAll
+        );
+        scheduler.finished(
+            0,
+            Ran {
+                cpu_seconds: 1.0,
+                wall_seconds: 1.0,
+            },
+        );
+        scheduler.observe_outside(5 * GIB);
+        assert_eq!(
+            scheduler.outside_action(None, true),
+            OutsideAction::ResumeAll,
+            "with no job running, nothing would ever free memory for them"
+        );
     }
 
     #[test]

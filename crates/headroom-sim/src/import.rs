@@ -270,9 +270,11 @@ mod tests {
                 slots: 2,
                 exit_code: Some(0),
                 peak_total: None,
+                parallelism_set: Vec::new(),
             },
             jobs,
             samples: Vec::new(),
+            outside: Vec::new(),
         }
     }
 

@@ -5,18 +5,23 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use headroom_sched::{PastRun, Profile, Ran};
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
-use crate::model::{BuildRecord, BuildReport, JobRecord, Sample, REPORT_SCHEMA};
+use crate::model::{BuildRecord, BuildReport, JobRecord, OutsideProcess, Sample, REPORT_SCHEMA};
 
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
-/// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`.
-const SCHEMA_VERSION: i32 = 3;
+/// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
+/// parallelism variables headroom set to `builds` and the `outside_processes` table.
+const SCHEMA_VERSION: i32 = 4;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The layout. `builds.parallelism_set` holds the parallelism variables headroom set as a JSON
+/// array of `NAME=value` strings (`["MAX_JOBS=4","MAKEFLAGS=-j4"]`), NULL for builds recorded
+/// before version 4.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS builds (
     id INTEGER PRIMARY KEY,
@@ -28,7 +33,8 @@ CREATE TABLE IF NOT EXISTS builds (
     budget_source TEXT NOT NULL,
     slots INTEGER NOT NULL,
     exit_code INTEGER,
-    peak_total INTEGER
+    peak_total INTEGER,
+    parallelism_set TEXT
 );
 CREATE TABLE IF NOT EXISTS jobs (
     build_id INTEGER NOT NULL REFERENCES builds(id),
@@ -72,6 +78,17 @@ CREATE TABLE IF NOT EXISTS peaks (
     profile_wall_ms INTEGER,
     profile TEXT
 );
+CREATE TABLE IF NOT EXISTS outside_processes (
+    build_id INTEGER NOT NULL REFERENCES builds(id),
+    pid INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    compiler_like INTEGER NOT NULL,
+    peak INTEGER NOT NULL,
+    first_seen_ms INTEGER NOT NULL,
+    last_seen_ms INTEGER NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outside_processes_by_build ON outside_processes(build_id);
 ";
 
 #[derive(Debug, thiserror::Error)]
@@ -180,19 +197,36 @@ impl History {
         }
     }
 
+    /// Runs `work` in one transaction: all of it is recorded, or none.
+    fn in_transaction(
+        &mut self,
+        work: impl FnOnce(&Transaction) -> rusqlite::Result<()>,
+    ) -> Result<(), StoreError> {
+        let sqlite = |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sqlite)?;
+        work(&tx).and_then(|()| tx.commit()).map_err(sqlite)
+    }
+
     /// Records the start of a build and returns its id.
     pub fn begin_build(&self, build: &BuildRecord) -> Result<i64, StoreError> {
+        let parallelism_set =
+            serde_json::to_string(&build.parallelism_set).expect("a list of strings is JSON");
         self.conn
             .execute(
-                "INSERT INTO builds (started_unix_ms, command, cwd, budget, budget_source, slots)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO builds (started_unix_ms, command, cwd, budget, budget_source, slots,
+                                     parallelism_set)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     build.started_unix_ms,
                     build.command,
                     build.cwd,
                     build.budget as i64,
                     build.budget_source,
-                    build.slots
+                    build.slots,
+                    parallelism_set
                 ],
             )
             .map_err(|e| self.sqlite(e))?;
@@ -207,11 +241,7 @@ impl History {
         job: &JobRecord,
         profile: Option<&Profile>,
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: e,
-        })?;
-        let result = (|| {
+        self.in_transaction(|tx| {
             tx.execute(
                 "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
                  ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
@@ -260,19 +290,12 @@ impl History {
                 )?;
             }
             Ok(())
-        })();
-        result
-            .and_then(|()| tx.commit())
-            .map_err(|e| self.sqlite(e))
+        })
     }
 
     /// Appends memory samples of a running build.
     pub fn record_samples(&mut self, build_id: i64, samples: &[Sample]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: e,
-        })?;
-        let result = (|| {
+        self.in_transaction(|tx| {
             let mut insert = tx.prepare_cached("INSERT INTO samples VALUES (?1, ?2, ?3, ?4)")?;
             for sample in samples {
                 insert.execute(params![
@@ -282,12 +305,39 @@ impl History {
                     sample.bytes as i64
                 ])?;
             }
-            drop(insert);
             Ok(())
-        })();
-        result
-            .and_then(|()| tx.commit())
-            .map_err(|e| self.sqlite(e))
+        })
+    }
+
+    /// Records the processes of build `build_id` that ran outside every admitted job, in place
+    /// of any recorded for it before.
+    pub fn record_outside(
+        &mut self,
+        build_id: i64,
+        processes: &[OutsideProcess],
+    ) -> Result<(), StoreError> {
+        self.in_transaction(|tx| {
+            tx.execute(
+                "DELETE FROM outside_processes WHERE build_id = ?1",
+                [build_id],
+            )?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO outside_processes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for process in processes {
+                insert.execute(params![
+                    build_id,
+                    process.pid,
+                    process.name,
+                    process.compiler_like,
+                    process.peak as i64,
+                    process.first_seen_ms as i64,
+                    process.last_seen_ms as i64,
+                    process.reason,
+                ])?;
+            }
+            Ok(())
+        })
     }
 
     /// Records how a build ended, and drops the samples of old builds.
@@ -368,7 +418,7 @@ impl History {
             .conn
             .query_row(
                 "SELECT id, started_unix_ms, duration_ms, command, cwd, budget, budget_source, slots,
-                        exit_code, peak_total FROM builds WHERE id = ?1",
+                        exit_code, peak_total, parallelism_set FROM builds WHERE id = ?1",
                 [id],
                 |row| {
                     Ok(BuildRecord {
@@ -382,6 +432,7 @@ impl History {
                         slots: row.get(7)?,
                         exit_code: row.get(8)?,
                         peak_total: row.get::<_, Option<i64>>(9)?.map(|v| v as u64),
+                        parallelism_set: parallelism_set(row, 10)?,
                     })
                 },
             )
@@ -390,11 +441,13 @@ impl History {
             .ok_or(StoreError::NoSuchBuild(id))?;
         let jobs = self.load_jobs(id).map_err(|e| self.sqlite(e))?;
         let samples = self.load_samples(id).map_err(|e| self.sqlite(e))?;
+        let outside = self.load_outside(id).map_err(|e| self.sqlite(e))?;
         Ok(BuildReport {
             schema: REPORT_SCHEMA,
             build,
             jobs,
             samples,
+            outside,
         })
     }
 
@@ -448,6 +501,36 @@ impl History {
             })
         })?;
         rows.collect()
+    }
+
+    fn load_outside(&self, id: i64) -> rusqlite::Result<Vec<OutsideProcess>> {
+        let mut query = self.conn.prepare(
+            "SELECT pid, name, compiler_like, peak, first_seen_ms, last_seen_ms, reason
+             FROM outside_processes WHERE build_id = ?1 ORDER BY rowid",
+        )?;
+        let rows = query.query_map([id], |row| {
+            let unsigned = |i| row.get::<_, i64>(i).map(|v| v as u64);
+            Ok(OutsideProcess {
+                pid: row.get(0)?,
+                name: row.get(1)?,
+                compiler_like: row.get(2)?,
+                peak: unsigned(3)?,
+                first_seen_ms: unsigned(4)?,
+                last_seen_ms: unsigned(5)?,
+                reason: row.get(6)?,
+            })
+        })?;
+        rows.collect()
+    }
+}
+
+/// The parallelism variables in column `index` of a `builds` row: a JSON array, or NULL for
+/// builds recorded before the history kept them.
+fn parallelism_set(row: &Row, index: usize) -> rusqlite::Result<Vec<String>> {
+    match row.get::<_, Option<String>>(index)? {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(e))),
     }
 }
 
@@ -514,17 +597,31 @@ fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
             )?;
         }
         tx.execute_batch(SCHEMA)?;
-        let has_nice: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'nice'",
-            [],
-            |row| row.get(0),
-        )?;
-        if has_nice == 0 {
-            tx.execute_batch("ALTER TABLE jobs ADD COLUMN nice INTEGER NOT NULL DEFAULT 0;")?;
-        }
+        add_missing_column(&tx, "jobs", "nice", "INTEGER NOT NULL DEFAULT 0")?;
+        add_missing_column(&tx, "builds", "parallelism_set", "TEXT")?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     tx.commit()
+}
+
+/// Adds `column` to `table` of an older layout, whose table `SCHEMA` did not create anew.
+fn add_missing_column(
+    tx: &Transaction,
+    table: &str,
+    column: &str,
+    definition: &str,
+) -> rusqlite::Result<()> {
+    let present: bool = tx.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+        [table, column],
+        |row| row.get(0),
+    )?;
+    if !present {
+        tx.execute_batch(&format!(
+            "ALTER TABLE {table} ADD COLUMN {column} {definition};"
+        ))?;
+    }
+    Ok(())
 }
 
 /// Runs `step` again while SQLite reports a lock it did not wait for (switching a new file
@@ -607,6 +704,19 @@ mod tests {
             slots: 2,
             exit_code: None,
             peak_total: None,
+            parallelism_set: vec!["MAX_JOBS=4".into(), "MAKEFLAGS=-j4".into()],
+        }
+    }
+
+    fn outside(pid: i32, name: &str, compiler_like: bool) -> OutsideProcess {
+        OutsideProcess {
+            pid,
+            name: name.into(),
+            compiler_like,
+            peak: 300 << 20,
+            first_seen_ms: 100,
+            last_seen_ms: 2100,
+            reason: "started by a statically linked build driver".into(),
         }
     }
 
@@ -653,10 +763,47 @@ mod tests {
         assert_eq!(report.jobs, vec![job(0, "a", 100), failed]);
         assert_eq!(report.samples.len(), 1);
         assert_eq!(report.build.duration_ms, Some(1234));
+        assert_eq!(report.build.parallelism_set, build().parallelism_set);
+        assert!(report.outside.is_empty());
         assert!(matches!(
             history.load_build(id + 1),
             Err(StoreError::NoSuchBuild(_))
         ));
+    }
+
+    #[test]
+    fn processes_outside_admission_round_trip_in_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        let id = history.begin_build(&build()).unwrap();
+        let other = history.begin_build(&build()).unwrap();
+        let processes = vec![
+            outside(42, "make", false),
+            OutsideProcess {
+                peak: 2 << 30,
+                ..outside(7, "cc1plus", true)
+            },
+        ];
+        history
+            .record_outside(id, &[outside(1, "stale", false)])
+            .unwrap();
+        history.record_outside(id, &processes).unwrap();
+        history
+            .record_outside(other, &[outside(9, "ld", true)])
+            .unwrap();
+        let report = history.load_build(id).unwrap();
+        assert_eq!(
+            report.outside, processes,
+            "the second record replaces the first"
+        );
+        assert_eq!(
+            report
+                .ungoverned_compilers()
+                .map(|p| p.pid)
+                .collect::<Vec<_>>(),
+            [7]
+        );
+        assert_eq!(history.load_build(other).unwrap().outside.len(), 1);
     }
 
     #[test]
@@ -736,6 +883,43 @@ mod tests {
         };
         history.record_job(id, &nicer, None).unwrap();
         assert_eq!(history.load_build(id).unwrap().jobs[0].nice, 7);
+    }
+
+    #[test]
+    fn a_history_from_before_outside_processes_keeps_its_builds_and_records_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let old = Connection::open(&path).unwrap();
+        let version_3 = SCHEMA.replace(",\n    parallelism_set TEXT", "");
+        let (version_3, added) = version_3
+            .split_once("CREATE TABLE IF NOT EXISTS outside_processes")
+            .unwrap();
+        assert!(!version_3.contains("parallelism_set") && added.contains("reason"));
+        old.execute_batch(&format!(
+            "{version_3}
+             INSERT INTO builds (id, started_unix_ms, command, cwd, budget, budget_source, slots)
+                 VALUES (1, 0, 'make', '/src', 100, 'test', 2);
+             PRAGMA user_version = 3;"
+        ))
+        .unwrap();
+        drop(old);
+        let mut history = History::open(&path).unwrap();
+        let old_build = history.load_build(1).unwrap();
+        assert!(old_build.build.parallelism_set.is_empty());
+        assert!(old_build.outside.is_empty());
+        let id = history.begin_build(&build()).unwrap();
+        history
+            .record_outside(id, &[outside(7, "cicc", true)])
+            .unwrap();
+        let report = history.load_build(id).unwrap();
+        assert_eq!(report.build.parallelism_set, build().parallelism_set);
+        assert_eq!(report.outside, [outside(7, "cicc", true)]);
+        drop(history);
+        let version: i32 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
     }
 
     #[test]

@@ -10,4 +10,4 @@ pub mod projects;
 pub mod summary;
 
 pub use history::{History, Opened, StoreError};
-pub use model::{BuildRecord, BuildReport, JobRecord, Sample};
+pub use model::{BuildRecord, BuildReport, JobRecord, OutsideProcess, Sample};

@@ -1,5 +1,6 @@
-//! What a build leaves behind: the build, its jobs and its memory samples. These types are both
-//! the rows of the history and the `--report` JSON, so the two can never disagree.
+//! What a build leaves behind: the build, its jobs, its memory samples and the processes that ran
+//! outside admission. These types are both the rows of the history and the `--report` JSON, so
+//! the two can never disagree.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,10 @@ pub struct BuildRecord {
     pub exit_code: Option<i32>,
     /// Highest total memory of all jobs together, as sampled.
     pub peak_total: Option<u64>,
+    /// The parallelism variables headroom set for the build command, as `NAME=value`
+    /// (`MAX_JOBS=4`, `MAKEFLAGS=-j4`); empty in reports from before headroom recorded them.
+    #[serde(default)]
+    pub parallelism_set: Vec<String>,
 }
 
 /// One compiler or linker job, over all its attempts.
@@ -71,6 +76,29 @@ impl JobRecord {
     }
 }
 
+/// A process of the build that ran outside every admitted job, with what the governor saw of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutsideProcess {
+    pub pid: i32,
+    /// The kernel's command name (`cc1plus`, `cicc`, `make`).
+    pub name: String,
+    /// Whether it is a compiler, linker or one of their inner tools (cc1plus, cicc, ptxas, ld…).
+    pub compiler_like: bool,
+    pub peak: u64,
+    /// Milliseconds since the build started when it was first and last seen.
+    pub first_seen_ms: u64,
+    pub last_seen_ms: u64,
+    /// Why it was not governed, in words, and how to fix that.
+    pub reason: String,
+}
+
+impl OutsideProcess {
+    /// Seconds from when it was first seen to when it was last seen.
+    pub fn seen_seconds(&self) -> f64 {
+        self.last_seen_ms.saturating_sub(self.first_seen_ms) as f64 / 1000.0
+    }
+}
+
 /// Memory of one job at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
@@ -86,6 +114,10 @@ pub struct BuildReport {
     pub build: BuildRecord,
     pub jobs: Vec<JobRecord>,
     pub samples: Vec<Sample>,
+    /// Processes of the build that ran outside every admitted job; empty in reports from before
+    /// headroom followed them.
+    #[serde(default)]
+    pub outside: Vec<OutsideProcess>,
 }
 
 impl BuildReport {
@@ -106,10 +138,44 @@ impl BuildReport {
         self.jobs.iter().filter(|job| job.lowered_flags.is_some())
     }
 
+    /// No job went through admission: headroom watched the build but governed none of it.
+    pub fn governed_nothing(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Compilers, linkers and their inner tools that ran outside admission: memory headroom
+    /// neither predicted nor could hold back.
+    pub fn ungoverned_compilers(&self) -> impl Iterator<Item = &OutsideProcess> {
+        self.outside.iter().filter(|process| process.compiler_like)
+    }
+
     /// Jobs by peak memory, largest first.
     pub fn by_peak(&self) -> Vec<&JobRecord> {
         let mut jobs: Vec<&JobRecord> = self.jobs.iter().collect();
         jobs.sort_by(|a, b| b.peak.cmp(&a.peak).then(a.job_id.cmp(&b.job_id)));
         jobs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_from_before_outside_processes_still_loads() {
+        let old = r#"{
+            "schema": 1,
+            "build": {
+                "id": 3, "started_unix_ms": 0, "duration_ms": 9000, "command": "make -j2",
+                "cwd": "/src", "budget": 1073741824, "budget_source": "test", "slots": 2,
+                "exit_code": 0, "peak_total": null
+            },
+            "jobs": [],
+            "samples": []
+        }"#;
+        let report: BuildReport = serde_json::from_str(old).unwrap();
+        assert!(report.build.parallelism_set.is_empty());
+        assert!(report.outside.is_empty());
+        assert!(report.governed_nothing());
     }
 }

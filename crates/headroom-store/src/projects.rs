@@ -1,5 +1,7 @@
 //! Per-project peaks from the build history, so `headroom doctor` can say which projects built
-//! before would not fit on this machine. A project is the directory a build ran in.
+//! before would not fit on this machine, and which of them headroom never really saw: peaks
+//! of a build that governed nothing, or whose compilers ran outside admission, say nothing of
+//! what the project needs. A project is the directory a build ran in.
 
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
@@ -19,6 +21,21 @@ pub struct ProjectPeak {
     /// The highest peak of a single job (compiler or link): a machine needs at least this
     /// much to build the project even one job at a time.
     pub largest_job: u64,
+    /// Its most recent build, for `headroom report`.
+    pub latest_build_id: i64,
+    /// Jobs that went through admission in its most recent build; 0 means headroom governed
+    /// nothing there, and its peaks tell nothing.
+    pub latest_jobs: u64,
+    /// Compilers, linkers and their inner tools that ran outside admission in its most recent
+    /// build: their peaks are not in `largest_job`.
+    pub latest_ungoverned_compilers: u64,
+}
+
+impl ProjectPeak {
+    /// Its most recent build admitted no job at all.
+    pub fn governed_nothing(&self) -> bool {
+        self.latest_jobs == 0
+    }
 }
 
 /// Every project in `history`, the hungriest first.
@@ -33,13 +50,25 @@ pub fn project_peaks(history: &History) -> Result<Vec<ProjectPeak>, StoreError> 
         Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(sqlite)?;
     let mut query = conn
         .prepare(
-            "SELECT b.cwd,
-                    (SELECT command FROM builds l WHERE l.cwd = b.cwd ORDER BY l.started_unix_ms DESC LIMIT 1),
+            "WITH latest AS (
+                 SELECT p.cwd,
+                        (SELECT l.id FROM builds l WHERE l.cwd = p.cwd
+                         ORDER BY l.started_unix_ms DESC, l.id DESC LIMIT 1) AS id
+                 FROM builds p
+                 GROUP BY p.cwd
+             )
+             SELECT b.cwd,
+                    lb.command,
                     COUNT(*),
                     MAX(b.started_unix_ms),
                     MAX(COALESCE(b.peak_total, 0)),
-                    COALESCE((SELECT MAX(j.peak) FROM jobs j JOIN builds jb ON jb.id = j.build_id WHERE jb.cwd = b.cwd), 0)
+                    COALESCE((SELECT MAX(j.peak) FROM jobs j JOIN builds jb ON jb.id = j.build_id WHERE jb.cwd = b.cwd), 0),
+                    latest.id,
+                    (SELECT COUNT(*) FROM jobs j WHERE j.build_id = latest.id),
+                    (SELECT COUNT(*) FROM outside_processes o WHERE o.build_id = latest.id AND o.compiler_like)
              FROM builds b
+             JOIN latest ON latest.cwd = b.cwd
+             JOIN builds lb ON lb.id = latest.id
              GROUP BY b.cwd
              ORDER BY 6 DESC, 5 DESC, b.cwd",
         )
@@ -53,6 +82,9 @@ pub fn project_peaks(history: &History) -> Result<Vec<ProjectPeak>, StoreError> 
                 last_started_unix_ms: row.get(3)?,
                 peak_total: row.get::<_, i64>(4)?.max(0) as u64,
                 largest_job: row.get::<_, i64>(5)?.max(0) as u64,
+                latest_build_id: row.get(6)?,
+                latest_jobs: row.get::<_, i64>(7)? as u64,
+                latest_ungoverned_compilers: row.get::<_, i64>(8)? as u64,
             })
         })
         .map_err(sqlite)?;
@@ -62,7 +94,7 @@ pub fn project_peaks(history: &History) -> Result<Vec<ProjectPeak>, StoreError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{BuildRecord, JobRecord};
+    use crate::model::{BuildRecord, JobRecord, OutsideProcess};
 
     const GIB: u64 = 1 << 30;
 
@@ -78,6 +110,7 @@ mod tests {
             slots: 4,
             exit_code: None,
             peak_total: None,
+            parallelism_set: Vec::new(),
         }
     }
 
@@ -124,6 +157,45 @@ mod tests {
         assert_eq!(projects[0].largest_job, 3 * GIB);
         assert_eq!(projects[0].last_started_unix_ms, 5);
         assert_eq!(projects[1].largest_job, GIB / 4);
+        assert_eq!(projects[1].latest_jobs, 1);
+        assert!(!projects[0].governed_nothing());
+    }
+
+    #[test]
+    fn the_latest_build_tells_what_headroom_governed_and_what_ran_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        let governed = history.begin_build(&build("/src/bazel", 1)).unwrap();
+        history
+            .record_job(governed, &job(1, 2 * GIB), None)
+            .unwrap();
+        let compiler = |pid, compiler_like| OutsideProcess {
+            pid,
+            name: if compiler_like { "cc1plus" } else { "bazel" }.into(),
+            compiler_like,
+            peak: GIB,
+            first_seen_ms: 0,
+            last_seen_ms: 10,
+            reason: "started by a statically linked build driver".into(),
+        };
+        history
+            .record_outside(governed, &[compiler(10, true)])
+            .unwrap();
+        let unseen = history.begin_build(&build("/src/bazel", 2)).unwrap();
+        history
+            .record_outside(
+                unseen,
+                &[compiler(20, true), compiler(21, true), compiler(22, false)],
+            )
+            .unwrap();
+
+        let projects = project_peaks(&history).unwrap();
+        assert_eq!(projects.len(), 1);
+        let bazel = &projects[0];
+        assert_eq!((bazel.builds, bazel.largest_job), (2, 2 * GIB));
+        assert_eq!((bazel.latest_build_id, bazel.latest_jobs), (unseen, 0));
+        assert!(bazel.governed_nothing());
+        assert_eq!(bazel.latest_ungoverned_compilers, 2);
     }
 
     #[test]

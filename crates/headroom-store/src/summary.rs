@@ -1,16 +1,22 @@
-//! The end-of-build summary people read in their terminal.
+//! The end-of-build summary people read in their terminal. It says what headroom governed and,
+//! as plainly, what it did not: a build whose compilers ran where headroom could not admit
+//! them must never read like a governed one.
 
 use std::fmt::Write;
 
 use headroom_probe::size::Size;
 
-use crate::model::BuildReport;
+use crate::model::{BuildReport, OutsideProcess};
 
-/// How many of the largest jobs the summary lists.
-const TOP_JOBS: usize = 10;
+/// How many of the largest jobs, or of the largest processes outside admission, the summary
+/// lists.
+const LISTED: usize = 10;
+/// A process outside admission that is not a compiler is worth naming from this peak on.
+const HEAVY_OUTSIDE: u64 = 256 << 20;
 
-/// Renders the summary: totals, peak against the budget, the largest jobs and every job that
-/// was built with lower-memory flags.
+/// Renders the summary: totals, peak against the budget, the parallelism headroom set, the
+/// largest jobs, every job that was built with lower-memory flags, and the compilers and heavy
+/// processes that ran outside admission.
 pub fn render(report: &BuildReport) -> String {
     let build = &report.build;
     let mut out = String::new();
@@ -36,6 +42,13 @@ pub fn render(report: &BuildReport) -> String {
         report.oom_retries(),
         report.lowered().count()
     );
+    if !build.parallelism_set.is_empty() {
+        let _ = writeln!(
+            out,
+            "  headroom set {} (it governs the jobs they start)",
+            build.parallelism_set.join(" ")
+        );
+    }
     let nicer: Vec<u8> = report
         .jobs
         .iter()
@@ -64,7 +77,7 @@ pub fn render(report: &BuildReport) -> String {
             "  {:>10}  {:>8}  {:>8}  job",
             "peak", "time", "predicted"
         );
-        for job in report.by_peak().into_iter().take(TOP_JOBS) {
+        for job in report.by_peak().into_iter().take(LISTED) {
             let seconds = job.wall_seconds();
             let _ = writeln!(
                 out,
@@ -88,13 +101,109 @@ pub fn render(report: &BuildReport) -> String {
             let _ = writeln!(out, "    {}  ({flags})", job.label);
         }
     }
+    render_outside(&mut out, report);
     out
+}
+
+/// What ran outside admission: the compilers (loudly when nothing was admitted at all), then the
+/// other processes heavy enough to matter.
+fn render_outside(out: &mut String, report: &BuildReport) {
+    let compilers: Vec<&OutsideProcess> = report.ungoverned_compilers().collect();
+    if report.governed_nothing() && compilers.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no compiler ran in this build (nothing to rebuild?), so headroom governed nothing"
+        );
+    } else if report.governed_nothing() {
+        let _ = writeln!(
+            out,
+            "  WARNING: headroom governed nothing in this build: no compiler went through admission, {} ran outside it:",
+            compilers.len()
+        );
+    } else if !compilers.is_empty() {
+        let _ = writeln!(
+            out,
+            "  WARNING: {} compilers ran outside admission (not governed):",
+            compilers.len()
+        );
+    }
+    list_outside(out, compilers);
+    let heavy: Vec<&OutsideProcess> = report
+        .outside
+        .iter()
+        .filter(|process| !process.compiler_like && process.peak >= HEAVY_OUTSIDE)
+        .collect();
+    if !heavy.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {} heavy processes ran outside admission (counted against the budget, not governed):",
+            heavy.len()
+        );
+        list_outside(out, heavy);
+    }
+}
+
+/// The largest of `processes` as a table, then each distinct reason those were not governed.
+fn list_outside(out: &mut String, mut processes: Vec<&OutsideProcess>) {
+    if processes.is_empty() {
+        return;
+    }
+    processes.sort_by(|a, b| {
+        b.peak
+            .cmp(&a.peak)
+            .then(a.first_seen_ms.cmp(&b.first_seen_ms))
+            .then(a.pid.cmp(&b.pid))
+    });
+    let listed = &processes[..processes.len().min(LISTED)];
+    let _ = writeln!(
+        out,
+        "  {:>10}  {:>8}  {:>8}  process",
+        "peak", "time", "pid"
+    );
+    for process in listed {
+        let _ = writeln!(
+            out,
+            "  {:>10}  {:>6.1} s  {:>8}  {}",
+            Size(process.peak).to_string(),
+            process.seen_seconds(),
+            process.pid,
+            process.name
+        );
+    }
+    if processes.len() > LISTED {
+        let _ = writeln!(out, "  … and {} more", processes.len() - LISTED);
+    }
+    let mut reasons: Vec<&str> = Vec::new();
+    for process in listed {
+        if !reasons.contains(&process.reason.as_str()) {
+            reasons.push(&process.reason);
+        }
+    }
+    for reason in reasons {
+        let _ = writeln!(out, "    why: {reason}");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{BuildRecord, JobRecord, REPORT_SCHEMA};
+
+    const MIB: u64 = 1 << 20;
+    const STATIC_DRIVER: &str = "started by a statically linked build driver, which headroom's \
+        LD_PRELOAD interceptor cannot see; run the compilers through headroom-launch";
+
+    fn outside(pid: i32, name: &str, compiler_like: bool, peak: u64) -> OutsideProcess {
+        OutsideProcess {
+            pid,
+            name: name.into(),
+            compiler_like,
+            peak,
+            first_seen_ms: 1000,
+            last_seen_ms: 1000 + 300 * u64::from(pid.unsigned_abs()),
+            reason: STATIC_DRIVER.into(),
+        }
+    }
 
     fn report() -> BuildReport {
         let job = |job_id: u64, label: &str, peak: u64| JobRecord {
@@ -145,14 +254,53 @@ mod tests {
                 slots: 2,
                 exit_code: Some(0),
                 peak_total: Some(1400 << 20),
+                parallelism_set: vec!["MAX_JOBS=4".into(), "MAKEFLAGS=-j4".into()],
             },
             jobs,
             samples: Vec::new(),
+            outside: vec![
+                outside(31, "make", false, 20 * MIB),
+                OutsideProcess {
+                    reason: "not a compiler or linker: headroom admits only those".into(),
+                    ..outside(57, "python3", false, 400 * MIB)
+                },
+                OutsideProcess {
+                    reason: "ran before the governor was listening".into(),
+                    ..outside(88, "cicc", true, 900 * MIB)
+                },
+            ],
         }
     }
 
     #[test]
     fn summary_snapshot() {
         insta::assert_snapshot!(render(&report()));
+    }
+
+    #[test]
+    fn a_build_that_governed_nothing_says_so_and_names_its_compilers() {
+        let mut report = report();
+        report.jobs.clear();
+        report.outside = (1..=12)
+            .map(|pid| outside(pid, "cc1plus", true, (100 + 50 * pid as u64) * MIB))
+            .collect();
+        report.outside[0].reason = "an unlisted process's reason is left out".into();
+        report.outside[11].reason = "ran before the governor was listening".into();
+        insta::assert_snapshot!(render(&report));
+    }
+
+    #[test]
+    fn a_build_that_governed_nothing_and_saw_no_compiler_still_says_so() {
+        let mut report = report();
+        report.jobs.clear();
+        report.outside.clear();
+        report.build.parallelism_set.clear();
+        let summary = render(&report);
+        assert!(
+            summary.contains("no compiler ran in this build (nothing to rebuild?)")
+                && !summary.contains("WARNING"),
+            "{summary}"
+        );
+        assert!(!summary.contains("headroom set"), "{summary}");
     }
 }

@@ -80,18 +80,22 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let governed = start_session(&overrides, !args.no_history, command)?;
-    let (session, history, settings) = (governed.session, governed.history, governed.settings);
+    let governed = start_session(&overrides, !args.no_history, command, true)?;
+    let (session, history) = (governed.session, governed.history);
 
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
     }
+    // Orphans of the build (a double-forked compiler) stay below headroom, where the governor
+    // follows the build's processes.
+    crate::run::supervise::become_subreaper();
     let start = Instant::now();
     let mut build = Command::new(&args.command[0]);
     build.args(&args.command[1..]);
-    // Offer more jobs than run, so the governor can pick small ones past a big one that waits.
-    session.govern(&mut build, 2 * settings.jobs);
+    if let Err(why) = session.govern(&mut build) {
+        eprintln!("headroom: warning: {why}; this build runs ungoverned");
+    }
     let mut build = match build.spawn() {
         Ok(child) => child,
         Err(err) => {
@@ -133,11 +137,14 @@ pub struct Governed {
 }
 
 /// Merges the settings, resolves the budget and starts a governor for `command` (a description
-/// for the history). Shared by `headroom build` and `headroom kernels build`.
+/// for the history); a build command (`offers_jobs`) is offered twice as many jobs as run, so
+/// the governor can pick small ones past a big one that waits. Shared by `headroom build` and
+/// `headroom kernels build`.
 pub fn start_session(
     overrides: &BuildOverrides,
     use_history: bool,
     command: String,
+    offers_jobs: bool,
 ) -> Result<Governed> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let settings = settings(overrides, &cwd)?;
@@ -165,6 +172,11 @@ pub fn start_session(
         ladder: settings.ladder.clone(),
         sample_interval_ms: settings.sample_interval_ms,
         priorities: settings.priorities,
+        parallelism_set: if offers_jobs {
+            headroom_govern::session::parallelism_set(2 * settings.jobs)
+        } else {
+            Vec::new()
+        },
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     let session = Session::start(&exe, &config)?;

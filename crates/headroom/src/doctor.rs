@@ -136,10 +136,34 @@ pub struct HistoryCheck {
 pub struct ProjectFit {
     #[serde(flatten)]
     pub project: ProjectPeak,
-    /// Its largest job fits in the budget: it builds here, if slowly.
-    pub fits_one_job_at_a_time: bool,
-    /// Its recorded total peak fits: it builds here as parallel as it did before.
-    pub fits_as_recorded: bool,
+    /// Its largest job fits in the budget: it builds here, if slowly. `None` (JSON `null`) when
+    /// its latest build governed nothing and no job was too large: its peaks prove nothing.
+    pub fits_one_job_at_a_time: Option<bool>,
+    /// Its recorded total peak fits: it builds here as parallel as it did before. `None` as
+    /// above.
+    pub fits_as_recorded: Option<bool>,
+}
+
+impl ProjectFit {
+    /// Judges `project` against `budget`. A peak above the budget proves a project does not fit
+    /// whatever headroom saw, but a peak within it proves it fits only if headroom governed the
+    /// compilers of its latest build.
+    fn judge(project: ProjectPeak, budget: u64) -> ProjectFit {
+        let within = |peak: u64| {
+            if peak > budget {
+                Some(false)
+            } else if project.governed_nothing() {
+                None
+            } else {
+                Some(true)
+            }
+        };
+        ProjectFit {
+            fits_one_job_at_a_time: within(project.largest_job),
+            fits_as_recorded: within(project.peak_total),
+            project,
+        }
+    }
 }
 
 pub fn main(args: DoctorArgs) -> anyhow::Result<u8> {
@@ -288,11 +312,7 @@ fn check_history(path: PathBuf, budget: u64) -> HistoryCheck {
             note: None,
             projects: projects
                 .into_iter()
-                .map(|project| ProjectFit {
-                    fits_one_job_at_a_time: project.largest_job <= budget,
-                    fits_as_recorded: project.peak_total <= budget,
-                    project,
-                })
+                .map(|project| ProjectFit::judge(project, budget))
                 .collect(),
         },
         Err(e) => HistoryCheck {
@@ -306,12 +326,21 @@ fn check_history(path: PathBuf, budget: u64) -> HistoryCheck {
 fn warnings(findings: &Findings, psi_error: Option<String>) -> Vec<String> {
     let mut warnings = Vec::new();
     for fit in &findings.history.projects {
-        if !fit.fits_one_job_at_a_time {
+        if fit.fits_one_job_at_a_time == Some(false) {
             warnings.push(format!(
                 "{} will not build here: one of its jobs peaked at {}, above the {} budget; build it on a larger machine or add swap",
                 fit.project.cwd,
                 format_size(fit.project.largest_job),
                 format_size(findings.budget.bytes)
+            ));
+        }
+    }
+    for fit in &findings.history.projects {
+        let outside = fit.project.latest_ungoverned_compilers;
+        if outside > 0 {
+            warnings.push(format!(
+                "{}: {outside} compilers of its latest build ran outside admission, so headroom neither predicted nor held back their memory; `headroom report {}` says why",
+                fit.project.cwd, fit.project.latest_build_id
             ));
         }
     }
@@ -442,17 +471,33 @@ pub fn render(findings: &Findings) -> String {
                 history.path
             );
             for fit in &history.projects {
+                let project = &fit.project;
+                let largest = match project.largest_job {
+                    0 => "unknown".to_string(),
+                    bytes => format_size(bytes),
+                };
                 let verdict = match (fit.fits_one_job_at_a_time, fit.fits_as_recorded) {
-                    (false, _) => "does NOT fit",
-                    (true, false) => "fits, throttled below its recorded parallelism",
-                    (true, true) => "fits",
+                    (Some(false), _) => "does NOT fit".to_string(),
+                    (None, _) | (_, None) => format!(
+                        "governed nothing: no compiler went through admission in its latest build (see `headroom report {}`)",
+                        project.latest_build_id
+                    ),
+                    (Some(true), Some(false)) => {
+                        "fits, throttled below its recorded parallelism".to_string()
+                    }
+                    (Some(true), Some(true)) => "fits".to_string(),
+                };
+                let outside = match project.latest_ungoverned_compilers {
+                    0 => String::new(),
+                    count => {
+                        format!(" — {count} compilers ran outside admission, peaks not counted")
+                    }
                 };
                 let _ = writeln!(
                     out,
-                    "             {}: largest job {}, total peak {} — {verdict}",
-                    fit.project.cwd,
-                    format_size(fit.project.largest_job),
-                    format_size(fit.project.peak_total)
+                    "             {}: largest job {largest}, total peak {} — {verdict}{outside}",
+                    project.cwd,
+                    format_size(project.peak_total)
                 );
             }
         }
@@ -528,15 +573,22 @@ mod tests {
         assert_eq!(container_from(None, false, false, "0::/init.scope"), None);
     }
 
-    fn findings() -> Findings {
-        let project = |cwd: &str, job: u64, total: u64| ProjectPeak {
+    fn project(cwd: &str, job: u64, total: u64) -> ProjectPeak {
+        ProjectPeak {
             cwd: cwd.into(),
             last_command: "ninja".into(),
             builds: 3,
             last_started_unix_ms: 0,
             peak_total: total,
             largest_job: job,
-        };
+            latest_build_id: 17,
+            latest_jobs: 40,
+            latest_ungoverned_compilers: 0,
+        }
+    }
+
+    fn findings() -> Findings {
+        let budget = 13 * GIB;
         let mut findings = Findings {
             memory: Memory {
                 total: 24 * GIB,
@@ -569,7 +621,7 @@ mod tests {
                 uptime_s: Some(758.2 + 1500.0),
             },
             budget: Recommendation {
-                bytes: 13 * GIB,
+                bytes: budget,
                 source: "cgroup limit 16.0 GiB with 1.00 GiB in use, minus a reserve of 1.50 GiB"
                     .into(),
                 job_memory: 3 * GIB / 2,
@@ -578,23 +630,24 @@ mod tests {
             history: HistoryCheck {
                 path: "history.sqlite".into(),
                 note: None,
-                projects: vec![
-                    ProjectFit {
-                        project: project("/src/flash-attn", 30 * GIB, 60 * GIB),
-                        fits_one_job_at_a_time: false,
-                        fits_as_recorded: false,
+                projects: [
+                    project("/src/flash-attn", 30 * GIB, 60 * GIB),
+                    project("/src/torch-ext", 2 * GIB, 20 * GIB),
+                    ProjectPeak {
+                        latest_ungoverned_compilers: 2,
+                        ..project("/src/mixed", GIB, 3 * GIB)
                     },
-                    ProjectFit {
-                        project: project("/src/torch-ext", 2 * GIB, 20 * GIB),
-                        fits_one_job_at_a_time: true,
-                        fits_as_recorded: false,
+                    project("/src/tiny", GIB / 4, GIB),
+                    ProjectPeak {
+                        latest_build_id: 21,
+                        latest_jobs: 0,
+                        latest_ungoverned_compilers: 6,
+                        ..project("/src/bazel-app", 0, 5 * GIB)
                     },
-                    ProjectFit {
-                        project: project("/src/tiny", GIB / 4, GIB),
-                        fits_one_job_at_a_time: true,
-                        fits_as_recorded: true,
-                    },
-                ],
+                ]
+                .into_iter()
+                .map(|project| ProjectFit::judge(project, budget))
+                .collect(),
             },
             warnings: Vec::new(),
         };
@@ -613,6 +666,37 @@ mod tests {
         assert!(findings.warnings.iter().any(|w| w.starts_with("no swap")));
         assert!(findings.warnings.iter().any(|w| w.contains(".wslconfig")));
         assert!(findings.warnings.iter().any(|w| w.contains("cgroup limit")));
+    }
+
+    #[test]
+    fn governed_nothing_never_fits_yet_a_peak_above_the_budget_still_does_not_fit() {
+        let unseen = ProjectPeak {
+            latest_jobs: 0,
+            ..project("/src/bazel-app", GIB, 20 * GIB)
+        };
+        let fit = ProjectFit::judge(unseen.clone(), 13 * GIB);
+        assert_eq!(
+            (fit.fits_one_job_at_a_time, fit.fits_as_recorded),
+            (None, Some(false))
+        );
+        let too_big = ProjectFit::judge(unseen, GIB / 2);
+        assert_eq!(too_big.fits_one_job_at_a_time, Some(false));
+        let governed = ProjectFit::judge(project("/src/tiny", GIB, 2 * GIB), 13 * GIB);
+        assert_eq!(
+            (governed.fits_one_job_at_a_time, governed.fits_as_recorded),
+            (Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn projects_with_compilers_outside_admission_are_warned_about() {
+        let findings = findings();
+        assert!(
+            findings.warnings.iter().any(|w| w
+                .starts_with("/src/mixed: 2 compilers of its latest build ran outside admission")),
+            "{:?}",
+            findings.warnings
+        );
     }
 
     #[test]

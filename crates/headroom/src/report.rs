@@ -98,3 +98,49 @@ fn timeline(report: &BuildReport) -> Timeline {
         bands: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report as `headroom build --report` writes it, with a process outside admission.
+    const REPORT: &str = r#"{
+        "schema": 1,
+        "build": {
+            "id": 9, "started_unix_ms": 0, "duration_ms": 4000, "command": "bazel build //:app",
+            "cwd": "/src/app", "budget": 8589934592, "budget_source": "test", "slots": 4,
+            "exit_code": 0, "peak_total": 1073741824, "parallelism_set": ["MAX_JOBS=4"]
+        },
+        "jobs": [{
+            "job_id": 0, "key": "k", "group": "g", "label": "app", "compiler": "ld",
+            "command": "ld -o app", "cwd": "/src/app", "offered_ms": 0, "start_ms": 0,
+            "end_ms": 900, "peak": 52428800, "cpu_ms": 800, "exit_code": 0, "signal": null,
+            "predicted": 52428800, "prediction_source": "history", "attempts": 1,
+            "suspends": 0, "requeues": 0, "oom_retries": 0, "lowered_flags": null,
+            "over_budget": false
+        }],
+        "samples": [{"t_ms": 500, "job_id": 0, "bytes": 52428800}],
+        "outside": [{
+            "pid": 4242, "name": "cc1plus", "compiler_like": true, "peak": 1073741824,
+            "first_seen_ms": 100, "last_seen_ms": 3100,
+            "reason": "started by a statically linked build driver"
+        }]
+    }"#;
+
+    #[test]
+    fn a_report_with_processes_outside_admission_loads_renders_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("report.json");
+        std::fs::write(&file, REPORT).unwrap();
+        let report = load(file.to_str()).unwrap();
+        assert_eq!(report.build.parallelism_set, ["MAX_JOBS=4"]);
+        assert_eq!(report.ungoverned_compilers().count(), 1);
+        assert!(summary::render(&report).contains("ran outside admission"));
+        let html = headroom_store::chart::render_html(&timeline(&report));
+        assert!(html.contains("app"), "{html}");
+
+        let again = dir.path().join("again.json");
+        write_json_report(&report, "--json", &again).unwrap();
+        assert_eq!(load(again.to_str()).unwrap(), report);
+    }
+}

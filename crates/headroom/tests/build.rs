@@ -862,3 +862,101 @@ fn a_report_is_as_readable_as_the_files_the_build_writes() {
     assert_eq!(mode("report.json") & 0o777, 0o666 & !umask);
     assert_eq!(mode("report.json") & 0o777, mode("a.o") & 0o666);
 }
+
+#[test]
+fn probes_never_wait_for_a_slot() {
+    let project = Project::new();
+    // One slot, taken for 4 s by a compile; meanwhile the build probes the real compiler by
+    // its absolute path, as torch and CMake do.
+    let script = "g++ --mem 10 --ms 4000 -c a.cpp -o a.o & sleep 0.5; \
+                  start=$(date +%s%N); /usr/bin/g++ --version >/dev/null; \
+                  g++ -dumpmachine >/dev/null; \
+                  echo $(( ($(date +%s%N) - start) / 1000000 )) > probe-ms; wait";
+    let output = project.run(&[
+        "-j",
+        "1",
+        "--report",
+        "report.json",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let probe_ms: u64 = std::fs::read_to_string(project.path("probe-ms"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        probe_ms < 1500,
+        "two probes took {probe_ms} ms beside a 4 s job"
+    );
+    let report = project.report();
+    assert_eq!(
+        report.jobs.len(),
+        1,
+        "probes are not jobs: {:?}",
+        report.jobs
+    );
+}
+
+#[test]
+fn a_compiler_the_interceptor_cannot_see_is_counted_and_named() {
+    let project = Project::new();
+    // A statically linked build driver: no LD_PRELOAD acts in it, so the compiler it starts
+    // runs outside admission, as one started by a setuid tool or a cleared environment would.
+    project.write(
+        "driver.c",
+        "#include <sys/wait.h>\n#include <unistd.h>\n\
+         int main(int argc, char **argv) {\n\
+           (void)argc; int status = 127;\n\
+           if (fork() == 0) { execv(argv[1], argv + 1); _exit(127); }\n\
+           wait(&status); return WEXITSTATUS(status);\n\
+         }\n",
+    );
+    let built = Command::new("cc")
+        .args(["-static", "-o", "static-driver", "driver.c"])
+        .current_dir(project.path(""))
+        .output()
+        .unwrap();
+    if !built.status.success() {
+        eprintln!(
+            "skipping: cannot link a static program here ({}); install libc6-dev",
+            String::from_utf8_lossy(&built.stderr).trim()
+        );
+        return;
+    }
+    let fake_gpp = project.path("bin/g++");
+    let output = project.run(&[
+        "--report",
+        "report.json",
+        "--",
+        "./static-driver",
+        fake_gpp.to_str().unwrap(),
+        "--mem",
+        "300",
+        "--ms",
+        "1500",
+        "-c",
+        "a.cpp",
+        "-o",
+        "a.o",
+    ]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    let report = project.report();
+    assert!(report.jobs.is_empty(), "{:?}", report.jobs);
+    let compiler = report
+        .outside
+        .iter()
+        .find(|process| process.compiler_like && process.name == "g++")
+        .unwrap_or_else(|| panic!("the compiler is named: {:?}", report.outside));
+    assert!(compiler.peak >= 250 << 20, "{compiler:?}");
+    assert!(compiler.reason.contains("static-driver"), "{compiler:?}");
+    assert!(text.contains("governed nothing"), "{text}");
+    assert!(
+        text.contains("does not load headroom's interceptor"),
+        "{text}"
+    );
+}

@@ -35,6 +35,7 @@ fn seed(path: &std::path::Path) {
         slots: 64,
         exit_code: None,
         peak_total: None,
+        parallelism_set: Vec::new(),
     };
     let id = history.begin_build(&build).unwrap();
     let job = JobRecord {

@@ -4,7 +4,7 @@
 mod devices;
 mod report;
 mod stages;
-mod supervise;
+pub(crate) mod supervise;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

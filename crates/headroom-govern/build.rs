@@ -1,0 +1,45 @@
+//! Builds the interceptor (`intercept/intercept.c`) into the shared library that
+//! `headroom build` preloads into the build's processes, and the compiler-name rule
+//! (`intercept/compiler_names.c`) into a static library the Rust code calls, so the rule
+//! exists once. The shared library is embedded in the binary (`intercept::LIBRARY`): one
+//! `cargo install` carries everything.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    for file in ["intercept.c", "compiler_names.c", "compiler_names.h"] {
+        println!("cargo:rerun-if-changed=intercept/{file}");
+    }
+    cc::Build::new()
+        .file("intercept/compiler_names.c")
+        .warnings(true)
+        .compile("headroom_compiler_names");
+
+    let compiler = cc::Build::new().get_compiler();
+    let library = out.join("libheadroom-intercept.so");
+    let status = Command::new(compiler.path())
+        .args([
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-Wl,-z,now",
+            "-o",
+        ])
+        .arg(&library)
+        .args([
+            "intercept/intercept.c",
+            "intercept/compiler_names.c",
+            "-ldl",
+        ])
+        .status()
+        .unwrap_or_else(|err| panic!("cannot run the C compiler {:?}: {err}", compiler.path()));
+    assert!(
+        status.success(),
+        "building the interceptor failed: install a C compiler (apt-get install gcc)"
+    );
+}

@@ -1,0 +1,10 @@
+#ifndef HEADROOM_COMPILER_NAMES_H
+#define HEADROOM_COMPILER_NAMES_H
+#include <stddef.h>
+
+/* Whether the file name `name` (no directory, `len` bytes) is a compiler, linker or
+ * compiler driver that headroom governs: gcc, g++-12, x86_64-linux-gnu-g++, clang++-19, nvcc,
+ * hipcc, rustc, ld.gold… but not c++filt, clang-tidy or gcc-ar. */
+int headroom_is_compiler_name(const char *name, size_t len);
+
+#endif

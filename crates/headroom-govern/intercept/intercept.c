@@ -1,0 +1,201 @@
+/* libheadroom-intercept.so: loaded into every process of a governed build through
+ * LD_PRELOAD, it turns each exec of a compiler into an exec of headroom's launcher, whatever
+ * path the compiler is called by: `/usr/bin/c++` from a CMake cache configured before
+ * headroom ran, `$CUDA_HOME/bin/nvcc` from torch, `g++` found on PATH.
+ *
+ *     execve("/usr/bin/c++", ["c++", "-c", "a.cpp"], env)
+ *  -> execve($HEADROOM_LAUNCHER, ["headroom-launch", "/usr/bin/c++", "-c", "a.cpp"], env)
+ *
+ * It acts only when the environment names a governor (HEADROOM_SOCKET) and a launcher
+ * (HEADROOM_LAUNCHER), outside any job (no HEADROOM_JOB: nvcc's own cicc and gcc belong to
+ * nvcc's job), and only for programs that exist, so a build that probes for a compiler sees
+ * the same ENOENT as without headroom. Everything else goes straight to libc. If the launcher
+ * cannot be run, the original exec runs: headroom never makes an exec fail.
+ *
+ * It runs between vfork and exec, so it allocates nothing, takes no lock and resolves libc's
+ * functions once, when it is loaded. */
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compiler_names.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+extern char **environ;
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execvp_fn)(const char *, char *const[]);
+typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
+typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+                        const posix_spawnattr_t *, char *const[], char *const[]);
+
+static execve_fn real_execve;
+static execvp_fn real_execvp;
+static execvpe_fn real_execvpe;
+static spawn_fn real_posix_spawn;
+static spawn_fn real_posix_spawnp;
+
+__attribute__((constructor)) static void resolve_libc(void) {
+    real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+    real_execvp = (execvp_fn)dlsym(RTLD_NEXT, "execvp");
+    real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
+    real_posix_spawn = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
+    real_posix_spawnp = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+}
+
+/* The value of `name` in `env`, or NULL. */
+static const char *lookup(char *const env[], const char *name) {
+    size_t len = strlen(name);
+    for (; env && *env; env++) {
+        if (strncmp(*env, name, len) == 0 && (*env)[len] == '=') return *env + len + 1;
+    }
+    return NULL;
+}
+
+/* The launcher to run instead of a program called `file` (a path or a name), or NULL when
+ * it is to run as it is: no governor, inside a job, or not a compiler. */
+static const char *launcher_for(const char *file, char *const env[]) {
+    if (!lookup(env, "HEADROOM_SOCKET") || lookup(env, "HEADROOM_JOB")) return NULL;
+    const char *launcher = lookup(env, "HEADROOM_LAUNCHER");
+    if (!launcher || !*launcher) return NULL;
+    const char *slash = strrchr(file, '/');
+    const char *name = slash ? slash + 1 : file;
+    return headroom_is_compiler_name(name, strlen(name)) ? launcher : NULL;
+}
+
+/* Finds `file` on PATH as execvp does; writes the path into `out` and returns it, or NULL
+ * when there is no such program. */
+static const char *search_path(const char *file, char out[PATH_MAX]) {
+    if (strchr(file, '/')) return access(file, X_OK) == 0 ? file : NULL;
+    const char *path = lookup(environ, "PATH");
+    if (!path) path = "/bin:/usr/bin";
+    size_t file_len = strlen(file);
+    while (1) {
+        const char *end = strchrnul(path, ':');
+        size_t dir_len = (size_t)(end - path);
+        if (dir_len == 0) dir_len = 1, path = "."; /* an empty entry is the current directory */
+        if (dir_len + 1 + file_len < PATH_MAX) {
+            memcpy(out, path, dir_len);
+            out[dir_len] = '/';
+            memcpy(out + dir_len + 1, file, file_len + 1);
+            if (access(out, X_OK) == 0) return out;
+        }
+        if (*end == '\0') return NULL;
+        path = end + 1;
+    }
+}
+
+static size_t count(char *const argv[]) {
+    size_t n = 0;
+    while (argv[n]) n++;
+    return n;
+}
+
+/* ["headroom-launch", compiler, argv[1]…, NULL] into `out`, which holds count(argv) + 2. */
+static char **launch_argv(const char *compiler, char *const argv[], size_t argc, char **out) {
+    out[0] = (char *)"headroom-launch";
+    out[1] = (char *)compiler;
+    for (size_t i = 1; i < argc; i++) out[i + 1] = argv[i];
+    out[argc + 1] = NULL;
+    return out;
+}
+
+/* Runs `file` (found as execvp finds it) through the launcher if it is a compiler headroom
+ * governs; returns only if not, with errno as it was. */
+static void exec_governed(const char *file, char *const argv[], char *const envp[]) {
+    int saved = errno;
+    char found[PATH_MAX];
+    const char *launcher = launcher_for(file, envp);
+    const char *compiler = launcher && argv && argv[0] ? search_path(file, found) : NULL;
+    if (compiler) {
+        size_t argc = count(argv);
+        char *launch[argc + 2];
+        real_execve(launcher, launch_argv(compiler, argv, argc, launch), envp);
+    }
+    errno = saved;
+}
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    if (strchr(path, '/')) exec_governed(path, argv, envp);
+    return real_execve(path, argv, envp);
+}
+
+EXPORT int execv(const char *path, char *const argv[]) {
+    return execve(path, argv, environ);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    exec_governed(file, argv, envp);
+    return real_execvpe(file, argv, envp);
+}
+
+EXPORT int execvp(const char *file, char *const argv[]) {
+    exec_governed(file, argv, environ);
+    return real_execvp(file, argv);
+}
+
+/* execl, execle and execlp: their arguments into an array, then the calls above. */
+#define COLLECT_ARGS(first, args, argv, after_null)                   \
+    size_t n = 1;                                                     \
+    va_list args;                                                     \
+    va_start(args, first);                                            \
+    while (va_arg(args, char *)) n++;                                 \
+    va_end(args);                                                     \
+    char *argv[n + 1];                                                \
+    argv[0] = (char *)first;                                          \
+    va_start(args, first);                                            \
+    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(args, char *);   \
+    after_null;                                                       \
+    va_end(args)
+
+EXPORT int execl(const char *path, const char *arg, ...) {
+    COLLECT_ARGS(arg, args, argv, (void)0);
+    return execve(path, argv, environ);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...) {
+    COLLECT_ARGS(arg, args, argv, (void)0);
+    return execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...) {
+    char *const *envp;
+    COLLECT_ARGS(arg, args, argv, envp = va_arg(args, char *const *));
+    return execve(path, argv, envp);
+}
+
+/* Spawns `file` through the launcher if it is a compiler headroom governs: 0 when it did. */
+static int spawn_governed(pid_t *pid, const char *file,
+                          const posix_spawn_file_actions_t *actions,
+                          const posix_spawnattr_t *attr, char *const argv[],
+                          char *const envp[]) {
+    char found[PATH_MAX];
+    const char *launcher = launcher_for(file, envp);
+    const char *compiler = launcher && argv && argv[0] ? search_path(file, found) : NULL;
+    if (!compiler) return -1;
+    size_t argc = count(argv);
+    char *launch[argc + 2];
+    return real_posix_spawn(pid, launcher, actions, attr, launch_argv(compiler, argv, argc, launch),
+                            envp);
+}
+
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    if (strchr(path, '/') && spawn_governed(pid, path, actions, attr, argv, envp) == 0)
+        return 0;
+    return real_posix_spawn(pid, path, actions, attr, argv, envp);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    if (spawn_governed(pid, file, actions, attr, argv, envp) == 0) return 0;
+    return real_posix_spawnp(pid, file, actions, attr, argv, envp);
+}

@@ -1,0 +1,166 @@
+//! Processes of a build that run outside every admitted job: a build driver, or a compiler
+//! started where the interceptor could not act (by a statically linked or setuid program, or
+//! with the environment cleared). Their memory is real, so the scheduler counts it against
+//! the budget; compilers among them are named in the report with why they were not governed.
+
+use std::collections::HashMap;
+
+use headroom_probe::procs::ProcStat;
+use headroom_store::OutsideProcess;
+use rustix::process::{kill_process, Pid, Signal};
+
+use crate::intercept;
+
+/// Inner tools of compiler drivers, which run below a driver and are never called by a build
+/// directly: seen outside a job, they mean their driver was not governed.
+const INNER_TOOLS: [&str; 13] = [
+    "cc1",
+    "cc1plus",
+    "cc1obj",
+    "f951",
+    "lto1",
+    "lto-wrapper",
+    "collect2",
+    "as",
+    "cicc",
+    "cudafe++",
+    "ptxas",
+    "fatbinary",
+    "nvlink",
+];
+/// Processes that are not compilers are kept in the report only from this peak up.
+const HEAVY: u64 = 64 << 20;
+
+/// Whether the kernel's command name `comm` is a compiler, linker or one of their tools.
+pub fn is_compiler_like(comm: &str) -> bool {
+    INNER_TOOLS.contains(&comm) || intercept::is_compiler_name(comm)
+}
+
+/// What the governor has seen outside the jobs during one build.
+#[derive(Default)]
+pub struct OutsideTracker {
+    seen: HashMap<i32, OutsideProcess>,
+    stopped: Vec<i32>,
+}
+
+impl OutsideTracker {
+    /// Notes the processes outside every job at `t_ms`; returns their memory together.
+    pub fn observe(&mut self, processes: &[ProcStat], t_ms: u64) -> u64 {
+        for process in processes {
+            let compiler_like = is_compiler_like(&process.comm);
+            let entry = self
+                .seen
+                .entry(process.pid)
+                .or_insert_with(|| OutsideProcess {
+                    pid: process.pid,
+                    name: process.comm.clone(),
+                    compiler_like,
+                    peak: 0,
+                    first_seen_ms: t_ms,
+                    last_seen_ms: t_ms,
+                    reason: if compiler_like {
+                        why_not_governed(process, processes)
+                    } else {
+                        "not a compiler: counted against the budget".to_string()
+                    },
+                });
+            entry.peak = entry.peak.max(process.rss_bytes);
+            entry.last_seen_ms = t_ms;
+        }
+        processes.iter().map(|p| p.rss_bytes).sum()
+    }
+
+    /// Whether any process outside the jobs is stopped now.
+    pub fn any_stopped(&self) -> bool {
+        !self.stopped.is_empty()
+    }
+
+    /// Stops the largest of `processes` (a compiler if there is one) that is not stopped yet.
+    pub fn stop_largest(&mut self, processes: &[ProcStat]) {
+        let candidates = processes.iter().filter(|p| !self.stopped.contains(&p.pid));
+        let largest = candidates
+            .max_by_key(|p| (is_compiler_like(&p.comm), p.rss_bytes))
+            .map(|p| p.pid);
+        if let Some(pid) = largest {
+            tracing::warn!("memory is about to run out: stopping process {pid}, outside every job");
+            signal(pid, Signal::STOP);
+            self.stopped.push(pid);
+        }
+    }
+
+    /// Lets every process it stopped go on.
+    pub fn resume_all(&mut self) {
+        for pid in self.stopped.drain(..) {
+            signal(pid, Signal::CONT);
+        }
+    }
+
+    /// What the report keeps: every compiler-like process, and others that were heavy.
+    pub fn finish(mut self) -> Vec<OutsideProcess> {
+        self.resume_all();
+        let mut kept: Vec<OutsideProcess> = self
+            .seen
+            .into_values()
+            .filter(|p| p.compiler_like || p.peak >= HEAVY)
+            .collect();
+        kept.sort_by_key(|p| std::cmp::Reverse(p.peak));
+        kept
+    }
+}
+
+/// Why a compiler-like `process` ran outside admission, and how to fix that.
+fn why_not_governed(process: &ProcStat, outside: &[ProcStat]) -> String {
+    if let Some(parent) = outside
+        .iter()
+        .find(|p| p.pid == process.ppid && is_compiler_like(&p.comm))
+    {
+        return format!(
+            "part of `{}` (pid {}), which was not governed",
+            parent.comm, parent.pid
+        );
+    }
+    let parent_name = std::fs::read_to_string(format!("/proc/{}/comm", process.ppid))
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "?".to_string());
+    let parent_intercepted = std::fs::read_to_string(format!("/proc/{}/maps", process.ppid))
+        .is_ok_and(|maps| maps.contains("libheadroom-intercept"));
+    if parent_intercepted {
+        format!(
+            "started by `{parent_name}` (pid {}) in a way the interceptor does not see (fexecve or \
+             a raw system call); run it through `headroom-launch COMPILER ARGS…`",
+            process.ppid
+        )
+    } else {
+        format!(
+            "started by `{parent_name}` (pid {}), which does not load headroom's interceptor \
+             (statically linked, setuid, or its environment dropped LD_PRELOAD); run the compiler \
+             through `headroom-launch COMPILER ARGS…` (e.g. CMAKE_CXX_COMPILER_LAUNCHER), or start \
+             it from a dynamically linked tool",
+            process.ppid
+        )
+    }
+}
+
+fn signal(pid: i32, signal: Signal) {
+    if let Some(pid) = Pid::from_raw(pid) {
+        // The process may have exited a moment ago: nothing to do then.
+        let _ = kill_process(pid, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compilers_and_their_inner_tools_are_compiler_like() {
+        for name in [
+            "cc1plus", "cicc", "ptxas", "g++", "clang-19", "ld.gold", "nvcc",
+        ] {
+            assert!(is_compiler_like(name), "{name}");
+        }
+        for name in ["make", "ninja", "sh", "python3", "cmake", "headroom-shim"] {
+            assert!(!is_compiler_like(name), "{name}");
+        }
+    }
+}
