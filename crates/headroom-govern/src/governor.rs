@@ -606,7 +606,7 @@ impl Governor {
                 .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
                 .collect();
             let pgids: Vec<i32> = groups.iter().map(|&(_, pgid)| pgid).collect();
-            let build = walk_build(build_root, governor, &pgids);
+            let build = walk_build(build_root, governor, &pgids, crate::outside::is_shim);
             let readings: Vec<(JobId, Usage)> = groups
                 .iter()
                 .map(|&(id, pgid)| {

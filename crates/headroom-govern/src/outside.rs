@@ -30,10 +30,20 @@ const INNER_TOOLS: [&str; 13] = [
 ];
 /// Processes that are not compilers are kept in the report only from this peak up.
 const HEAVY: u64 = 64 << 20;
+/// Compilers outside the jobs are kept in the report from this peak or this many
+/// milliseconds up: a probe (`nvcc --version`, which the shim lets through) is neither.
+const NOTABLE_COMPILER: u64 = 16 << 20;
+const NOTABLE_COMPILER_MS: u64 = 1000;
 
 /// Whether the kernel's command name `comm` is a compiler, linker or one of their tools.
 pub fn is_compiler_like(comm: &str) -> bool {
     INNER_TOOLS.contains(&comm) || intercept::is_compiler_name(comm)
+}
+
+/// Whether `process` is a shim (`headroom-shim`, or `headroom` itself where the small shim
+/// binary is missing): the process groups it starts are job attempts.
+pub fn is_shim(process: &ProcStat) -> bool {
+    process.comm == "headroom-shim" || process.comm == "headroom"
 }
 
 /// What the governor has seen outside the jobs during one build.
@@ -95,13 +105,18 @@ impl OutsideTracker {
         }
     }
 
-    /// What the report keeps: every compiler-like process, and others that were heavy.
+    /// What the report keeps: compilers that were big or long enough to matter, and other
+    /// processes that were heavy.
     pub fn finish(mut self) -> Vec<OutsideProcess> {
         self.resume_all();
         let mut kept: Vec<OutsideProcess> = self
             .seen
             .into_values()
-            .filter(|p| p.compiler_like || p.peak >= HEAVY)
+            .filter(|p| {
+                let notable = p.peak >= NOTABLE_COMPILER
+                    || p.last_seen_ms - p.first_seen_ms >= NOTABLE_COMPILER_MS;
+                (p.compiler_like && notable) || p.peak >= HEAVY
+            })
             .collect();
         kept.sort_by_key(|p| std::cmp::Reverse(p.peak));
         kept

@@ -105,11 +105,22 @@ pub struct BuildTree {
 /// Walks the processes below `root` (not `root` itself, nor `skip` and what is below it):
 /// the subtree of each pid in `job_roots` is summed as that job, as [`tree_usage`] sums it;
 /// every other process is listed as outside. Used by the governor to see memory that no job
-/// accounts for. Job roots not met below `root` are summed on their own.
-pub fn walk_build(root: i32, skip: i32, job_roots: &[i32]) -> BuildTree {
+/// accounts for. A process-group leader started by a process that `starts_jobs` is an
+/// attempt whose pid the governor does not know yet: neither a job nor outside. Job roots not
+/// met below `root` are summed on their own.
+pub fn walk_build(
+    root: i32,
+    skip: i32,
+    job_roots: &[i32],
+    starts_jobs: impl Fn(&ProcStat) -> bool,
+) -> BuildTree {
     let mut found = BuildTree::default();
-    let mut pending = children_of(root).unwrap_or_default();
-    while let Some(pid) = pending.pop() {
+    let mut pending: Vec<(i32, bool)> = children_of(root)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|pid| (pid, false))
+        .collect();
+    while let Some((pid, parent_starts_jobs)) = pending.pop() {
         if pid == skip {
             continue;
         }
@@ -120,8 +131,18 @@ pub fn walk_build(root: i32, skip: i32, job_roots: &[i32]) -> BuildTree {
         let Ok(stat) = procfs::process::Process::new(pid).and_then(|process| process.stat()) else {
             continue;
         };
-        found.outside.push(ProcStat::from_stat(stat));
-        pending.extend(children_of(pid).unwrap_or_default());
+        if parent_starts_jobs && stat.pgrp == pid {
+            continue;
+        }
+        let process = ProcStat::from_stat(stat);
+        let starts = starts_jobs(&process);
+        pending.extend(
+            children_of(pid)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|child| (child, starts)),
+        );
+        found.outside.push(process);
     }
     for &pid in job_roots {
         if !found.jobs.iter().any(|&(seen, _)| seen == pid) {
@@ -192,7 +213,7 @@ mod tests {
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let walk = walk_build(me, 0, &[job.id() as i32]);
+        let walk = walk_build(me, 0, &[job.id() as i32], |_| false);
         assert_eq!(walk.jobs.len(), 1);
         assert!(walk.jobs[0].1.rss_bytes > 0);
         let outside_pids: Vec<i32> = walk.outside.iter().map(|p| p.pid).collect();
@@ -204,7 +225,7 @@ mod tests {
             !walk.outside.iter().any(|p| p.ppid == job.id() as i32),
             "the job's own children are the job's"
         );
-        let skipped = walk_build(me, outside.id() as i32, &[]);
+        let skipped = walk_build(me, outside.id() as i32, &[], |_| false);
         assert!(!skipped.outside.iter().any(|p| p.pid == outside.id() as i32));
         for child in [&mut job, &mut outside] {
             child.kill().unwrap();

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs a real CUDA toolchain and PyTorch from PyPI, for the tests and benchmarks that
+# build CUDA code (no GPU is needed to compile), and prints where they are:
+#
+#   ENV/venv        a virtual environment with torch 2.15.0 (a CUDA 13.2 build), nvcc 13.2
+#                   (cuda-toolkit[nvcc]), ninja, setuptools and wheel
+#   ENV/cuda-home   a CUDA_HOME that nvcc and torch's cpp_extension accept, made of links
+#                   into the wheels' shared tree (site-packages/nvidia/cu13)
+#
+# ENV is $HEADROOM_CUDA_ENV, by default ~/.cache/headroom-ci; pip's downloads are cached in
+# ~/.cache/pip, so a second run installs nothing new. The tests find ENV the same way.
+set -euo pipefail
+env_dir="${HEADROOM_CUDA_ENV:-$HOME/.cache/headroom-ci}"
+venv="$env_dir/venv"
+cuda_home="$env_dir/cuda-home"
+
+if ! "$venv/bin/python" -c 'import torch' 2>/dev/null || [ ! -x "$venv/bin/nvcc" ] && \
+   ! ls "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc >/dev/null 2>&1; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q "torch==2.15.0" "cuda-toolkit[nvcc]==13.2.2" ninja setuptools wheel
+fi
+
+cu13="$(echo "$venv"/lib/python3*/site-packages/nvidia/cu13)"
+[ -x "$cu13/bin/nvcc" ] || { echo "cuda.sh: no nvcc in $cu13" >&2; exit 1; }
+rm -rf "$cuda_home.tmp"
+mkdir -p "$cuda_home.tmp/lib64"
+for part in bin include nvvm; do ln -s "$cu13/$part" "$cuda_home.tmp/$part"; done
+for library in "$cu13"/lib/*; do ln -s "$library" "$cuda_home.tmp/lib64/"; done
+ln -sf libcudart.so.13 "$cuda_home.tmp/lib64/libcudart.so"
+ln -s lib64 "$cuda_home.tmp/lib"
+rm -rf "$cuda_home"
+mv "$cuda_home.tmp" "$cuda_home"
+echo "cuda.sh: venv $venv, CUDA_HOME $cuda_home ($("$cuda_home/bin/nvcc" --version | tail -1))"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The cost of interception, side by side in one hyperfine run each, inside one live
+# `headroom build` (interceptor preloaded, governor listening):
+#   - per compiler call: the same compiler run by a name the interceptor governs (`cc`,
+#     `g++`) and by a name it lets through (`direct-true`, `direct-gxx`), both links to the
+#     same program: `true` (the overhead alone) and g++ on a trivial unit (what a build sees);
+#   - per exec of a program that is not a compiler: a shell loop of 1,000 `/bin/true`, with
+#     the interceptor preloaded and with LD_PRELOAD removed.
+# Usage: bench/build/interception-cost.sh [RUNS]   (needs hyperfine and a release build)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${1:-300}
+headroom=${HEADROOM:-$PWD/target/release/headroom}
+command -v hyperfine >/dev/null || { echo "needs hyperfine (apt-get install hyperfine)"; exit 2; }
+[ -x "$headroom" ] || { echo "needs $headroom: cargo build --release -p headroom"; exit 2; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export HEADROOM_STATE_DIR=$work/state
+echo 'int main() { return 0; }' > "$work/trivial.cpp"
+true_bin=$(type -P true)
+gxx=$(readlink -f "$(type -P g++)")
+ln -s "$true_bin" "$work/cc"
+ln -s "$true_bin" "$work/direct-true"
+ln -s "$gxx" "$work/g++"
+ln -s "$gxx" "$work/direct-gxx"
+loop='for i in $(seq 1000); do /bin/true; done'
+cat > "$work/inner.sh" <<INNER
+set -e
+cd "$work"
+hyperfine -N --warmup 20 --runs $runs --export-json true.json \
+  -n direct "$work/direct-true" -n governed "$work/cc"
+hyperfine -N --warmup 5 --runs $((runs / 5)) --export-json gpp.json \
+  -n direct "$work/direct-gxx -c trivial.cpp -o trivial.o" \
+  -n governed "$work/g++ -c trivial.cpp -o trivial.o"
+hyperfine -N --warmup 2 --runs $((runs / 30 + 3)) --export-json exec.json \
+  -n direct "env -u LD_PRELOAD sh -c '$loop'" -n governed "env sh -c '$loop'"
+INNER
+"$headroom" build --no-history -- bash "$work/inner.sh" >/dev/null
+
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+rows = (("true.json", "`true` by a compiler's name (overhead alone)", 1, "ms", 1e3),
+        ("gpp.json", "g++ -c trivial.cpp (`int main(){}`)", 1, "ms", 1e3),
+        ("exec.json", "one exec of `/bin/true` (loop of 1,000)", 1000, "µs", 1e6))
+for name, label, per, unit, scale in rows:
+    results = {r["command"]: r for r in json.load(open(f"{work}/{name}"))["results"]}
+    direct = results["direct"]["median"] * scale / per
+    governed = results["governed"]["median"] * scale / per
+    print(f"| {label} | {direct:.2f} {unit} | {governed:.2f} {unit} | "
+          f"{governed - direct:+.2f} {unit} | {governed / direct:.2f}× |")
+PY

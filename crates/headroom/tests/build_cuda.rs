@@ -1,0 +1,239 @@
+//! Real CUDA builds under `headroom build`: nvcc 13.2 and torch 2.15 from PyPI, which
+//! compile without a GPU. `bash .ci/cuda.sh` installs them (CI runs it); where they are
+//! missing, the tests skip and say so.
+//!
+//! nvcc is called the way torch calls it, by absolute path from a ninja file; each compile is
+//! one job whose peak covers nvcc's whole tree (cicc, cudafe++, ptxas and the host gcc),
+//! and none of nvcc's inner processes is a job of its own.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use headroom_store::BuildReport;
+
+/// The venv with torch and nvcc, and a CUDA_HOME made for them, as `.ci/cuda.sh` leaves them.
+struct Cuda {
+    venv: PathBuf,
+    home: PathBuf,
+}
+
+fn cuda() -> Option<Cuda> {
+    let dir = std::env::var_os("HEADROOM_CUDA_ENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/headroom-ci"))
+        })?;
+    let cuda = Cuda {
+        venv: dir.join("venv"),
+        home: dir.join("cuda-home"),
+    };
+    if cuda.home.join("bin/nvcc").exists() && cuda.venv.join("bin/python").exists() {
+        Some(cuda)
+    } else {
+        eprintln!(
+            "skipping: no nvcc and torch in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// `headroom build --report report.json -- ARGS…` in `dir`, with its own state, and `path`
+/// first on PATH.
+fn headroom_build(dir: &Path, path: &[&Path], args: &[&str]) -> Command {
+    let mut dirs: Vec<PathBuf> = path.iter().map(|p| p.to_path_buf()).collect();
+    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command
+        .args(["build", "--report", "report.json", "--"])
+        .args(args)
+        .current_dir(dir)
+        .env("PATH", std::env::join_paths(dirs).unwrap())
+        .env("HEADROOM_STATE_DIR", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env("TORCH_CUDA_ARCH_LIST", "8.0")
+        .env_remove("CUDA_PATH")
+        .env_remove("MAX_JOBS")
+        .env_remove("MAKEFLAGS");
+    command
+}
+
+fn succeeded(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "{}\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    stderr
+}
+
+fn report(dir: &Path) -> BuildReport {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+/// Every process outside the jobs was something other than a compiler.
+fn nothing_ungoverned(report: &BuildReport, stderr: &str) {
+    let compilers: Vec<_> = report.ungoverned_compilers().collect();
+    assert!(compilers.is_empty(), "{compilers:?}\n{stderr}");
+}
+
+const KERNEL: &str = r#"
+template <int N>
+__global__ void scale(float *x, float a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < N; k++) x[i * N + k] *= a;
+}
+void launch(float *x, float a) { scale<64><<<1, 32>>>(x, a); scale<7><<<1, 32>>>(x, a); }
+"#;
+
+#[test]
+fn nvcc_by_absolute_path_is_one_job_covering_its_whole_tree() {
+    let Some(cuda) = cuda() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let nvcc = cuda.home.join("bin/nvcc");
+    for name in ["a.cu", "b.cu"] {
+        std::fs::write(dir.path().join(name), KERNEL).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("build.ninja"),
+        format!(
+            "rule nvcc\n  command = {} -arch=sm_80 -O2 -c $in -o $out\n\
+             build a.o: nvcc a.cu\nbuild b.o: nvcc b.cu\n",
+            nvcc.display()
+        ),
+    )
+    .unwrap();
+    // The largest single process of one nvcc compile, as the kernel counts it (cicc).
+    let python = cuda.venv.join("bin/python");
+    let measured = Command::new(&python)
+        .args([
+            "-c",
+            "import resource, subprocess, sys; \
+             subprocess.run(sys.argv[1:], check=True); \
+             print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)",
+        ])
+        .arg(&nvcc)
+        .args(["-arch=sm_80", "-O2", "-c", "a.cu", "-o", "direct.o"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let direct_peak: u64 = String::from_utf8_lossy(&measured.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{measured:?}"));
+
+    let output = headroom_build(dir.path(), &[], &["ninja", "-j2"])
+        .output()
+        .unwrap();
+    let stderr = succeeded(&output);
+    let report = report(dir.path());
+    assert_eq!(report.jobs.len(), 2, "{:?}\n{stderr}", report.jobs);
+    for job in &report.jobs {
+        assert_eq!(Path::new(&job.compiler), nvcc, "{stderr}");
+        assert!(
+            job.peak as f64 >= 0.9 * direct_peak as f64,
+            "the job's peak {} covers cicc's {direct_peak}\n{stderr}",
+            job.peak
+        );
+    }
+    nothing_ungoverned(&report, &stderr);
+}
+
+const SETUP: &str = r#"
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(
+    name="headroom_cuda_probe",
+    ext_modules=[CUDAExtension("headroom_cuda_probe", ["ext.cpp", "kernel.cu"])],
+    cmdclass={"build_ext": BuildExtension},
+)
+"#;
+
+const EXTENSION: &str = r#"
+#include <torch/extension.h>
+void launch_scale(float *x, float a, int n);
+torch::Tensor scale(torch::Tensor x, double a) {
+    launch_scale(x.data_ptr<float>(), static_cast<float>(a), static_cast<int>(x.numel()));
+    return x;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale", &scale); }
+"#;
+
+const EXTENSION_KERNEL: &str = r#"
+__global__ void scale_kernel(float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+void launch_scale(float *x, float a, int n) { scale_kernel<<<(n + 255) / 256, 256>>>(x, a, n); }
+"#;
+
+#[test]
+fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home() {
+    let Some(cuda) = cuda() else {
+        return;
+    };
+    let venv_bin = cuda.venv.join("bin");
+    let nvcc_bin = cuda.home.join("bin");
+    for cuda_home_set in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("setup.py", SETUP),
+            ("ext.cpp", EXTENSION),
+            ("kernel.cu", EXTENSION_KERNEL),
+        ] {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let pip = venv_bin.join("pip");
+        let pip = pip.to_str().unwrap();
+        let install = [
+            pip,
+            "install",
+            "--no-build-isolation",
+            "--no-deps",
+            "--target",
+            "site",
+            ".",
+        ];
+        let mut build = if cuda_home_set {
+            let mut build = headroom_build(dir.path(), &[&venv_bin], &install);
+            build.env("CUDA_HOME", &cuda.home);
+            build
+        } else {
+            // torch finds nvcc with `which` and derives CUDA_HOME from it.
+            let mut build = headroom_build(dir.path(), &[&venv_bin, &nvcc_bin], &install);
+            build.env_remove("CUDA_HOME");
+            build
+        };
+        let stderr = succeeded(&build.output().unwrap());
+        let report = report(dir.path());
+        let nvcc_jobs = report
+            .jobs
+            .iter()
+            .filter(|job| job.compiler.ends_with("/nvcc"))
+            .count();
+        assert_eq!(
+            nvcc_jobs, 1,
+            "CUDA_HOME set: {cuda_home_set}; {:?}\n{stderr}",
+            report.jobs
+        );
+        assert!(
+            report
+                .jobs
+                .iter()
+                .any(|job| job.command.contains("ext.cpp")),
+            "the C++ unit is a job too: {:?}",
+            report.jobs
+        );
+        nothing_ungoverned(&report, &stderr);
+        let built = std::fs::read_dir(dir.path().join("site"))
+            .unwrap()
+            .flatten()
+            .any(|entry| entry.file_name().to_string_lossy().ends_with(".so"));
+        assert!(built, "the extension was installed\n{stderr}");
+    }
+}
