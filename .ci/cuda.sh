@@ -14,8 +14,8 @@ env_dir="${HEADROOM_CUDA_ENV:-$HOME/.cache/headroom-ci}"
 venv="$env_dir/venv"
 cuda_home="$env_dir/cuda-home"
 
-if ! "$venv/bin/python" -c 'import torch' 2>/dev/null || [ ! -x "$venv/bin/nvcc" ] && \
-   ! ls "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import torch' 2>/dev/null ||
+   ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cu13/bin/nvcc" >/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q "torch==2.15.0" "cuda-toolkit[nvcc]==13.2.2" ninja setuptools wheel
