@@ -5,7 +5,7 @@
 #     `g++`) and by a name it lets through (`direct-true`, `direct-gxx`), both links to the
 #     same program: `true` (the overhead alone) and g++ on a trivial unit (what a build sees);
 #   - per exec of a program that is not a compiler: a shell loop of 1,000 `/bin/true`, with
-#     the interceptor preloaded and with LD_PRELOAD removed.
+#     the interceptor preloaded and with LD_PRELOAD removed, alternated (exec_loop.py).
 # Usage: bench/build/interception-cost.sh [RUNS]   (needs hyperfine and a release build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +24,7 @@ ln -s "$true_bin" "$work/cc"
 ln -s "$true_bin" "$work/direct-true"
 ln -s "$gxx" "$work/g++"
 ln -s "$gxx" "$work/direct-gxx"
-loop='for i in $(seq 1000); do /bin/true; done'
+bench=$PWD/bench/build
 cat > "$work/inner.sh" <<INNER
 set -e
 cd "$work"
@@ -33,10 +33,9 @@ hyperfine -N --warmup 20 --runs $runs --export-json true.json \
 hyperfine -N --warmup 5 --runs $((runs / 5)) --export-json gpp.json \
   -n direct "$work/direct-gxx -c trivial.cpp -o trivial.o" \
   -n governed "$work/g++ -c trivial.cpp -o trivial.o"
-hyperfine -N --warmup 2 --runs $((runs / 30 + 3)) --export-json exec.json \
-  -n direct "env -u LD_PRELOAD sh -c '$loop'" -n governed "env sh -c '$loop'"
+python3 "$bench/exec_loop.py" $((runs / 10 + 5)) exec.json
 INNER
-"$headroom" build --no-history -- bash "$work/inner.sh" >/dev/null
+"$headroom" build -- bash "$work/inner.sh" >/dev/null 2>&1
 
 python3 - "$work" <<'PY'
 import json, sys

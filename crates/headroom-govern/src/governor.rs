@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
-    Action, Estimate, JobId, Limits, OutsideAction, PastRun, PredictionSource, Predictor,
+    Action, Estimate, JobId, Limits, OutsideAction, PastRun, PredictionSource, Predictor, Profile,
     ProfileRecorder, Ran, Scheduler,
 };
 use headroom_store::{BuildRecord, History, JobRecord, Sample};
@@ -99,6 +99,9 @@ struct State {
     bursts: last_build::Bursts,
     arrived: HashSet<String>,
     samples: Vec<Sample>,
+    /// Finished jobs not yet in the history: each is written right after its shim has its
+    /// answer, so no compiler call waits for SQLite; the build's end writes any left.
+    unwritten_jobs: Vec<(JobRecord, Option<Profile>)>,
     last_flush: Instant,
     peak_total: u64,
     /// The build's processes outside every job.
@@ -150,6 +153,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             bursts: past.bursts,
             arrived: HashSet::new(),
             samples: Vec::new(),
+            unwritten_jobs: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
             outside: OutsideTracker::default(),
@@ -356,6 +360,8 @@ impl Governor {
             };
             let reply = self.finished(id, attempt);
             write_frame(stream, &reply)?;
+            // The compiler's result is on its way to the build system: now the history.
+            write_jobs(&mut self.lock());
             if reply == Reply::Done {
                 return Ok(());
             }
@@ -513,11 +519,7 @@ impl Governor {
             over_budget: job.estimate.peak > self.config.budget,
             nice: job.nice,
         };
-        if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
-            if let Err(err) = history.record_job(build_id, &record, profile.as_ref()) {
-                eprintln!("headroom: warning: {err}");
-            }
-        }
+        state.unwritten_jobs.push((record, profile));
     }
 
     /// The shim went away (killed, or the build was interrupted): forget the job.
@@ -678,6 +680,7 @@ impl Governor {
 
     fn finish_history(&self, exit_code: Option<i32>) -> Option<i64> {
         let mut state = self.lock();
+        write_jobs(&mut state);
         flush_samples(&mut state);
         let outside = std::mem::take(&mut state.outside).finish();
         let (build_id, peak_total) = (state.build_id?, state.peak_total);
@@ -710,6 +713,17 @@ fn learn(state: &mut State, id: JobId, group: u64, run: PastRun) {
             };
             job.source = prediction.source;
             state.scheduler.repredict(id, prediction.estimate);
+        }
+    }
+}
+
+fn write_jobs(state: &mut State) {
+    let jobs = std::mem::take(&mut state.unwritten_jobs);
+    if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
+        for (record, profile) in &jobs {
+            if let Err(err) = history.record_job(build_id, record, profile.as_ref()) {
+                eprintln!("headroom: warning: {err}");
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -40,9 +41,6 @@ static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
 /// exits and leaves a compiler it has just started running on.
 const STARTING: i32 = -1;
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
-/// The CPU niceness the governor gave the attempt being started: its process takes it on
-/// before it runs the compiler, so every process and thread of the attempt inherits it.
-static ATTEMPT_NICE: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the program was called as the shim: as the launcher, or by a compiler's name (a
 /// link in the shim directory recorded by a tree configured with an earlier version).
@@ -80,9 +78,6 @@ pub fn main(argv: Vec<OsString>) -> ! {
     });
     let mut command = Command::new(&compiler);
     command.args(&args);
-    if let (Some(dir), Some(path)) = (&shim_dir, std::env::var_os("PATH")) {
-        command.env("PATH", path_without(&path, dir));
-    }
     // The job's own processes (nvcc's cicc, gcc's cc1plus) are part of this job: they need
     // no interceptor.
     match crate::intercept::job_preload() {
@@ -142,10 +137,11 @@ fn become_compiler(mut command: Command) -> ! {
 /// The real compiler for `wanted`: a path is taken as it is, unless it is a shim itself; a
 /// name is looked up on PATH, skipping the shim directory and anything that is this program.
 pub fn find_real_compiler(wanted: &OsStr, shim_dir: Option<&Path>) -> Option<PathBuf> {
-    let me = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.canonicalize().ok());
-    let is_me = |candidate: &Path| me.is_some() && candidate.canonicalize().ok() == me;
+    // The same file as this program, by device and inode: two stat calls, where comparing
+    // canonical paths costs a readlink per path component.
+    let identity = |path: &Path| path.metadata().ok().map(|m| (m.dev(), m.ino()));
+    let me = identity(Path::new("/proc/self/exe"));
+    let is_me = |candidate: &Path| me.is_some() && identity(candidate) == me;
     let wanted_path = Path::new(wanted);
     if wanted.as_bytes().contains(&b'/') && !is_me(wanted_path) {
         return Some(wanted_path.to_path_buf());
@@ -153,31 +149,15 @@ pub fn find_real_compiler(wanted: &OsStr, shim_dir: Option<&Path>) -> Option<Pat
     let name = wanted_path.file_name()?;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .filter(|dir| shim_dir.is_none_or(|shims| !same_dir(dir, shims)))
+        .filter(|dir| shim_dir.is_none_or(|shims| dir != shims))
         .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate) && !is_me(candidate))
-}
-
-fn same_dir(a: &Path, b: &Path) -> bool {
-    a == b
-        || (a
-            .canonicalize()
-            .ok()
-            .is_some_and(|a| Some(a) == b.canonicalize().ok()))
 }
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// PATH with the shim directory removed, so the compiler's own children are never shims.
-fn path_without(path: &OsStr, shim_dir: &Path) -> OsString {
-    let kept: Vec<PathBuf> = std::env::split_paths(path)
-        .filter(|dir| !same_dir(dir, shim_dir))
-        .collect();
-    std::env::join_paths(kept).unwrap_or_else(|_| path.to_os_string())
 }
 
 /// Runs the job under the governor, retrying attempts the governor asks to retry.
@@ -273,17 +253,12 @@ fn run_attempt(
         *command = lowered;
     }
     command.process_group(0).stderr(Stdio::piped());
-    ATTEMPT_NICE.store(i32::from(nice), Ordering::SeqCst);
-    // SAFETY: setpriority is one system call, async-signal-safe, on the child alone. Each
-    // attempt adds this hook again; every copy sets the current attempt's niceness, and the
-    // child starts at the shim's own, so raising it needs no privilege. Failing to change it
-    // only costs speed: the compiler runs anyway.
-    unsafe {
-        command.pre_exec(|| {
-            let _ = setpriority_process(None, ATTEMPT_NICE.load(Ordering::SeqCst));
-            Ok(())
-        });
-    }
+    // The shim takes on the attempt's niceness before starting it, so every process and
+    // thread of the attempt inherits it, and the compiler can start through posix_spawn
+    // (no pre_exec hook, which would force a fork). Niceness only rises without privilege:
+    // a retry the governor starts nicer gets it; one it starts less nice keeps the shim's.
+    // Failing to change it only costs speed: the compiler runs anyway.
+    let _ = setpriority_process(None, i32::from(nice));
     RUNNING_GROUP.store(STARTING, Ordering::SeqCst);
     let spawned = command.spawn();
     let pid = spawned.as_ref().map_or(0, |child| child.id() as i32);
