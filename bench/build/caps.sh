@@ -12,6 +12,10 @@
 # Usage (from anywhere, as root or with a delegated cgroup):
 #   bench/build/caps.sh                 # caps 1.5G 3G 6G, default example mix, 3 repeats
 #   QUICK=1 bench/build/caps.sh         # tiny mix, caps 500M 1G, one repeat (~1 min)
+#   PROJECT=torch-cpp CAPS="3G 6G" bench/build/caps.sh
+#                                       # examples/torch-cpp: a PyTorch C++ API project,
+#                                       # configured with CMake before any build runs, built
+#                                       # with `ninja -jJ` and `headroom build -- ninja`
 #
 # Environment (all optional):
 #   CAPS="1.5G 3G 6G"     memory caps (binary units: K, M, G, T)
@@ -24,11 +28,20 @@
 #   RESULTS=prefix        output prefix (default bench/build/results/caps, or .../quick);
 #                         writes PREFIX.csv and PREFIX.md
 #   REPORT_ONLY=1         only re-render PREFIX.md from PREFIX.csv (e.g. after Ctrl-C)
+#   PROJECT=template-heavy  or torch-cpp (needs `bash .ci/cuda.sh`: torch's CMake package
+#                         looks for the CUDA toolkit even for CPU code); TORCH_ENV moves
+#                         where that script installed them (default ~/.cache/headroom-ci)
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd "$script_dir/../.." && pwd)
+PROJECT=${PROJECT:-template-heavy}
 example_dir="$repo_root/examples/template-heavy"
+case "$PROJECT" in
+template-heavy) tool=make ;;
+torch-cpp) tool=ninja ;;
+*) echo "caps.sh: PROJECT must be template-heavy or torch-cpp, got '$PROJECT'" >&2; exit 2 ;;
+esac
 
 if [[ "${QUICK:-0}" == 1 ]]; then
   CAPS=${CAPS:-500M 1G}
@@ -40,6 +53,7 @@ else
   REPEATS=${REPEATS:-3}
   MAKE_VARS=${MAKE_VARS:-}
   RESULTS=${RESULTS:-$script_dir/results/caps}
+  [[ $PROJECT == torch-cpp ]] && RESULTS=$script_dir/results/torch-cpp
 fi
 JOBS=${JOBS:-1 2 N 8}
 HEADROOM=${HEADROOM:-target/release/headroom}
@@ -102,7 +116,7 @@ table() {
           best = ""
           for (s = 1; s <= rows; s++) {
             other = order[s]
-            if (cap_of[s] != cap || label_of[s] !~ /^make -j/) continue
+            if (cap_of[s] != cap || label_of[s] !~ /^(make|ninja) -j/) continue
             if (kills[other] > 0 || (other in failed)) continue
             if (best == "" || median(walls[other]) < best) { best = median(walls[other]); best_label = label_of[s] }
           }
@@ -139,6 +153,13 @@ for cap in $CAPS; do size_to_bytes "$cap" >/dev/null; done
 [[ -f "$example_dir/Makefile" ]] || die "no example at $example_dir: run this script from a headroom checkout"
 command -v make >/dev/null || skip "make is not installed (apt-get install make)"
 command -v g++ >/dev/null || skip "g++ is not installed (apt-get install g++)"
+if [[ $PROJECT == torch-cpp ]]; then
+  command -v cmake >/dev/null && command -v ninja >/dev/null ||
+    skip "cmake and ninja are not installed (apt-get install cmake ninja-build)"
+  torch_env=${TORCH_ENV:-$HOME/.cache/headroom-ci}
+  [[ -x "$torch_env/venv/bin/python" && -x "$torch_env/cuda-home/bin/nvcc" ]] ||
+    skip "no torch and CUDA toolkit in $torch_env (run 'bash .ci/cuda.sh')"
+fi
 
 # --- cgroups -----------------------------------------------------------------
 # A child of this process's own memory cgroup, so the benchmark works inside
@@ -220,10 +241,10 @@ for jobs in $JOBS; do
   [[ " ${static_jobs[*]} " == *" $jobs "* ]] || static_jobs+=("$jobs")
 done
 labels=()
-for jobs in "${static_jobs[@]}"; do labels+=("make -j$jobs"); done
+for jobs in "${static_jobs[@]}"; do labels+=("$tool -j$jobs"); done
 headroom_note=""
 if [[ -x "$HEADROOM" ]]; then
-  labels+=("headroom build -- make")
+  labels+=("headroom build -- $tool")
 else
   headroom_note="headroom rows skipped: no executable at $headroom_shown (build it with 'cargo build --release -p headroom' or set HEADROOM)"
   log "$headroom_note"
@@ -234,12 +255,14 @@ build_argv() {
   local label=$1 var
   local -a vars=()
   for var in $MAKE_VARS; do vars+=("$var"); done
+  local -a build=(make check "${vars[@]}")
+  [[ $tool == ninja ]] && build=(ninja -C build)
   case "$label" in
-  "make -j"*) printf '%s\n' make "-j${label#make -j}" check "${vars[@]}" ;;
+  "$tool -j"*) printf '%s\n' "${build[0]}" "-j${label#"$tool" -j}" "${build[@]:1}" ;;
   headroom*)
     printf '%s\n' "$HEADROOM" build
     for var in $HEADROOM_ARGS; do printf '%s\n' "$var"; done
-    printf '%s\n' -- make check "${vars[@]}"
+    printf '%s\n' -- "${build[@]}"
     ;;
   esac
 }
@@ -247,6 +270,15 @@ build_argv() {
 # The builds run in a scratch copy, so the source tree stays clean.
 work_dir=$(mktemp -d "${TMPDIR:-/tmp}/headroom-caps.XXXXXX")
 cp "$example_dir"/Makefile "$example_dir"/*.hpp "$example_dir"/*.cpp "$work_dir"/
+if [[ $PROJECT == torch-cpp ]]; then
+  # Configured once, before and outside any build, as users do: CMake records the compiler
+  # by absolute path.
+  TORCH_CUDA_ARCH_LIST=8.0 cmake -S "$repo_root/examples/torch-cpp" -B "$work_dir/build" -G Ninja \
+    -DCMAKE_PREFIX_PATH="$("$torch_env/venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" \
+    -DCUDA_TOOLKIT_ROOT_DIR="$torch_env/cuda-home" -DCMAKE_CUDA_COMPILER="$torch_env/cuda-home/bin/nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES=80 $MAKE_VARS >"$work_dir/configure.log" 2>&1 ||
+    die "configuring examples/torch-cpp failed; see $work_dir/configure.log"
+fi
 # headroom keeps its history with the scratch copy: the first headroom run of the benchmark
 # is cold, later ones predict from what earlier ones measured, as a user's repeat builds do.
 export HEADROOM_STATE_DIR="$work_dir/headroom-state"
@@ -263,7 +295,7 @@ run_one() {
   local -a argv
   mapfile -t argv < <(build_argv "$label")
   cap_bytes=$(size_to_bytes "$cap")
-  make -C "$work_dir" clean >/dev/null
+  if [[ $tool == ninja ]]; then ninja -C "$work_dir/build" -t clean >/dev/null; else make -C "$work_dir" clean >/dev/null; fi
   make_cgroup "$cap_bytes"
   start=$EPOCHREALTIME
   status=0
@@ -294,7 +326,9 @@ for ((repeat = 1; repeat <= REPEATS; repeat++)); do
   done
 done
 
-runs="Mix: ${MAKE_VARS:-Makefile defaults}; cgroup v$cgroup_version; builds: \`make -jJ check\`; $REPEATS repeats, interleaved; $(date -u +%Y-%m-%d)."
+builds='`make -jJ check`'
+[[ $tool == ninja ]] && builds='`ninja -C build -jJ` in a tree configured beforehand'
+runs="Project: $PROJECT; mix: ${MAKE_VARS:-defaults}; cgroup v$cgroup_version; builds: $builds; $REPEATS repeats, interleaved; $(date -u +%Y-%m-%d)."
 [[ -n "$headroom_note" ]] && runs+=" Note: ${headroom_note%% (*}."
 write_report "$runs"
 log "raw runs: $csv"

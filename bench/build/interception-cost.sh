@@ -5,13 +5,13 @@
 #     `g++`) and by a name it lets through (`direct-true`, `direct-gxx`), both links to the
 #     same program: `true` (the overhead alone) and g++ on a trivial unit (what a build sees);
 #   - per exec of a program that is not a compiler: a shell loop of 1,000 `/bin/true`, with
-#     the interceptor preloaded and with LD_PRELOAD removed, alternated (exec_loop.py).
-# Usage: bench/build/interception-cost.sh [RUNS]   (needs hyperfine and a release build)
+#     the interceptor preloaded and with LD_PRELOAD removed.
+# Each pair runs alternated (alternate.py), with the build's history on, as a build has it.
+# Usage: bench/build/interception-cost.sh [RUNS]   (needs python3 and a release build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-300}
 headroom=${HEADROOM:-$PWD/target/release/headroom}
-command -v hyperfine >/dev/null || { echo "needs hyperfine (apt-get install hyperfine)"; exit 2; }
 [ -x "$headroom" ] || { echo "needs $headroom: cargo build --release -p headroom"; exit 2; }
 
 work=$(mktemp -d)
@@ -28,12 +28,12 @@ bench=$PWD/bench/build
 cat > "$work/inner.sh" <<INNER
 set -e
 cd "$work"
-hyperfine -N --warmup 20 --runs $runs --export-json true.json \
-  -n direct "$work/direct-true" -n governed "$work/cc"
-hyperfine -N --warmup 5 --runs $((runs / 5)) --export-json gpp.json \
-  -n direct "$work/direct-gxx -c trivial.cpp -o trivial.o" \
-  -n governed "$work/g++ -c trivial.cpp -o trivial.o"
-python3 "$bench/exec_loop.py" $((runs / 10 + 5)) exec.json
+python3 "$bench/alternate.py" $runs true.json direct="$work/direct-true" governed="$work/cc"
+python3 "$bench/alternate.py" $((runs / 3)) gpp.json \
+  direct="$work/direct-gxx -c trivial.cpp -o trivial.o" governed="$work/g++ -c trivial.cpp -o trivial.o"
+python3 "$bench/alternate.py" $((runs / 10 + 5)) exec.json \
+  direct-unpreloaded="sh -c 'for i in \\\$(seq 1000); do /bin/true; done'" \
+  governed="sh -c 'for i in \\\$(seq 1000); do /bin/true; done'"
 INNER
 "$headroom" build -- bash "$work/inner.sh" >/dev/null 2>&1
 
@@ -44,7 +44,8 @@ rows = (("true.json", "`true` by a compiler's name (overhead alone)", 1, "ms", 1
         ("gpp.json", "g++ -c trivial.cpp (`int main(){}`)", 1, "ms", 1e3),
         ("exec.json", "one exec of `/bin/true` (loop of 1,000)", 1000, "µs", 1e6))
 for name, label, per, unit, scale in rows:
-    results = {r["command"]: r for r in json.load(open(f"{work}/{name}"))["results"]}
+    results = {r["command"].removesuffix("-unpreloaded"): r
+               for r in json.load(open(f"{work}/{name}"))["results"]}
     direct = results["direct"]["median"] * scale / per
     governed = results["governed"]["median"] * scale / per
     print(f"| {label} | {direct:.2f} {unit} | {governed:.2f} {unit} | "
