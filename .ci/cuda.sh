@@ -4,8 +4,8 @@
 #
 #   ENV/venv        a virtual environment with torch 2.15.0 (a CUDA 13.2 build), nvcc 13.2
 #                   (cuda-toolkit[nvcc]), ninja, setuptools and wheel
-#   ENV/cuda-home   a CUDA_HOME that nvcc and torch's cpp_extension accept, made of links
-#                   into the wheels' shared tree (site-packages/nvidia/cu13)
+#   ENV/cuda-home   a CUDA_HOME that nvcc, torch's cpp_extension and torch's CMake package
+#                   accept, made of links into the wheels' shared tree (site-packages/nvidia/cu13)
 #
 # ENV is $HEADROOM_CUDA_ENV, by default ~/.cache/headroom-ci; pip's downloads are cached in
 # ~/.cache/pip, so a second run installs nothing new. The tests find ENV the same way.
@@ -27,7 +27,11 @@ rm -rf "$cuda_home.tmp"
 mkdir -p "$cuda_home.tmp/lib64"
 for part in bin include nvvm; do ln -s "$cu13/$part" "$cuda_home.tmp/$part"; done
 for library in "$cu13"/lib/*; do ln -s "$library" "$cuda_home.tmp/lib64/"; done
-ln -sf libcudart.so.13 "$cuda_home.tmp/lib64/libcudart.so"
+# The wheels ship versioned names only; linkers and CMake's FindCUDA look for libX.so.
+for library in "$cuda_home.tmp"/lib64/lib*.so.*; do
+  unversioned="${library%%.so.*}.so"
+  [ -e "$unversioned" ] || ln -s "$(basename "$library")" "$unversioned"
+done
 ln -s lib64 "$cuda_home.tmp/lib"
 rm -rf "$cuda_home"
 mv "$cuda_home.tmp" "$cuda_home"
