@@ -12,7 +12,7 @@ use crate::cache::{self, Cache, CacheError, Entry, KeyRecord, SCHEMA_VERSION};
 use crate::exec::{self, Job, Outcome};
 use crate::inspect;
 use crate::manifest::{Kernel, Language, Manifest};
-use crate::resolve::Format;
+use crate::resolve::{Format, PtxIsa};
 use crate::target::{Backend, Target};
 use crate::toolchain::{self, Recipe, Toolchain, ToolchainError, ToolchainKind, Toolchains};
 
@@ -300,6 +300,48 @@ fn progress_bar(total: usize, visible: bool) -> ProgressBar {
     bar
 }
 
+/// The PTX ISA of the PTX in an nvcc fatbin (the newest, if several), read from the entry
+/// headers because the PTX itself is compressed (zstd in CUDA 13). Without it the resolver would
+/// offer a fatbin's PTX to a driver too old to JIT it. Layout, as nvcc 13.2 writes it: a
+/// 16-byte header (u32 magic `0xba55ed50`, u16 version, u16 header size, u64 size of the
+/// entries), then entries, each a header (u16 kind, 1 = PTX and 2 = ELF, at 0; u32 header size
+/// at 4; u64 padded payload size at 8; u16 PTX ISA minor and major at 24 and 26) and a payload.
+fn fatbin_ptx_isa(bytes: &[u8]) -> Option<PtxIsa> {
+    let field = |at: usize, width: usize| -> Option<u64> {
+        let field = bytes.get(at..at.checked_add(width)?)?;
+        Some(
+            field
+                .iter()
+                .rev()
+                .fold(0, |value, byte| (value << 8) | u64::from(*byte)),
+        )
+    };
+    if field(0, 4)? != 0xba55_ed50 {
+        return None;
+    }
+    let mut at = usize::try_from(field(6, 2)?).ok()?;
+    let end = at
+        .checked_add(usize::try_from(field(8, 8)?).ok()?)?
+        .min(bytes.len());
+    let mut newest = None;
+    while at < end {
+        let header = usize::try_from(field(at + 4, 4)?).ok()?;
+        if header < 28 {
+            break;
+        }
+        if field(at, 2)? == 1 {
+            newest = newest.max(Some(PtxIsa {
+                major: u8::try_from(field(at + 26, 2)?).ok()?,
+                minor: u8::try_from(field(at + 24, 2)?).ok()?,
+            }));
+        }
+        at = at
+            .checked_add(header)?
+            .checked_add(usize::try_from(field(at + 8, 8)?).ok()?)?;
+    }
+    newest
+}
+
 /// Turns a finished job into the pair's status, publishing its artifact when it built.
 fn finish_pair(
     cache: &Cache,
@@ -314,6 +356,7 @@ fn finish_pair(
             Ok(bytes) => {
                 let ptx_isa = match pending.format {
                     Format::Ptx => inspect::ptx_version(&String::from_utf8_lossy(&bytes)),
+                    Format::Fatbin => fatbin_ptx_isa(&bytes),
                     _ => None,
                 };
                 let blob = cache.store_blob(&bytes)?;
@@ -512,4 +555,38 @@ pub fn build(
         pairs,
         evicted_blobs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fatbin laid out as nvcc 13.2 writes one: an ELF entry, then a PTX 9.2 entry.
+    fn fatbin() -> Vec<u8> {
+        let entry = |kind: u16, minor: u16, major: u16, payload: &[u8]| {
+            let mut header = vec![0u8; 64];
+            header[..2].copy_from_slice(&kind.to_le_bytes());
+            header[4..8].copy_from_slice(&64u32.to_le_bytes());
+            header[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            header[24..26].copy_from_slice(&minor.to_le_bytes());
+            header[26..28].copy_from_slice(&major.to_le_bytes());
+            [header, payload.to_vec()].concat()
+        };
+        let entries = [entry(2, 8, 1, b"\x7fELF...."), entry(1, 2, 9, b"ptx.")].concat();
+        let mut bytes = 0xba55_ed50u32.to_le_bytes().to_vec();
+        bytes.extend([1, 0, 16, 0]);
+        bytes.extend((entries.len() as u64).to_le_bytes());
+        [bytes, entries].concat()
+    }
+
+    #[test]
+    fn reads_the_ptx_isa_of_a_fatbin() {
+        let bytes = fatbin();
+        assert_eq!(fatbin_ptx_isa(&bytes), Some(PtxIsa { major: 9, minor: 2 }));
+        assert_eq!(fatbin_ptx_isa(&bytes[..100]), None, "truncated");
+        assert_eq!(fatbin_ptx_isa(b"not a fatbin at all"), None);
+        let mut zero_header = bytes.clone();
+        zero_header[20..24].fill(0);
+        assert_eq!(fatbin_ptx_isa(&zero_header), None, "stops, no endless loop");
+    }
 }

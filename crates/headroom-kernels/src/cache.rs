@@ -23,8 +23,10 @@ use serde::{Deserialize, Serialize};
 use crate::resolve::{explain, Candidate, Device, Explanation, Format, PtxIsa, ResolveOptions};
 use crate::target::{Backend, Target};
 
-/// Bumped whenever the layout or the key derivation changes: old entries then simply miss.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped whenever the layout, the key derivation or what an entry records changes: old
+/// entries then simply miss. Version 2: fatbin entries record the PTX ISA of the PTX they
+/// carry, which version 1 left out (the resolver took such PTX for any driver).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Environment variable that moves the cache (the `--cache` flag wins over it).
 pub const CACHE_ENV: &str = "HEADROOM_KERNEL_CACHE";

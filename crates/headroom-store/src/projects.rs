@@ -21,13 +21,14 @@ pub struct ProjectPeak {
     /// The highest peak of a single job (compiler or link): a machine needs at least this
     /// much to build the project even one job at a time.
     pub largest_job: u64,
-    /// Its most recent build, for `headroom report`.
+    /// Its most recent build that compiled anything, governed or not (a rebuild with nothing
+    /// to do says nothing), else its most recent build; for `headroom report`.
     pub latest_build_id: i64,
-    /// Jobs that went through admission in its most recent build; 0 means headroom governed
-    /// nothing there, and its peaks tell nothing.
+    /// Jobs that went through admission in that build; 0 means headroom governed nothing
+    /// there, and its peaks tell nothing.
     pub latest_jobs: u64,
-    /// Compilers, linkers and their inner tools that ran outside admission in its most recent
-    /// build: their peaks are not in `largest_job`.
+    /// Compilers, linkers and their inner tools that ran outside admission in that build:
+    /// their peaks are not in `largest_job`.
     pub latest_ungoverned_compilers: u64,
 }
 
@@ -53,7 +54,10 @@ pub fn project_peaks(history: &History) -> Result<Vec<ProjectPeak>, StoreError> 
             "WITH latest AS (
                  SELECT p.cwd,
                         (SELECT l.id FROM builds l WHERE l.cwd = p.cwd
-                         ORDER BY l.started_unix_ms DESC, l.id DESC LIMIT 1) AS id
+                         ORDER BY (EXISTS (SELECT 1 FROM jobs j WHERE j.build_id = l.id)
+                                   OR EXISTS (SELECT 1 FROM outside_processes o
+                                              WHERE o.build_id = l.id AND o.compiler_like)) DESC,
+                                  l.started_unix_ms DESC, l.id DESC LIMIT 1) AS id
                  FROM builds p
                  GROUP BY p.cwd
              )
@@ -196,6 +200,12 @@ mod tests {
         assert_eq!((bazel.latest_build_id, bazel.latest_jobs), (unseen, 0));
         assert!(bazel.governed_nothing());
         assert_eq!(bazel.latest_ungoverned_compilers, 2);
+
+        // A rebuild with nothing to do compiles nothing: the build before it still speaks.
+        history.begin_build(&build("/src/bazel", 3)).unwrap();
+        let projects = project_peaks(&history).unwrap();
+        assert_eq!(projects[0].builds, 3);
+        assert_eq!(projects[0].latest_build_id, unseen);
     }
 
     #[test]
