@@ -52,8 +52,9 @@ else
   CAPS=${CAPS:-1.5G 3G 6G}
   REPEATS=${REPEATS:-3}
   MAKE_VARS=${MAKE_VARS:-}
-  RESULTS=${RESULTS:-$script_dir/results/caps}
-  [[ $PROJECT == torch-cpp ]] && RESULTS=$script_dir/results/torch-cpp
+  default_results=$script_dir/results/caps
+  [[ $PROJECT == torch-cpp ]] && default_results=$script_dir/results/torch-cpp
+  RESULTS=${RESULTS:-$default_results}
 fi
 JOBS=${JOBS:-1 2 N 8}
 HEADROOM=${HEADROOM:-target/release/headroom}

@@ -28,7 +28,10 @@ const INNER_TOOLS: [&str; 13] = [
     "fatbinary",
     "nvlink",
 ];
-/// Processes that are not compilers are kept in the report only from this peak up.
+/// Processes that are not compilers count against the budget, and are kept in the report,
+/// only from this size up: the build system's own small processes (make, ninja, sh, the
+/// shims) are what the budget's reserve is for, and counting them too would keep two jobs
+/// predicted at half the budget each from ever running together.
 const HEAVY: u64 = 64 << 20;
 /// Compilers outside the jobs are kept in the report from this peak or this many
 /// milliseconds up: a probe (`nvcc --version`, which the shim lets through) is neither.
@@ -54,7 +57,8 @@ pub struct OutsideTracker {
 }
 
 impl OutsideTracker {
-    /// Notes the processes outside every job at `t_ms`; returns their memory together.
+    /// Notes the processes outside every job at `t_ms`; returns the memory of those that
+    /// count against the budget: compilers, and other processes from `HEAVY` up.
     pub fn observe(&mut self, processes: &[ProcStat], t_ms: u64) -> u64 {
         for process in processes {
             let compiler_like = is_compiler_like(&process.comm);
@@ -77,7 +81,11 @@ impl OutsideTracker {
             entry.peak = entry.peak.max(process.rss_bytes);
             entry.last_seen_ms = t_ms;
         }
-        processes.iter().map(|p| p.rss_bytes).sum()
+        processes
+            .iter()
+            .filter(|p| p.rss_bytes >= HEAVY || is_compiler_like(&p.comm))
+            .map(|p| p.rss_bytes)
+            .sum()
     }
 
     /// Whether any process outside the jobs is stopped now.
@@ -166,6 +174,46 @@ fn signal(pid: i32, signal: Signal) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn process(pid: i32, ppid: i32, comm: &str, mib: u64) -> ProcStat {
+        ProcStat {
+            pid,
+            ppid,
+            pgid: 1,
+            sid: 1,
+            rss_bytes: mib << 20,
+            cpu_seconds: 0.0,
+            comm: comm.to_string(),
+        }
+    }
+
+    #[test]
+    fn compilers_and_heavy_processes_count_and_the_build_systems_small_ones_do_not() {
+        let mut tracker = OutsideTracker::default();
+        let seen = [
+            process(10, 1, "ninja", 8),
+            process(11, 10, "sh", 2),
+            process(12, 10, "python3", 400),
+            process(13, 10, "g++", 20),
+            process(14, 13, "cc1plus", 900),
+        ];
+        assert_eq!(tracker.observe(&seen, 0), (400 + 20 + 900) << 20);
+        tracker.observe(&seen, 1500);
+        let kept = tracker.finish();
+        let names: Vec<&str> = kept.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["cc1plus", "python3", "g++"]);
+        assert_eq!(
+            kept[0].reason,
+            "part of `g++` (pid 13), which was not governed"
+        );
+        assert!(
+            kept[2]
+                .reason
+                .contains("does not load headroom's interceptor"),
+            "{}",
+            kept[2].reason
+        );
+    }
 
     #[test]
     fn compilers_and_their_inner_tools_are_compiler_like() {

@@ -85,12 +85,29 @@ pub fn main(argv: Vec<OsString>) -> ! {
         Some(None) => command.env_remove("LD_PRELOAD"),
         None => &mut command,
     };
-    let socket = std::env::var_os(SOCKET_ENV)
-        .filter(|_| std::env::var_os(JOB_ENV).is_none() && !is_probe(&args));
+    let socket = std::env::var_os(SOCKET_ENV).filter(|_| std::env::var_os(JOB_ENV).is_none());
+    if socket.is_some() && is_probe(&args) {
+        run_probe(command)
+    }
     let Some(stream) = socket.and_then(|path| UnixStream::connect(path).ok()) else {
         become_compiler(command)
     };
     governed(stream, command, &compiler, &args)
+}
+
+/// Runs a probe at once, as a child in its own process group: the governor, which follows
+/// the build's processes, takes a shim's group-leader child for an attempt it is about to
+/// hear of, so a probe is neither a job nor a compiler that ran outside admission.
+fn run_probe(mut command: Command) -> ! {
+    let status = command.process_group(0).status().unwrap_or_else(|err| {
+        let program = command.get_program().to_string_lossy().into_owned();
+        fail(127, &format!("cannot run `{program}`: {err}"))
+    });
+    std::process::exit(
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+    )
 }
 
 /// Whether a call only asks the compiler about itself (`--version`, `-v`, `-dumpmachine`,

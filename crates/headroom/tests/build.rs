@@ -960,3 +960,63 @@ fn a_compiler_the_interceptor_cannot_see_is_counted_and_named() {
         "{text}"
     );
 }
+
+#[test]
+fn a_cargo_build_script_compiling_c_through_the_cc_crate_is_governed() {
+    let project = Project::new();
+    project.write(
+        "Cargo.toml",
+        "[package]\nname = \"uses-cc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+         [build-dependencies]\ncc = \"1\"\n",
+    );
+    project.write(
+        "build.rs",
+        "fn main() { cc::Build::new().file(\"native.c\").compile(\"native\"); }\n",
+    );
+    project.write("native.c", "int native_answer(void) { return 42; }\n");
+    std::fs::create_dir(project.path("src")).unwrap();
+    project.write(
+        "src/main.rs",
+        "extern \"C\" { fn native_answer() -> i32; }\n\
+         fn main() { assert_eq!(unsafe { native_answer() }, 42); }\n",
+    );
+    // The cc crate comes from the registry cache this workspace was built with.
+    let home = std::env::var("HOME").unwrap();
+    let mut build = project.headroom(&[
+        "--report",
+        "report.json",
+        "--",
+        "cargo",
+        "build",
+        "--offline",
+    ]);
+    build
+        .env("HOME", &home)
+        .env("CARGO_TARGET_DIR", project.path("target"));
+    let output = build.output().unwrap();
+    let text = stderr(&output);
+    if text.contains("no matching package named `cc` found") || text.contains("failed to get `cc`")
+    {
+        eprintln!("skipping: the cc crate is not in this machine's cargo registry cache");
+        return;
+    }
+    assert!(output.status.success(), "{text}");
+    let report = project.report();
+    let compiles_c = |job: &headroom_store::JobRecord| {
+        !job.compiler.ends_with("rustc") && job.command.contains("native.c")
+    };
+    assert!(
+        report.jobs.iter().any(compiles_c),
+        "the build script's C compile is a job: {:?}",
+        report.jobs
+    );
+    assert!(
+        report
+            .jobs
+            .iter()
+            .any(|job| job.compiler.ends_with("rustc")),
+        "rustc's compiles are jobs: {:?}",
+        report.jobs
+    );
+    assert!(report.ungoverned_compilers().next().is_none(), "{text}");
+}

@@ -173,13 +173,15 @@ void launch_scale(float *x, float a, int n) { scale_kernel<<<(n + 255) / 256, 25
 "#;
 
 #[test]
-fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home() {
+fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_and_ninja() {
     let Some(cuda) = cuda() else {
         return;
     };
     let venv_bin = cuda.venv.join("bin");
     let nvcc_bin = cuda.home.join("bin");
-    for cuda_home_set in [true, false] {
+    // With ninja (torch's default) nvcc is `$CUDA_HOME/bin/nvcc` in a ninja file; without it
+    // setuptools runs each compile itself, nvcc by absolute path too.
+    for (cuda_home_set, use_ninja) in [(true, true), (false, true), (true, false)] {
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in [
             ("setup.py", SETUP),
@@ -209,6 +211,9 @@ fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home() {
             build.env_remove("CUDA_HOME");
             build
         };
+        if !use_ninja {
+            build.env("USE_NINJA", "0");
+        }
         let stderr = succeeded(&build.output().unwrap());
         let report = report(dir.path());
         let nvcc_jobs = report
