@@ -60,8 +60,12 @@ impl OutsideTracker {
     /// Notes the processes outside every job at `t_ms`; returns the memory of those that
     /// count against the budget: compilers, and other processes from `HEAVY` up.
     pub fn observe(&mut self, processes: &[ProcStat], t_ms: u64) -> u64 {
+        let mut counted = 0;
         for process in processes {
             let compiler_like = is_compiler_like(&process.comm);
+            if compiler_like || process.rss_bytes >= HEAVY {
+                counted += process.rss_bytes;
+            }
             let entry = self
                 .seen
                 .entry(process.pid)
@@ -81,11 +85,7 @@ impl OutsideTracker {
             entry.peak = entry.peak.max(process.rss_bytes);
             entry.last_seen_ms = t_ms;
         }
-        processes
-            .iter()
-            .filter(|p| p.rss_bytes >= HEAVY || is_compiler_like(&p.comm))
-            .map(|p| p.rss_bytes)
-            .sum()
+        counted
     }
 
     /// Whether any process outside the jobs is stopped now.

@@ -103,11 +103,7 @@ fn run_probe(mut command: Command) -> ! {
         let program = command.get_program().to_string_lossy().into_owned();
         fail(127, &format!("cannot run `{program}`: {err}"))
     });
-    std::process::exit(
-        status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-    )
+    std::process::exit(exit_code(status))
 }
 
 /// Whether a call only asks the compiler about itself (`--version`, `-v`, `-dumpmachine`,
@@ -132,6 +128,14 @@ pub fn is_probe(args: &[OsString]) -> bool {
             .any(|prefix| arg.starts_with(prefix))
     };
     args.iter().any(|arg| probe_flag(arg.as_bytes())) || args == [OsString::from("-v")]
+}
+
+/// The exit code the build system sees for a compiler that ended so: its own, or
+/// 128 + the signal that killed it, as shells report it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 fn fail(code: i32, message: &str) -> ! {
@@ -226,11 +230,7 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
             continue;
         }
         let _ = std::io::stderr().write_all(&stderr);
-        std::process::exit(
-            status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-        )
+        std::process::exit(exit_code(status))
     }
 }
 

@@ -366,8 +366,7 @@ impl Scheduler {
     /// with no job left to stop but the oldest, and only while a job runs that will free
     /// memory; they go on once use is back under the resume line, or when no job runs.
     pub fn outside_action(&self, machine_left: Option<u64>, any_stopped: bool) -> OutsideAction {
-        let machine_short = machine_left.is_some_and(|left| left < self.thresholds.machine_reserve);
-        let over = self.used() > self.limits.budget || machine_short;
+        let over = self.used() > self.limits.budget || self.machine_short(machine_left);
         let jobs_left_to_stop = self.running.iter().skip(1).any(|job| !job.suspended);
         let resume_line = self.thresholds.resume_below * self.limits.budget as f64;
         if self.running.is_empty() || (any_stopped && (self.used() as f64) < resume_line) {
@@ -409,10 +408,16 @@ impl Scheduler {
         actions
     }
 
+    /// Whether the machine (or cgroup) has less left than the safety net keeps in reserve.
+    fn machine_short(&self, machine_left: Option<u64>) -> bool {
+        machine_left.is_some_and(|left| left < self.thresholds.machine_reserve)
+    }
+
     fn safety_net(&mut self, machine_left: Option<u64>, actions: &mut Vec<Action>) {
         let budget = self.limits.budget as f64;
-        let machine_short = machine_left.is_some_and(|left| left < self.thresholds.machine_reserve);
-        if (self.used() > self.limits.budget || machine_short) && self.running.len() > 1 {
+        if (self.used() > self.limits.budget || self.machine_short(machine_left))
+            && self.running.len() > 1
+        {
             self.kill_and_requeue(self.running.len() - 1, actions);
             return;
         }

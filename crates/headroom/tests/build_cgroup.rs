@@ -38,6 +38,21 @@ fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
     }
 }
 
+/// Runs `build` without headroom in a fresh cgroup capped at `limit`, and checks that it
+/// fails because the kernel OOM-killed part of it (`why` says why it cannot fit). False when
+/// no cgroup can be made here (the test then skips).
+fn oom_killed_alone(name: &str, limit: u64, mut build: Command, why: &str) -> bool {
+    let Some(bare) = limited_cgroup(name, limit) else {
+        return false;
+    };
+    bare.attach(&mut build);
+    let without = build.output().unwrap();
+    assert!(!without.status.success(), "{why}");
+    assert!(bare.oom_kills() >= 1, "the kernel OOM-killed a job");
+    bare.remove().unwrap();
+    true
+}
+
 fn command_in(dir: &std::path::Path, program: &str) -> Command {
     let mut command = Command::new(program);
     command
@@ -58,20 +73,12 @@ fn command_in(dir: &std::path::Path, program: &str) -> Command {
 
 #[test]
 fn make_j4_is_oom_killed_alone_and_completes_under_headroom() {
-    let Some(bare) = limited_cgroup("bare", LIMIT) else {
-        return;
-    };
     let dir = project();
     let mut make = command_in(dir.path(), "make");
     make.args(["-j4", "-k"]);
-    bare.attach(&mut make);
-    let without = make.output().unwrap();
-    assert!(
-        !without.status.success(),
-        "4 × 250 MiB cannot fit in 600 MiB"
-    );
-    assert!(bare.oom_kills() >= 1, "the kernel OOM-killed a job");
-    bare.remove().unwrap();
+    if !oom_killed_alone("bare", LIMIT, make, "4 × 250 MiB cannot fit in 600 MiB") {
+        return;
+    }
 
     let Some(governed) = limited_cgroup("governed", LIMIT) else {
         return;
@@ -168,19 +175,16 @@ fn a_tree_configured_before_headroom_is_governed_however_it_is_built() {
         return;
     }
     let dir = configured_example();
-    let Some(bare) = limited_cgroup("cmake-bare", CAPPED) else {
-        return;
-    };
     let mut ninja = command_in(dir.path(), "ninja");
     ninja.args(["-C", "build", "-j2"]);
-    bare.attach(&mut ninja);
-    let without = ninja.output().unwrap();
-    assert!(
-        !without.status.success(),
-        "2 × 450 MiB cannot fit in 800 MiB"
-    );
-    assert!(bare.oom_kills() >= 1, "the kernel OOM-killed a unit");
-    bare.remove().unwrap();
+    if !oom_killed_alone(
+        "cmake-bare",
+        CAPPED,
+        ninja,
+        "2 × 450 MiB cannot fit in 800 MiB",
+    ) {
+        return;
+    }
 
     let clean = |dir: &std::path::Path| {
         let cleaned = Command::new("ninja")
