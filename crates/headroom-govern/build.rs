@@ -1,7 +1,7 @@
 //! Builds the interceptor (`intercept/intercept.c`) into the shared library that
-//! `headroom build` preloads into the build's processes, and the compiler-name rule
-//! (`intercept/compiler_names.c`) into a static library the Rust code calls, so the rule
-//! exists once. The shared library is embedded in the binary (`intercept::LIBRARY`): one
+//! `headroom build` preloads into the build's processes, and the rules it shares with the
+//! Rust code (`intercept/compiler_names.c`, `intercept/preload.c`) into a static library,
+//! so each rule exists once. The shared library is embedded in the binary (`intercept::LIBRARY`): one
 //! `cargo install` carries everything.
 
 use std::path::PathBuf;
@@ -9,11 +9,18 @@ use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for file in ["intercept.c", "compiler_names.c", "compiler_names.h"] {
+    for file in [
+        "intercept.c",
+        "compiler_names.c",
+        "compiler_names.h",
+        "preload.c",
+        "preload.h",
+    ] {
         println!("cargo:rerun-if-changed=intercept/{file}");
     }
     cc::Build::new()
         .file("intercept/compiler_names.c")
+        .file("intercept/preload.c")
         .warnings(true)
         .compile("headroom_compiler_names");
 
@@ -35,7 +42,11 @@ fn main() {
             "-o",
         ])
         .arg(&library)
-        .args(["intercept/intercept.c", "intercept/compiler_names.c"])
+        .args([
+            "intercept/intercept.c",
+            "intercept/compiler_names.c",
+            "intercept/preload.c",
+        ])
         // dlsym is in libc since glibc 2.34; older ones need libdl.
         .args(["-Wl,--as-needed", "-ldl"])
         .status()

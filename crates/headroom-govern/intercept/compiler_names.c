@@ -1,4 +1,5 @@
-/* Which program names are compilers, linkers or compiler drivers that headroom governs.
+/* Which program names are compilers, linkers or compiler drivers that headroom governs, and
+ * which name programs that never start another one.
  *
  * One rule, in C, because the interceptor loaded into every process of a build must decide
  * on each exec without starting anything; the Rust side calls the same function. */
@@ -48,6 +49,23 @@ int headroom_is_compiler_name(const char *name, size_t len) {
             if (is_version_suffix(suffix, suffix_len) || is_linker_flavour(family, suffix, suffix_len))
                 return 1;
         }
+    }
+    return 0;
+}
+
+/* Tools builds run by the thousand that never start another program. Tools that can (env,
+ * find, xargs, sed's `e`, sort's --compress-program, install -s, timeout) are not here. */
+static const char *const STARTS_NO_PROGRAM[] = {
+    "[", "basename", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "echo", "false",
+    "grep", "head", "ln", "ls", "md5sum", "mkdir", "mktemp", "mv", "printf", "pwd", "readlink",
+    "realpath", "rm", "rmdir", "sha256sum", "sleep", "stat", "tail", "tee", "test", "touch",
+    "tr", "true", "uname", "wc",
+};
+
+int headroom_starts_no_program(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof STARTS_NO_PROGRAM / sizeof STARTS_NO_PROGRAM[0]; i++) {
+        if (strlen(STARTS_NO_PROGRAM[i]) == len && memcmp(STARTS_NO_PROGRAM[i], name, len) == 0)
+            return 1;
     }
     return 0;
 }

@@ -7,4 +7,8 @@
  * hipcc, rustc, ld.gold… but not c++filt, clang-tidy or gcc-ar. */
 int headroom_is_compiler_name(const char *name, size_t len);
 
+/* Whether `name` is a tool that never starts another program (cp, mkdir, true…): such a
+ * program needs no interceptor. */
+int headroom_starts_no_program(const char *name, size_t len);
+
 #endif

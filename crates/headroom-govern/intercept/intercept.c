@@ -12,6 +12,9 @@
  * the same ENOENT as without headroom. Everything else goes straight to libc. If the launcher
  * cannot be run, the original exec runs: headroom never makes an exec fail.
  *
+ * Programs that need no interceptor start without it in LD_PRELOAD, so they do not pay for
+ * loading it: the launcher, and tools that never start another program (cp, mkdir, true…).
+ *
  * It runs between vfork and exec, so it allocates nothing, takes no lock and resolves libc's
  * functions once, when it is loaded. */
 
@@ -26,26 +29,24 @@
 #include <unistd.h>
 
 #include "compiler_names.h"
+#include "preload.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
 extern char **environ;
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execvp_fn)(const char *, char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                         const posix_spawnattr_t *, char *const[], char *const[]);
 
 static execve_fn real_execve;
-static execvp_fn real_execvp;
 static execvpe_fn real_execvpe;
 static spawn_fn real_posix_spawn;
 static spawn_fn real_posix_spawnp;
 
 __attribute__((constructor)) static void resolve_libc(void) {
     real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
-    real_execvp = (execvp_fn)dlsym(RTLD_NEXT, "execvp");
     real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
     real_posix_spawn = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
     real_posix_spawnp = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
@@ -60,14 +61,12 @@ static const char *lookup(char *const env[], const char *name) {
     return NULL;
 }
 
-/* The launcher to run instead of a program called `file` (a path or a name), or NULL when
- * it is to run as it is: no governor, inside a job, or not a compiler. */
-static const char *launcher_for(const char *file, char *const env[]) {
+/* The launcher to run instead of a program named `name`, or NULL when it is to run as it
+ * is: no governor, inside a job, or not a compiler. */
+static const char *launcher_for(const char *name, char *const env[]) {
     if (!lookup(env, "HEADROOM_SOCKET") || lookup(env, "HEADROOM_JOB")) return NULL;
     const char *launcher = lookup(env, "HEADROOM_LAUNCHER");
     if (!launcher || !*launcher) return NULL;
-    const char *slash = strrchr(file, '/');
-    const char *name = slash ? slash + 1 : file;
     return headroom_is_compiler_name(name, strlen(name)) ? launcher : NULL;
 }
 
@@ -108,38 +107,91 @@ static char **launch_argv(const char *compiler, char *const argv[], size_t argc,
     return out;
 }
 
-/* Runs `file` (found as execvp finds it) through the launcher if it is a compiler headroom
- * governs; returns only if not, with errno as it was. */
-static void exec_governed(const char *file, char *const argv[], char *const envp[]) {
+#define PRELOAD_PREFIX "LD_PRELOAD="
+
+/* The `LD_PRELOAD=…` entry of `env`, or NULL. */
+static char *preload_entry(char *const env[]) {
+    for (; env && *env; env++) {
+        if (strncmp(*env, PRELOAD_PREFIX, strlen(PRELOAD_PREFIX)) == 0) return *env;
+    }
+    return NULL;
+}
+
+/* `env` with headroom's interceptor taken out of its LD_PRELOAD `entry`, built in `out`
+ * (count(env) + 1 pointers) and `new_entry` (strlen(entry) + 1 bytes). */
+static char *const *without_interceptor(char *const env[], const char *entry, char **out,
+                                        char *new_entry) {
+    size_t prefix_len = strlen(PRELOAD_PREFIX);
+    memcpy(new_entry, PRELOAD_PREFIX, prefix_len);
+    size_t len = headroom_preload_without_interceptor(entry + prefix_len,
+                                                      strlen(entry) - prefix_len,
+                                                      new_entry + prefix_len);
+    new_entry[prefix_len + len] = '\0';
+    size_t n = 0;
+    for (; *env; env++) {
+        if (*env != entry) out[n++] = *env;
+        else if (len > 0) out[n++] = new_entry;
+    }
+    out[n] = NULL;
+    return out;
+}
+
+/* How the build asked to start a program. */
+enum call { EXECVE, EXECVPE, SPAWN, SPAWNP };
+
+/* Starts `file` as `call` asked, or a compiler through the launcher; a program that needs no
+ * interceptor starts without it. `file` is looked up on PATH for EXECVPE and SPAWNP only. */
+static int start(enum call call, pid_t *pid, const char *file,
+                 const posix_spawn_file_actions_t *actions, const posix_spawnattr_t *attr,
+                 char *const argv[], char *const envp[]) {
     int saved = errno;
+    int searches_path = call == EXECVPE || call == SPAWNP;
+    const char *slash = strrchr(file, '/');
+    const char *name = slash ? slash + 1 : file;
     char found[PATH_MAX];
-    const char *launcher = launcher_for(file, envp);
+    const char *launcher = searches_path || slash ? launcher_for(name, envp) : NULL;
     const char *compiler = launcher && argv && argv[0] ? search_path(file, found) : NULL;
+
+    const char *entry = compiler || headroom_starts_no_program(name, strlen(name))
+                            ? preload_entry(envp) : NULL;
+    char *env_without[entry ? count(envp) + 1 : 1];
+    char entry_without[entry ? strlen(entry) + 1 : 1];
+    char *const *env = entry ? without_interceptor(envp, entry, env_without, entry_without) : envp;
+
     if (compiler) {
         size_t argc = count(argv);
         char *launch[argc + 2];
-        real_execve(launcher, launch_argv(compiler, argv, argc, launch), envp);
+        launch_argv(compiler, argv, argc, launch);
+        if (call == SPAWN || call == SPAWNP) {
+            if (real_posix_spawn(pid, launcher, actions, attr, launch, env) == 0) return 0;
+        } else {
+            real_execve(launcher, launch, env);
+        }
     }
     errno = saved;
+    switch (call) {
+    case EXECVE: return real_execve(file, argv, env);
+    case EXECVPE: return real_execvpe(file, argv, env);
+    case SPAWN: return real_posix_spawn(pid, file, actions, attr, argv, env);
+    case SPAWNP: return real_posix_spawnp(pid, file, actions, attr, argv, env);
+    }
+    return -1;
 }
 
 EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-    if (strchr(path, '/')) exec_governed(path, argv, envp);
-    return real_execve(path, argv, envp);
+    return start(EXECVE, NULL, path, NULL, NULL, argv, envp);
 }
 
 EXPORT int execv(const char *path, char *const argv[]) {
-    return execve(path, argv, environ);
+    return start(EXECVE, NULL, path, NULL, NULL, argv, environ);
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-    exec_governed(file, argv, envp);
-    return real_execvpe(file, argv, envp);
+    return start(EXECVPE, NULL, file, NULL, NULL, argv, envp);
 }
 
 EXPORT int execvp(const char *file, char *const argv[]) {
-    exec_governed(file, argv, environ);
-    return real_execvp(file, argv);
+    return start(EXECVPE, NULL, file, NULL, NULL, argv, environ);
 }
 
 /* execl, execle and execlp: their arguments into an array, then the calls above. */
@@ -172,30 +224,12 @@ EXPORT int execle(const char *path, const char *arg, ...) {
     return execve(path, argv, envp);
 }
 
-/* Spawns `file` through the launcher if it is a compiler headroom governs: 0 when it did. */
-static int spawn_governed(pid_t *pid, const char *file,
-                          const posix_spawn_file_actions_t *actions,
-                          const posix_spawnattr_t *attr, char *const argv[],
-                          char *const envp[]) {
-    char found[PATH_MAX];
-    const char *launcher = launcher_for(file, envp);
-    const char *compiler = launcher && argv && argv[0] ? search_path(file, found) : NULL;
-    if (!compiler) return -1;
-    size_t argc = count(argv);
-    char *launch[argc + 2];
-    return real_posix_spawn(pid, launcher, actions, attr, launch_argv(compiler, argv, argc, launch),
-                            envp);
-}
-
 EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    if (strchr(path, '/') && spawn_governed(pid, path, actions, attr, argv, envp) == 0)
-        return 0;
-    return real_posix_spawn(pid, path, actions, attr, argv, envp);
+    return start(SPAWN, pid, path, actions, attr, argv, envp);
 }
 
 EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
                         const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-    if (spawn_governed(pid, file, actions, attr, argv, envp) == 0) return 0;
-    return real_posix_spawnp(pid, file, actions, attr, argv, envp);
+    return start(SPAWNP, pid, file, actions, attr, argv, envp);
 }

@@ -359,12 +359,14 @@ impl Governor {
                 }
             };
             let reply = self.finished(id, attempt);
-            write_frame(stream, &reply)?;
+            let sent = write_frame(stream, &reply);
             // The compiler's result is on its way to the build system: now the history.
             write_jobs(&mut self.lock());
             if reply == Reply::Done {
+                // A shim whose attempt exited 0 has not waited to read this.
                 return Ok(());
             }
+            sent?;
         }
     }
 

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// The interceptor, as the C compiler built it.
 pub const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libheadroom-intercept.so"));
-/// File names of the interceptor start so, whatever its version.
+/// File names of the interceptor start so, whatever its version (`HEADROOM_INTERCEPTOR_PREFIX`
+/// in `preload.h`).
 const FILE_PREFIX: &str = "libheadroom-intercept";
 /// The program the interceptor runs instead of a compiler, as `headroom-launch COMPILER ARGS…`.
 pub const LAUNCHER_ENV: &str = "HEADROOM_LAUNCHER";
@@ -22,6 +23,11 @@ const PRELOAD_ENV: &str = "LD_PRELOAD";
 
 extern "C" {
     fn headroom_is_compiler_name(name: *const c_char, len: usize) -> c_int;
+    fn headroom_preload_without_interceptor(
+        value: *const c_char,
+        len: usize,
+        out: *mut c_char,
+    ) -> usize;
 }
 
 /// Whether `name` (a file name) is a compiler, linker or driver that headroom governs: the
@@ -71,18 +77,22 @@ pub fn preload_with(library: &Path, existing: Option<&OsStr>) -> OsString {
 }
 
 /// `LD_PRELOAD` without headroom's interceptor, for a job's own processes (nvcc's cicc, gcc's
-/// cc1plus): `None` when nothing else is left.
+/// cc1plus): `None` when nothing else is left. The rule the interceptor applies, from the same
+/// C code.
 pub fn preload_without_interceptor(existing: &OsStr) -> Option<OsString> {
-    let kept: Vec<&[u8]> = existing
-        .as_bytes()
-        .split(|&b| b == b':' || b == b' ')
-        .filter(|entry| !entry.is_empty())
-        .filter(|entry| {
-            let name = Path::new(OsStr::from_bytes(entry)).file_name();
-            !name.is_some_and(|n| n.as_bytes().starts_with(FILE_PREFIX.as_bytes()))
-        })
-        .collect();
-    (!kept.is_empty()).then(|| OsString::from_vec(kept.join(&b':')))
+    let value = existing.as_bytes();
+    let mut kept = vec![0u8; value.len()];
+    // SAFETY: the C function reads `value.len()` bytes of `value`, writes at most as many
+    // into `kept` and keeps no pointer.
+    let len = unsafe {
+        headroom_preload_without_interceptor(
+            value.as_ptr().cast(),
+            value.len(),
+            kept.as_mut_ptr().cast(),
+        )
+    };
+    kept.truncate(len);
+    (!kept.is_empty()).then(|| OsString::from_vec(kept))
 }
 
 /// The `LD_PRELOAD` a job's processes get: `None` when it is to be removed.

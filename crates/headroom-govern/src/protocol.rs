@@ -53,7 +53,8 @@ pub enum Reply {
         rung: Option<Rung>,
         nice: u8,
     },
-    /// Report the attempt's result to the build system.
+    /// Report the attempt's result to the build system. A shim whose attempt exited 0 does
+    /// not wait for it: such an attempt is never retried.
     Done,
     /// Do not report this attempt: the job runs again when the next `Run` arrives.
     Retry,

@@ -12,11 +12,11 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{ChildStderr, Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc;
 
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
+use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{kill_process_group, setpriority_process, Pid, Signal};
 
 use crate::ladder::Rung;
@@ -194,13 +194,12 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
             .map(|d| d.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    let replies = match write_frame(&stream, &request).and_then(|()| stream.try_clone()) {
-        Ok(reader) => listen(reader),
-        Err(_) => become_compiler(command),
-    };
+    if write_frame(&stream, &request).is_err() {
+        become_compiler(command)
+    }
     let mut cpu_before = children_cpu_ms();
     loop {
-        let Ok(Reply::Run { job_id, rung, nice }) = replies.recv() else {
+        let Ok(Reply::Run { job_id, rung, nice }) = read_frame(&stream) else {
             // The governor is gone before admitting us: run as if it never existed.
             become_compiler(command)
         };
@@ -223,9 +222,13 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
             status.signal(),
             Some(libc::SIGINT | libc::SIGTERM | libc::SIGHUP)
         );
-        let reply = write_frame(&stream, &Request::Finished(attempt))
+        let sent = write_frame(&stream, &Request::Finished(attempt));
+        // An attempt that exited 0 is done whatever the governor says: the build need not
+        // wait for its answer.
+        let reply = sent
             .ok()
-            .and_then(|()| replies.recv().ok());
+            .filter(|()| !status.success())
+            .and_then(|()| read_frame::<Reply>(&stream).ok());
         if reply == Some(Reply::Retry) && !interrupted {
             continue;
         }
@@ -234,19 +237,38 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
     }
 }
 
-/// Forwards the governor's replies; when the governor disappears, resumes the running
-/// attempt (it may have been stopped) and closes the channel.
-fn listen(reader: UnixStream) -> mpsc::Receiver<Reply> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        while let Ok(reply) = read_frame::<Reply>(&reader) {
-            if sender.send(reply).is_err() {
-                return;
-            }
+/// Reads an attempt's stderr to its end. The governor says nothing while an attempt runs, so
+/// its socket becoming readable means it has gone: then the attempt, which it may have
+/// stopped, is resumed, since nobody else would.
+fn collect_stderr(mut pipe: ChildStderr, governor: &UnixStream) -> Vec<u8> {
+    let mut stderr = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut governor_watched = true;
+    loop {
+        let mut ready = [
+            PollFd::new(&pipe, PollFlags::IN),
+            PollFd::new(governor, PollFlags::IN),
+        ];
+        let watched = if governor_watched { 2 } else { 1 };
+        match poll(&mut ready[..watched], None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
         }
-        signal_running_group(Signal::CONT);
-    });
-    receiver
+        if governor_watched && !ready[1].revents().is_empty() {
+            governor_watched = false;
+            signal_running_group(Signal::CONT);
+        }
+        if ready[0].revents().is_empty() {
+            continue;
+        }
+        match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(read) => stderr.extend_from_slice(&chunk[..read]),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    stderr
 }
 
 /// Runs one attempt in its own process group, so the governor can stop, resume or kill it
@@ -287,10 +309,11 @@ fn run_attempt(
     }
     let mut child = spawned?;
     let _ = write_frame(stream, &Request::Started { pid });
-    let mut stderr = Vec::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        let _ = pipe.read_to_end(&mut stderr);
-    }
+    let stderr = child
+        .stderr
+        .take()
+        .map(|pipe| collect_stderr(pipe, stream))
+        .unwrap_or_default();
     let status = child.wait()?;
     RUNNING_GROUP.store(0, Ordering::SeqCst);
     Ok((status, stderr))

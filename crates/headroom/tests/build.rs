@@ -1020,3 +1020,30 @@ fn a_cargo_build_script_compiling_c_through_the_cc_crate_is_governed() {
     );
     assert!(report.ungoverned_compilers().next().is_none(), "{text}");
 }
+
+#[test]
+fn tools_that_start_no_program_run_without_the_interceptor() {
+    let project = Project::new();
+    // `cat` never starts a program, so it starts without the interceptor; a shell may start a
+    // compiler, so it keeps it; the launcher (here in front of the fake g++) starts without it.
+    let script = "cat /proc/self/maps > leaf-maps; \
+                  sh -c 'cat /proc/$$/maps' > shell-maps; \
+                  g++ --mem 10 --ms 300 -c a.cpp -o a.o & \
+                  sleep 0.15; cat /proc/$(pgrep -x headroom-shim | head -n 1)/maps > launcher-maps; wait";
+    let output = project.run(&["--", "sh", "-c", script]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let loads_interceptor = |file: &str| {
+        std::fs::read_to_string(project.path(file))
+            .unwrap()
+            .contains("libheadroom-intercept")
+    };
+    assert!(loads_interceptor("shell-maps"), "a shell keeps it");
+    assert!(!loads_interceptor("leaf-maps"), "cat starts without it");
+    assert!(
+        !std::fs::read_to_string(project.path("launcher-maps"))
+            .unwrap()
+            .is_empty()
+            && !loads_interceptor("launcher-maps"),
+        "the launcher starts without it"
+    );
+}
