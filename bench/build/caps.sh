@@ -16,6 +16,11 @@
 #                                       # examples/torch-cpp: a PyTorch C++ API project,
 #                                       # configured with CMake before any build runs, built
 #                                       # with `ninja -jJ` and `headroom build -- ninja`
+#   PROJECT=flash-attn CAPS=6.5G JOBS="1 2" REPEATS=2 bench/build/caps.sh
+#                                       # flash-attention's PyPI sdist: flash_api.cpp and four
+#                                       # sm_80 forward kernels (bench/build/flash_attn_subset_setup.py),
+#                                       # built by `MAX_JOBS=J pip install --no-build-isolation .`
+#                                       # and `headroom build -- pip install --no-build-isolation .`
 #
 # Environment (all optional):
 #   CAPS="1.5G 3G 6G"     memory caps (binary units: K, M, G, T)
@@ -29,8 +34,10 @@
 #                         writes PREFIX.csv and PREFIX.md
 #   REPORT_ONLY=1         only re-render PREFIX.md from PREFIX.csv (e.g. after Ctrl-C)
 #   PROJECT=template-heavy  or torch-cpp (needs `bash .ci/cuda.sh`: torch's CMake package
-#                         looks for the CUDA toolkit even for CPU code); TORCH_ENV moves
-#                         where that script installed them (default ~/.cache/headroom-ci)
+#                         looks for the CUDA toolkit even for CPU code), or flash-attn (the
+#                         same, and downloads the sdist once into ~/.cache/headroom-bench);
+#                         TORCH_ENV moves where that script installed them (default
+#                         ~/.cache/headroom-ci)
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -40,7 +47,8 @@ example_dir="$repo_root/examples/template-heavy"
 case "$PROJECT" in
 template-heavy) tool=make ;;
 torch-cpp) tool=ninja ;;
-*) echo "caps.sh: PROJECT must be template-heavy or torch-cpp, got '$PROJECT'" >&2; exit 2 ;;
+flash-attn) tool=pip ;;
+*) echo "caps.sh: PROJECT must be template-heavy, torch-cpp or flash-attn, got '$PROJECT'" >&2; exit 2 ;;
 esac
 
 if [[ "${QUICK:-0}" == 1 ]]; then
@@ -53,7 +61,7 @@ else
   REPEATS=${REPEATS:-3}
   MAKE_VARS=${MAKE_VARS:-}
   default_results=$script_dir/results/caps
-  [[ $PROJECT == torch-cpp ]] && default_results=$script_dir/results/torch-cpp
+  [[ $PROJECT != template-heavy ]] && default_results=$script_dir/results/$PROJECT
   RESULTS=${RESULTS:-$default_results}
 fi
 JOBS=${JOBS:-1 2 N 8}
@@ -117,7 +125,7 @@ table() {
           best = ""
           for (s = 1; s <= rows; s++) {
             other = order[s]
-            if (cap_of[s] != cap || label_of[s] !~ /^(make|ninja) -j/) continue
+            if (cap_of[s] != cap || label_of[s] !~ /^(make -j|ninja -j|MAX_JOBS=)/) continue
             if (kills[other] > 0 || (other in failed)) continue
             if (best == "" || median(walls[other]) < best) { best = median(walls[other]); best_label = label_of[s] }
           }
@@ -154,12 +162,14 @@ for cap in $CAPS; do size_to_bytes "$cap" >/dev/null; done
 [[ -f "$example_dir/Makefile" ]] || die "no example at $example_dir: run this script from a headroom checkout"
 command -v make >/dev/null || skip "make is not installed (apt-get install make)"
 command -v g++ >/dev/null || skip "g++ is not installed (apt-get install g++)"
-if [[ $PROJECT == torch-cpp ]]; then
-  command -v cmake >/dev/null && command -v ninja >/dev/null ||
-    skip "cmake and ninja are not installed (apt-get install cmake ninja-build)"
+if [[ $PROJECT != template-heavy ]]; then
   torch_env=${TORCH_ENV:-$HOME/.cache/headroom-ci}
   [[ -x "$torch_env/venv/bin/python" && -x "$torch_env/cuda-home/bin/nvcc" ]] ||
     skip "no torch and CUDA toolkit in $torch_env (run 'bash .ci/cuda.sh')"
+fi
+if [[ $PROJECT == torch-cpp ]]; then
+  command -v cmake >/dev/null && command -v ninja >/dev/null ||
+    skip "cmake and ninja are not installed (apt-get install cmake ninja-build)"
 fi
 
 # --- cgroups -----------------------------------------------------------------
@@ -242,7 +252,9 @@ for jobs in $JOBS; do
   [[ " ${static_jobs[*]} " == *" $jobs "* ]] || static_jobs+=("$jobs")
 done
 labels=()
-for jobs in "${static_jobs[@]}"; do labels+=("$tool -j$jobs"); done
+for jobs in "${static_jobs[@]}"; do
+  if [[ $tool == pip ]]; then labels+=("MAX_JOBS=$jobs pip install"); else labels+=("$tool -j$jobs"); fi
+done
 headroom_note=""
 if [[ -x "$HEADROOM" ]]; then
   labels+=("headroom build -- $tool")
@@ -258,8 +270,10 @@ build_argv() {
   for var in $MAKE_VARS; do vars+=("$var"); done
   local -a build=(make check "${vars[@]}")
   [[ $tool == ninja ]] && build=(ninja -C build)
+  [[ $tool == pip ]] && build=("$torch_env/venv/bin/python" -m pip install --no-build-isolation --no-deps --no-index .)
   case "$label" in
   "$tool -j"*) printf '%s\n' "${build[0]}" "-j${label#"$tool" -j}" "${build[@]:1}" ;;
+  MAX_JOBS=*) printf '%s\n' env "${label%% *}" "${build[@]}" ;;
   headroom*)
     printf '%s\n' "$HEADROOM" build
     for var in $HEADROOM_ARGS; do printf '%s\n' "$var"; done
@@ -271,6 +285,22 @@ build_argv() {
 # The builds run in a scratch copy, so the source tree stays clean.
 work_dir=$(mktemp -d "${TMPDIR:-/tmp}/headroom-caps.XXXXXX")
 cp "$example_dir"/Makefile "$example_dir"/*.hpp "$example_dir"/*.cpp "$work_dir"/
+if [[ $PROJECT == flash-attn ]]; then
+  # flash-attention's own sdist from PyPI, with a setup.py that builds a subset of it.
+  sdist_dir=$HOME/.cache/headroom-bench
+  sdist=$sdist_dir/flash_attn-2.8.3.tar.gz
+  if [[ ! -f $sdist ]]; then
+    mkdir -p "$sdist_dir"
+    # The sdist's metadata step imports torch and skips CUDA only when told to.
+    FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE "$torch_env/venv/bin/python" -m pip download --no-deps \
+      --no-build-isolation --no-binary :all: flash-attn==2.8.3 -d "$sdist_dir" >"$work_dir/download.log" 2>&1 ||
+      die "downloading the flash-attn sdist failed; see $work_dir/download.log"
+  fi
+  tar xzf "$sdist" -C "$work_dir" --strip-components=1
+  cp "$script_dir/flash_attn_subset_setup.py" "$work_dir/setup.py"
+  rm -f "$work_dir/setup.cfg" "$work_dir/pyproject.toml"
+  export CUDA_HOME="$torch_env/cuda-home"
+fi
 if [[ $PROJECT == torch-cpp ]]; then
   # Configured once, before and outside any build, as users do: CMake records the compiler
   # by absolute path.
@@ -296,7 +326,11 @@ run_one() {
   local -a argv
   mapfile -t argv < <(build_argv "$label")
   cap_bytes=$(size_to_bytes "$cap")
-  if [[ $tool == ninja ]]; then ninja -C "$work_dir/build" -t clean >/dev/null; else make -C "$work_dir" clean >/dev/null; fi
+  case $tool in
+  ninja) ninja -C "$work_dir/build" -t clean >/dev/null ;;
+  pip) rm -rf "$work_dir/build" "$work_dir"/*.egg-info ;;
+  *) make -C "$work_dir" clean >/dev/null ;;
+  esac
   make_cgroup "$cap_bytes"
   start=$EPOCHREALTIME
   status=0
@@ -329,6 +363,7 @@ done
 
 builds='`make -jJ check`'
 [[ $tool == ninja ]] && builds='`ninja -C build -jJ` in a tree configured beforehand'
+[[ $tool == pip ]] && builds='`pip install --no-build-isolation .` of the flash-attn 2.8.3 sdist (flash_api.cpp and four sm_80 forward kernels)'
 runs="Project: $PROJECT; mix: ${MAKE_VARS:-defaults}; cgroup v$cgroup_version; builds: $builds; $REPEATS repeats, interleaved; $(date -u +%Y-%m-%d)."
 [[ -n "$headroom_note" ]] && runs+=" Note: ${headroom_note%% (*}."
 write_report "$runs"
