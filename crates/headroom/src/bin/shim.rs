@@ -6,12 +6,15 @@
 //! It skips the Rust runtime's start-up, which reads `/proc/self/maps` to find the main
 //! thread's stack: about 0.15 ms of every compiler call on our VMs (BENCHMARKS.md, "Cost of
 //! interception").
-#![no_main]
+// Under `cargo test` the test harness brings its own `main`.
+#![cfg_attr(not(test), no_main)]
 
-use std::ffi::{c_char, c_int};
-
+#[cfg(not(test))]
 #[no_mangle]
-extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     // As the Rust runtime would: a governor or build system that went away shows up as an
     // error from `write`, not as a signal that kills the compile.
     // SAFETY: setting a signal's disposition before any thread exists.
