@@ -1,28 +1,22 @@
 //! Builds the interceptor (`intercept/intercept.c`) into the shared library that
 //! `headroom build` preloads into the build's processes, and the rules it shares with the
 //! Rust code (`intercept/compiler_names.c`, `intercept/preload.c`) into a static library,
-//! so each rule exists once. The shared library is embedded in the binary (`intercept::LIBRARY`): one
-//! `cargo install` carries everything.
+//! so each rule exists once. The shared library is embedded in the binary
+//! (`intercept::LIBRARY`): one `cargo install` carries everything.
 
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The rules both the interceptor and the Rust code use.
+const SHARED_RULES: [&str; 2] = ["intercept/compiler_names.c", "intercept/preload.c"];
+
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for file in [
-        "intercept.c",
-        "compiler_names.c",
-        "compiler_names.h",
-        "preload.c",
-        "preload.h",
-    ] {
-        println!("cargo:rerun-if-changed=intercept/{file}");
-    }
+    println!("cargo:rerun-if-changed=intercept");
     cc::Build::new()
-        .file("intercept/compiler_names.c")
-        .file("intercept/preload.c")
+        .files(SHARED_RULES)
         .warnings(true)
-        .compile("headroom_compiler_names");
+        .compile("headroom_intercept_rules");
 
     let compiler = cc::Build::new().get_compiler();
     let library = out.join("libheadroom-intercept.so");
@@ -42,11 +36,8 @@ fn main() {
             "-o",
         ])
         .arg(&library)
-        .args([
-            "intercept/intercept.c",
-            "intercept/compiler_names.c",
-            "intercept/preload.c",
-        ])
+        .arg("intercept/intercept.c")
+        .args(SHARED_RULES)
         // dlsym is in libc since glibc 2.34; older ones need libdl.
         .args(["-Wl,--as-needed", "-ldl"])
         .status()
