@@ -31,7 +31,7 @@ cat > "$work/inner.sh" <<INNER
 set -e
 cd "$work"
 python3 "$bench/alternate.py" $runs true.json direct="$work/direct-true" governed="$work/cc"
-python3 "$bench/alternate.py" $((runs / 3)) gpp.json \
+python3 "$bench/alternate.py" $runs gpp.json \
   direct="$work/direct-gxx -c trivial.cpp -o trivial.o" governed="$work/g++ -c trivial.cpp -o trivial.o"
 python3 "$bench/alternate.py" $((runs / 10 + 5)) exec.json \
   direct-unpreloaded="sh -c 'for i in \\\$(seq 1000); do /bin/true; done'" \

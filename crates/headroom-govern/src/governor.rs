@@ -2,14 +2,16 @@
 //! their memory, stops, resumes and kills their process groups, retries jobs that ran out of
 //! memory, and writes every finished job to the history.
 //!
-//! One thread per connected shim, one sampling thread, one lock around the state: simple to
-//! follow, and cheap enough for the few hundred jobs a build has in flight at most.
+//! One thread per connected shim (reused from one shim to the next), one sampling thread, one
+//! lock around the state: simple to follow, and cheap enough for the few hundred jobs a build
+//! has in flight at most.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -166,12 +168,66 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         let governor = Arc::clone(&governor);
         std::thread::spawn(move || governor.sample_until(&terminate));
     }
+    let handlers = Handlers::new();
     for stream in listener.incoming() {
-        let stream = stream?;
-        let governor = Arc::clone(&governor);
-        std::thread::spawn(move || governor.handle(stream));
+        handlers.hand(stream?, &governor);
     }
     Ok(())
+}
+
+/// The threads that talk with shims, one per connected shim. A thread whose shim is done
+/// waits for the next connection: every compiler call waits for the governor's first reply,
+/// and starting a thread costs about 60 µs on our VMs where waking one costs a few
+/// (BENCHMARKS.md, "Cost of interception").
+struct Handlers {
+    /// Connections for idle threads. Only the accepting thread sends, and only after it has
+    /// counted an idle thread off `idle`, so a connection never waits for a busy thread.
+    send: Sender<UnixStream>,
+    queue: Arc<Mutex<Receiver<UnixStream>>>,
+    idle: Arc<AtomicUsize>,
+}
+
+impl Handlers {
+    fn new() -> Handlers {
+        let (send, receive) = std::sync::mpsc::channel();
+        Handlers {
+            send,
+            queue: Arc::new(Mutex::new(receive)),
+            idle: Arc::default(),
+        }
+    }
+
+    /// Gives `stream` to an idle thread, or to a new one when none is idle.
+    fn hand(&self, stream: UnixStream, governor: &Arc<Governor>) {
+        let idle_one = self
+            .idle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |idle| {
+                idle.checked_sub(1)
+            });
+        if idle_one.is_ok() {
+            self.send
+                .send(stream)
+                .expect("idle threads hold the receiver");
+            return;
+        }
+        let (governor, queue, idle) = (
+            Arc::clone(governor),
+            Arc::clone(&self.queue),
+            Arc::clone(&self.idle),
+        );
+        std::thread::spawn(move || {
+            let mut stream = stream;
+            loop {
+                governor.handle(stream);
+                idle.fetch_add(1, Ordering::SeqCst);
+                let next = queue.lock().ok().and_then(|queue| queue.recv().ok());
+                match next {
+                    Some(next) => stream = next,
+                    None => return,
+                }
+            }
+        });
+    }
 }
 
 /// What the governor starts a build with from its history.

@@ -365,28 +365,31 @@ impl History {
 
     /// The peak and profile of job `key`'s last clean run.
     pub fn past_run(&self, key: &str) -> Result<Option<PastRun>, StoreError> {
+        // Asked once per job while the governor holds its lock: the statement is parsed once.
         self.conn
-            .query_row(
+            .prepare_cached(
                 "SELECT peak, profile_cpu_ms, profile_wall_ms, profile FROM peaks WHERE key = ?1",
-                [key],
-                |row| {
-                    let peak: i64 = row.get(0)?;
-                    let cpu_ms: Option<i64> = row.get(1)?;
-                    let wall_ms: Option<i64> = row.get(2)?;
-                    let shape: Option<String> = row.get(3)?;
-                    let ran = cpu_ms.zip(wall_ms).map(|(cpu, wall)| Ran {
-                        cpu_seconds: cpu as f64 / 1000.0,
-                        wall_seconds: wall as f64 / 1000.0,
-                    });
-                    Ok(PastRun {
-                        peak: peak as u64,
-                        profile: ran
-                            .zip(shape)
-                            .and_then(|(ran, shape)| decode_shape(ran, peak as u64, &shape)),
-                    })
-                },
             )
-            .optional()
+            .and_then(|mut statement| {
+                statement
+                    .query_row([key], |row| {
+                        let peak: i64 = row.get(0)?;
+                        let cpu_ms: Option<i64> = row.get(1)?;
+                        let wall_ms: Option<i64> = row.get(2)?;
+                        let shape: Option<String> = row.get(3)?;
+                        let ran = cpu_ms.zip(wall_ms).map(|(cpu, wall)| Ran {
+                            cpu_seconds: cpu as f64 / 1000.0,
+                            wall_seconds: wall as f64 / 1000.0,
+                        });
+                        Ok(PastRun {
+                            peak: peak as u64,
+                            profile: ran
+                                .zip(shape)
+                                .and_then(|(ran, shape)| decode_shape(ran, peak as u64, &shape)),
+                        })
+                    })
+                    .optional()
+            })
             .map_err(|e| self.sqlite(e))
     }
 
