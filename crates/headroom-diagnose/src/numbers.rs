@@ -6,10 +6,11 @@
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The sizes an out-of-memory message states, in bytes. Absent when the message does not say.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct OomNumbers {
     /// The allocation that failed.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,393 @@
+//! Reads a log of any size and lists each distinct failure in it, root cause first: what
+//! `headroom diagnose` prints, and what [`crate::classify`] picks its answer from.
+//!
+//! The log is read in blocks of whole lines. One pass of the whole rule set over a block says
+//! whether anything in it matches at all; only blocks that do are looked at line by line, so
+//! a 100 MB build log costs little more than reading it. Colour codes and CR line ends are
+//! taken out first; bytes that are not UTF-8 are matched as bytes and shown as `\u{FFFD}`.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::sync::LazyLock;
+
+use regex::bytes::Regex;
+use serde::Serialize;
+
+use crate::kernel::{Constraint, OomKill, OomKills, Victim};
+use crate::rules::{Kind, RULES};
+use crate::{advice_with_numbers, numbers, Diagnosis, OomNumbers, COMPILED, KERNEL_OOM_ADVICE};
+
+/// The marker a command prints to start a stage: `##headroom stage NAME`.
+pub const STAGE_MARKER: &str = "##headroom stage";
+
+/// How much of a log is looked at in one piece. Longer lines are cut into pieces this long.
+const BLOCK: usize = 1 << 20;
+/// Evidence lines longer than this are cut when shown.
+const EVIDENCE_CHARS: usize = 400;
+
+/// One distinct failure found in a log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    #[serde(flatten)]
+    pub diagnosis: Diagnosis,
+    /// 1-based line number of its evidence's first occurrence.
+    pub line: u64,
+    /// How many lines reported it.
+    pub count: u64,
+    /// The stage marked (`##headroom stage NAME`) where it first occurred.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// The time stamp its line carries, for kernel log lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// The process the kernel killed, for an OOM kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<Victim>,
+    /// Whose limit the kernel enforced, for an OOM kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<Constraint>,
+}
+
+/// What one look through a log found.
+#[derive(Debug, Default, Serialize)]
+pub struct Scan {
+    /// Root cause first: the kernel's record of a kill, then other memory failures, then
+    /// compilers reporting that a child was killed (the usual consequence of a kill), then
+    /// failures that are not memory; in each group, the earliest first.
+    pub findings: Vec<Finding>,
+    /// Every OOM kill the kernel logged, in order, as `headroom diagnose --kernel-log` lists them.
+    pub oom_kills: Vec<OomKill>,
+    pub lines: u64,
+    pub bytes: u64,
+}
+
+/// Reads `reader` to its end and says what failed in it.
+pub fn scan(mut reader: impl Read) -> io::Result<Scan> {
+    let mut scanner = Scanner::default();
+    let mut buffer = Vec::with_capacity(BLOCK + 8192);
+    loop {
+        let filled = buffer.len();
+        buffer.resize(BLOCK.max(filled + 8192), 0);
+        let read = match reader.read(&mut buffer[filled..]) {
+            Ok(read) => read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => 0,
+            Err(err) => return Err(err),
+        };
+        buffer.truncate(filled + read);
+        if read == 0 {
+            scanner.feed(&buffer);
+            return Ok(scanner.finish());
+        }
+        if buffer.len() < BLOCK {
+            continue;
+        }
+        // Whole lines now; the rest waits for the next read. A line longer than a block is
+        // cut where the block ends.
+        let end = memchr::memrchr(b'\n', &buffer).map_or(buffer.len(), |newline| newline + 1);
+        scanner.feed(&buffer[..end]);
+        buffer.drain(..end);
+    }
+}
+
+/// [`scan`] of text already in memory.
+pub fn scan_bytes(text: &[u8]) -> Scan {
+    let mut scanner = Scanner::default();
+    for block in text.chunks(BLOCK) {
+        scanner.feed(block);
+    }
+    scanner.finish()
+}
+
+#[derive(Default)]
+struct Scanner {
+    /// Newlines read so far.
+    lines: u64,
+    ends_in_newline: bool,
+    bytes: u64,
+    stage: Option<String>,
+    findings: Vec<Finding>,
+    /// Index into `findings` by rule and stage: one finding per distinct failure.
+    seen: HashMap<(&'static str, Option<String>), usize>,
+    kernel: OomKills,
+    /// The stage in effect at each OOM kill's first line, by line number.
+    kernel_stages: HashMap<u64, Option<String>>,
+}
+
+impl Scanner {
+    fn feed(&mut self, block: &[u8]) {
+        if block.is_empty() {
+            return;
+        }
+        self.bytes += block.len() as u64;
+        let cleaned;
+        let block = if memchr::memchr(0x1b, block).is_some() {
+            cleaned = ANSI.replace_all(block, &b""[..]);
+            &cleaned[..]
+        } else {
+            block
+        };
+        if !COMPILED.set.is_match(block) {
+            self.lines += memchr::memchr_iter(b'\n', block).count() as u64;
+            self.ends_in_newline = block.ends_with(b"\n");
+            if let Some(marker) = memchr::memmem::rfind(block, STAGE_MARKER.as_bytes()) {
+                let line_end =
+                    memchr::memchr(b'\n', &block[marker..]).map_or(block.len(), |i| marker + i);
+                if let Some(stage) = stage_marked(&block[marker..line_end]) {
+                    self.stage = Some(stage);
+                }
+            }
+            return;
+        }
+        let lines: Vec<&[u8]> = block.split(|&b| b == b'\n').collect();
+        let first_line = self.lines + 1;
+        for (index, line) in lines.iter().enumerate() {
+            // The empty piece after a block's last newline is not a line.
+            if index == lines.len() - 1 && line.is_empty() {
+                break;
+            }
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(stage) = stage_marked(line) {
+                self.stage = Some(stage);
+                continue;
+            }
+            self.look_at(line, first_line + index as u64, &lines[index + 1..]);
+        }
+        self.lines += memchr::memchr_iter(b'\n', block).count() as u64;
+        self.ends_in_newline = block.ends_with(b"\n");
+    }
+
+    /// Classifies line number `number`; `after` are the lines that follow it in the block,
+    /// read only for the numbers of a message the console wrapped.
+    fn look_at(&mut self, line: &[u8], number: u64, after: &[&[u8]]) {
+        let Some(index) = COMPILED.set.matches(line).into_iter().next() else {
+            return;
+        };
+        if says_it_is_no_failure(line, after) {
+            return;
+        }
+        let rule = &RULES[index];
+        let text = String::from_utf8_lossy(line);
+        if rule.kind == Kind::KernelOomKill && self.kernel.feed(&text, number) {
+            self.kernel_stages
+                .entry(number)
+                .or_insert_with(|| self.stage.clone());
+            return;
+        }
+        let key = (rule.name, self.stage.clone());
+        if let Some(&seen) = self.seen.get(&key) {
+            self.findings[seen].count += 1;
+            return;
+        }
+        let mut numbers = numbers::extract(&text);
+        if numbers.is_empty() {
+            let wrapped: Vec<u8> = std::iter::once(line)
+                .chain(after.iter().take(3).copied())
+                .collect::<Vec<_>>()
+                .join(&b' ');
+            numbers = numbers::extract(&String::from_utf8_lossy(&wrapped));
+        }
+        self.seen.insert(key, self.findings.len());
+        self.findings.push(Finding {
+            diagnosis: Diagnosis {
+                kind: rule.kind,
+                rule: rule.name,
+                evidence: shorten(text.trim()),
+                advice: advice_with_numbers(rule.advice, &numbers),
+                numbers,
+                kernel_oom_evidence: None,
+            },
+            line: number,
+            count: 1,
+            stage: self.stage.clone(),
+            time: None,
+            process: None,
+            constraint: None,
+        });
+    }
+
+    fn finish(mut self) -> Scan {
+        let oom_kills = std::mem::take(&mut self.kernel).finish();
+        // One finding per process name and limit: a build whose cc1plus was killed ten times
+        // has one failure, not ten.
+        let mut kernel_seen: HashMap<(Option<String>, Option<Constraint>), usize> = HashMap::new();
+        for kill in &oom_kills {
+            let name = kill.victim.as_ref().map(|victim| victim.name.clone());
+            let key = (name, kill.constraint);
+            if let Some(&seen) = kernel_seen.get(&key) {
+                self.findings[seen].count += 1;
+                continue;
+            }
+            kernel_seen.insert(key, self.findings.len());
+            self.findings.push(Finding {
+                diagnosis: Diagnosis {
+                    kind: Kind::KernelOomKill,
+                    rule: "kernel-oom-kill",
+                    evidence: shorten(&kill.evidence),
+                    numbers: OomNumbers::default(),
+                    kernel_oom_evidence: None,
+                    advice: kernel_advice(kill.constraint),
+                },
+                line: kill.evidence_line,
+                count: 1,
+                stage: self.kernel_stages.get(&kill.line).cloned().flatten(),
+                time: kill.time.clone(),
+                process: kill.victim.clone(),
+                constraint: kill.constraint,
+            });
+        }
+        self.findings
+            .sort_by_key(|finding| (finding.diagnosis.kind.root_rank(), finding.line));
+        Scan {
+            findings: self.findings,
+            oom_kills,
+            lines: self.lines + u64::from(self.bytes > 0 && !self.ends_in_newline),
+            bytes: self.bytes,
+        }
+    }
+}
+
+/// Whether `line` says that it is no failure, read on into the two lines after it with the
+/// console's wrapping undone; what it says must begin on `line` itself.
+fn says_it_is_no_failure(line: &[u8], after: &[&[u8]]) -> bool {
+    let mut text = Vec::new();
+    let mut first_line_ends = 0;
+    for (index, piece) in std::iter::once(line)
+        .chain(after.iter().take(2).copied())
+        .enumerate()
+    {
+        for word in piece
+            .split(u8::is_ascii_whitespace)
+            .filter(|word| !word.is_empty())
+        {
+            text.extend_from_slice(word);
+            text.push(b' ');
+        }
+        if index == 0 {
+            first_line_ends = text.len();
+        }
+    }
+    COMPILED
+        .not_failures
+        .find(&text)
+        .is_some_and(|found| found.start() < first_line_ends)
+}
+
+fn kernel_advice(constraint: Option<Constraint>) -> String {
+    match constraint {
+        Some(Constraint::Cgroup) => format!(
+            "{KERNEL_OOM_ADVICE}; the limit was a cgroup's (a container's `--memory`, a \
+Kubernetes `resources.limits.memory`, a systemd `MemoryMax`), so raising that limit also helps"
+        ),
+        Some(Constraint::Machine) => {
+            format!("{KERNEL_OOM_ADVICE}; the whole machine ran out, not just one container")
+        }
+        _ => KERNEL_OOM_ADVICE.to_string(),
+    }
+}
+
+/// The stage a `##headroom stage NAME` line starts, if it is one.
+pub fn stage_marked(line: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(line);
+    let name = text.trim().strip_prefix(STAGE_MARKER)?.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(EVIDENCE_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// Terminal colour and other escape sequences (CSI and OSC).
+static ANSI: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?-u)\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+        .expect("valid escape pattern")
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(scan: &Scan) -> Vec<Kind> {
+        scan.findings.iter().map(|f| f.diagnosis.kind).collect()
+    }
+
+    #[test]
+    fn the_kernel_kill_is_the_root_of_the_compiler_kill() {
+        let log = b"[ 10%] Building CXX object a.o\n\
+g++: fatal error: Killed signal terminated program cc1plus\n\
+compilation terminated.\n\
+[ 1638.977956] Out of memory: Killed process 9253 (cc1plus) total-vm:6084172kB, anon-rss:5342044kB, file-rss:0kB, shmem-rss:0kB\n";
+        let scan = scan_bytes(log);
+        assert_eq!(kinds(&scan), [Kind::KernelOomKill, Kind::CompilerKilled]);
+        let kill = &scan.findings[0];
+        assert_eq!(kill.line, 4);
+        assert_eq!(kill.process.as_ref().unwrap().name, "cc1plus");
+        assert_eq!(
+            kill.process.as_ref().unwrap().rss_bytes,
+            Some(5_342_044 << 10)
+        );
+        assert_eq!(scan.findings[1].line, 2);
+        assert_eq!(scan.lines, 4);
+    }
+
+    #[test]
+    fn memory_comes_before_what_it_caused_and_repeats_are_counted() {
+        let log = "OSError: [Errno 28] No space left on device\n\
+RuntimeError: CUDA error: out of memory\n\
+RuntimeError: CUDA error: out of memory\n";
+        let scan = scan_bytes(log.as_bytes());
+        assert_eq!(kinds(&scan), [Kind::CudaOutOfMemory, Kind::DiskFull]);
+        assert_eq!(scan.findings[0].count, 2);
+    }
+
+    #[test]
+    fn stages_colours_and_crlf() {
+        let log = "##headroom stage load\r\nok\r\n##headroom stage compile\r\n\x1b[01;31m\x1b[Kfatal error: \x1b[m\x1b[KKilled signal terminated program cc1plus\r\n";
+        let scan = scan_bytes(log.as_bytes());
+        let finding = &scan.findings[0];
+        assert_eq!(finding.stage.as_deref(), Some("compile"));
+        assert_eq!(
+            finding.diagnosis.evidence,
+            "fatal error: Killed signal terminated program cc1plus"
+        );
+        assert_eq!(finding.line, 4);
+    }
+
+    #[test]
+    fn blocks_cut_long_logs_without_losing_lines_or_stages() {
+        let mut log = Vec::new();
+        log.extend_from_slice(b"##headroom stage train\n");
+        for n in 0..60_000 {
+            log.extend_from_slice(format!("step {n}: loss 0.{n}\n").as_bytes());
+        }
+        // A line longer than a block, then the failure.
+        log.extend(std::iter::repeat_n(b'x', BLOCK + 10));
+        log.extend_from_slice(
+            b"\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n",
+        );
+        let scan = scan(&log[..]).unwrap();
+        assert_eq!(scan.lines, 60_003);
+        let finding = &scan.findings[0];
+        assert_eq!(finding.line, 60_003);
+        assert_eq!(finding.stage.as_deref(), Some("train"));
+        assert_eq!(finding.diagnosis.numbers.requested, Some(2 << 30));
+    }
+
+    #[test]
+    fn the_allocator_warning_that_is_no_failure_is_skipped() {
+        let log = "W bfc_allocator.cc:217] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.59GiB. The\n caller indicates that this is not a failure, but may mean that there\n";
+        assert!(scan_bytes(log.as_bytes()).findings.is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_counts_every_line(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)) {
+            let scan = scan(&bytes[..]).unwrap();
+            let newlines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+            let last_unended = u64::from(bytes.last().is_some_and(|&b| b != b'\n'));
+            proptest::prop_assert_eq!(scan.lines, newlines + last_unended);
+        }
+    }
+}
