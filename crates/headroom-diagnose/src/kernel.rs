@@ -208,6 +208,42 @@ impl OomKills {
     }
 }
 
+/// An OOM kill read from this machine's kernel log, with the time stamps of the message that
+/// names the process.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoggedKill {
+    #[serde(flatten)]
+    pub kill: OomKill,
+    /// Seconds since boot, as the kernel stamped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uptime_s: Option<f64>,
+    /// Seconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unix_s: Option<f64>,
+}
+
+/// Every OOM kill in `log`, oldest first.
+pub fn kills_in_log(log: &headroom_probe::kernel_log::KernelLog) -> Vec<LoggedKill> {
+    let mut kills = OomKills::default();
+    for (index, record) in log.records.iter().enumerate() {
+        kills.feed(&record.message, index as u64 + 1);
+    }
+    kills
+        .finish()
+        .into_iter()
+        .map(|kill| {
+            let record = usize::try_from(kill.evidence_line)
+                .ok()
+                .and_then(|line| log.records.get(line.checked_sub(1)?));
+            LoggedKill {
+                uptime_s: record.and_then(|record| record.uptime_s),
+                unix_s: record.and_then(|record| record.unix_s),
+                kill,
+            }
+        })
+        .collect()
+}
+
 fn time_of(text: &str) -> Option<String> {
     TIME.find(text).map(|m| m.as_str().trim().to_string())
 }

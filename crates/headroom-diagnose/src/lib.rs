@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 use regex::bytes::{RegexSet, RegexSetBuilder};
 use serde::Serialize;
 
-pub use kernel::{Constraint, OomKill, OomKills, Victim};
+pub use kernel::{kills_in_log, Constraint, LoggedKill, OomKill, OomKills, Victim};
 pub use numbers::OomNumbers;
 pub use rules::{Kind, Rule, NOT_FAILURES, RULES};
 pub use scan::{scan, scan_bytes, stage_marked, Finding, Scan, STAGE_MARKER};

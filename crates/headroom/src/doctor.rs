@@ -6,9 +6,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use headroom_diagnose::LoggedKill;
 use headroom_govern::budget::{resolve, BudgetSpec, MemoryFacts};
 use headroom_probe::cgroup::{Cgroup, Version};
-use headroom_probe::kernel_log::{self, OomKill};
+use headroom_probe::kernel_log;
 use headroom_probe::meminfo::{read_meminfo, MemInfo};
 use headroom_probe::psi::{self, Pressure};
 use headroom_probe::size::{format_size, parse_size};
@@ -109,7 +110,7 @@ pub struct OomKills {
     pub error: Option<String>,
     pub total: usize,
     /// The most recent kills, newest last.
-    pub recent: Vec<OomKill>,
+    pub recent: Vec<LoggedKill>,
     /// Seconds since boot now, to tell how long ago each kill was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uptime_s: Option<f64>,
@@ -203,7 +204,7 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
             read("/proc/1/cgroup").as_deref().unwrap_or(""),
         ),
     };
-    let oom_kills = match kernel_log::oom_kills() {
+    let oom_kills = match kernel_log::read().map(|log| headroom_diagnose::kills_in_log(&log)) {
         Ok(kills) => OomKills {
             readable: true,
             error: None,
@@ -435,12 +436,19 @@ pub fn render(findings: &Findings) -> String {
     let kills = &findings.oom_kills;
     if kills.readable {
         let _ = writeln!(out, "  OOM kills  {} in the kernel log", kills.total);
-        for kill in &kills.recent {
-            let when = match kills.uptime_s {
-                Some(now) => ago(now - kill.uptime_s),
-                None => format!("at {:.0}s after boot", kill.uptime_s),
+        for logged in &kills.recent {
+            let when = match (kills.uptime_s, logged.uptime_s) {
+                (Some(now), Some(then)) => ago(now - then),
+                (None, Some(then)) => format!("at {then:.0}s after boot"),
+                (_, None) => "at a time the log does not say".to_string(),
             };
-            let _ = writeln!(out, "             {when}: {} (pid {})", kill.comm, kill.pid);
+            let (name, pid) = logged
+                .kill
+                .victim
+                .as_ref()
+                .map_or(("?", None), |victim| (victim.name.as_str(), victim.pid));
+            let pid = pid.map_or_else(|| "pid unknown".to_string(), |pid| format!("pid {pid}"));
+            let _ = writeln!(out, "             {when}: {name} ({pid})");
         }
     } else {
         let _ = writeln!(
@@ -512,7 +520,7 @@ pub fn render(findings: &Findings) -> String {
 }
 
 /// `42 s ago`, `17 min ago`, `5.2 h ago`, `3.0 days ago`.
-fn ago(seconds: f64) -> String {
+pub(crate) fn ago(seconds: f64) -> String {
     let seconds = seconds.max(0.0);
     match seconds {
         s if s < 120.0 => format!("{s:.0} s ago"),
@@ -612,11 +620,22 @@ mod tests {
                 readable: true,
                 error: None,
                 total: 1,
-                recent: vec![OomKill {
-                    pid: 4242,
-                    comm: "cc1plus".into(),
-                    uptime_s: 758.2,
-                    line: "Out of memory: Killed process 4242 (cc1plus)".into(),
+                recent: vec![LoggedKill {
+                    kill: headroom_diagnose::OomKill {
+                        time: Some("[  758.200000]".into()),
+                        invoked_by: None,
+                        victim: Some(headroom_diagnose::Victim {
+                            name: "cc1plus".into(),
+                            pid: Some(4242),
+                            rss_bytes: None,
+                        }),
+                        constraint: None,
+                        evidence: "Out of memory: Killed process 4242 (cc1plus)".into(),
+                        line: 1,
+                        evidence_line: 1,
+                    },
+                    uptime_s: Some(758.2),
+                    unix_s: None,
                 }],
                 uptime_s: Some(758.2 + 1500.0),
             },

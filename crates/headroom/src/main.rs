@@ -6,6 +6,7 @@
 
 mod build;
 mod config;
+mod diagnose;
 mod doctor;
 mod kernels;
 mod output;
@@ -43,6 +44,8 @@ enum Command {
     Run(run::RunArgs),
     /// Check this machine before a big build.
     Doctor(doctor::DoctorArgs),
+    /// Say why a build or job failed, from its log, a `headroom run` report, or the kernel log.
+    Diagnose(diagnose::DiagnoseArgs),
     /// Build, cache, ship and resolve multi-target GPU kernels.
     Kernels(kernels::KernelsArgs),
     /// Simulate scheduling policies on recorded build traces.
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         Command::Run(args) => run::main(args),
         Command::Doctor(args) => doctor::main(args),
+        Command::Diagnose(args) => diagnose::main(args),
         Command::Kernels(args) => kernels::main(args),
         Command::Sim(args) => sim::main(args),
     };

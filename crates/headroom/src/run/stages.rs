@@ -5,9 +5,6 @@
 use regex::Regex;
 use serde::Serialize;
 
-/// The marker a command prints to start a stage: `##headroom stage NAME`.
-pub const MARKER: &str = "##headroom stage";
-
 /// Finds stage starts in output lines.
 #[derive(Debug, Clone, Default)]
 pub struct StageDetector {
@@ -19,17 +16,16 @@ impl StageDetector {
         StageDetector { regex }
     }
 
-    /// The stage that `line` starts, if any. With `--stage-regex`, the stage name is the
-    /// capture group named `stage`, else the first group, else the whole match.
+    /// The stage that `line` starts, if any: a `##headroom stage NAME` marker
+    /// ([`headroom_diagnose::stage_marked`], the rule `headroom diagnose` reads logs by), else,
+    /// with `--stage-regex`, the capture group named `stage`, else the first group, else the
+    /// whole match.
     pub fn stage_in(&self, line: &[u8]) -> Option<String> {
+        if let Some(name) = headroom_diagnose::stage_marked(line) {
+            return Some(name);
+        }
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches(['\r', '\n']);
-        if let Some(rest) = text.trim_start().strip_prefix(MARKER) {
-            let name = rest.trim();
-            if !name.is_empty() {
-                return Some(name.to_string());
-            }
-        }
         let captures = self.regex.as_ref()?.captures(text)?;
         let name = captures
             .name("stage")

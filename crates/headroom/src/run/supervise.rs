@@ -665,30 +665,21 @@ fn reap(child_pid: i32) -> Option<ExitInfo> {
 
 /// A kernel-log OOM kill of one of the tree's processes since the run started.
 fn kernel_log_kill(pids: &HashSet<i32>, started_unix: f64) -> Result<Option<String>, String> {
-    let kills = headroom_probe::kernel_log::oom_kills().map_err(|e| {
+    let log = headroom_probe::kernel_log::read().map_err(|e| {
         format!("no cgroup watched this run and {e}, so an OOM kill cannot be confirmed")
     })?;
-    let boot_unix = boot_time_unix();
-    Ok(kills
+    Ok(headroom_diagnose::kills_in_log(&log)
         .into_iter()
-        .filter(|kill| pids.contains(&kill.pid))
-        // Kernel stamps are seconds since boot: keep records from after the run started, with
-        // a second of slack for clock granularity.
-        .filter(|kill| boot_unix.is_none_or(|boot| boot + kill.uptime_s >= started_unix - 1.0))
-        .map(|kill| kill.line)
+        .filter(|logged| {
+            let pid = logged.kill.victim.as_ref().and_then(|victim| victim.pid);
+            pid.is_some_and(|pid| pids.contains(&(pid as i32)))
+        })
+        // Keep kills from after the run started, with a second of slack for clock granularity.
+        .filter(|logged| {
+            logged
+                .unix_s
+                .is_none_or(|unix_s| unix_s >= started_unix - 1.0)
+        })
+        .map(|logged| logged.kill.evidence)
         .next_back())
-}
-
-fn boot_time_unix() -> Option<f64> {
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .ok()?
-        .as_secs_f64();
-    Some(now - uptime)
 }

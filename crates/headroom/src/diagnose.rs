@@ -1,0 +1,854 @@
+//! `headroom diagnose`: why a build or job failed, from what people already have after the
+//! fact — a build or CI log of any size, a pasted `dmesg`, a `headroom run --json` report, or
+//! this machine's kernel log — with the root cause first, the numbers, and what to do.
+//!
+//! The reading and classifying is `headroom_diagnose::scan`; the kernel log's sources are
+//! `headroom_probe::kernel_log`. This module picks the inputs, merges their findings, prints
+//! them and turns them into the exit status.
+
+use std::fmt::Write as _;
+use std::io::{self, IsTerminal, Read};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use headroom_diagnose::{Constraint, Finding, Kind, OomKill, OomNumbers, Victim};
+use headroom_probe::kernel_log;
+use headroom_probe::size::format_size;
+use serde::{Deserialize, Serialize};
+
+use crate::doctor::ago;
+
+/// A memory failure was found (with `--kernel-log`: OOM kills were found).
+const EXIT_MEMORY: u8 = 0;
+/// Failures were found, none of them memory.
+const EXIT_NOT_MEMORY: u8 = 1;
+/// Nothing was recognised (with `--kernel-log`: no OOM kill in the log).
+const EXIT_NOTHING: u8 = 3;
+
+const EXIT_POLICY: &str = "Exit status:
+  0  a memory failure was found (--kernel-log: OOM kills were found)
+  1  failures were found, none of them memory
+  3  nothing recognised (--kernel-log: no OOM kill in the log)
+  2  headroom's own error: a FILE that cannot be read, a kernel log that no source lets it read
+
+FILE may be any log (build output, CI logs, a pasted `dmesg` or `journalctl -k`), of any size, \
+or a JSON report written by `headroom run --json`, whose rungs' diagnoses are listed.";
+
+/// How much of an input is looked at to tell a `headroom run` report from a log.
+const PEEK: u64 = 64 << 10;
+/// Lines of the human report are wrapped at this width.
+const WIDTH: usize = 100;
+/// How many of the kernel log's OOM kills the human report shows, newest; `--json` has all.
+const SHOWN_KILLS: usize = 10;
+
+/// Arguments of `headroom diagnose`.
+#[derive(clap::Args)]
+#[command(after_help = EXIT_POLICY)]
+pub struct DiagnoseArgs {
+    /// Logs to read, or `headroom run --json` reports; none, or `-`, reads stdin.
+    #[arg(value_name = "FILE", conflicts_with = "kernel_log")]
+    files: Vec<PathBuf>,
+    /// List the OOM kills in this machine's kernel log (/dev/kmsg, else `journalctl -k`, else
+    /// `dmesg`): when, which process and its memory, and whose limit the kernel enforced.
+    #[arg(long)]
+    kernel_log: bool,
+    /// Print JSON on stdout instead of the human report.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn main(args: DiagnoseArgs) -> Result<u8> {
+    if args.kernel_log {
+        return kernel_log_main(args.json);
+    }
+    let inputs = open_inputs(&args.files)?;
+    let mut files = Vec::new();
+    let mut findings = Vec::new();
+    for (name, reader) in inputs {
+        let (file, found) = read_input(&name, reader)?;
+        files.push(file);
+        findings.extend(found);
+    }
+    // Each input's findings are already root cause first; a stable sort on the same rank keeps
+    // that order and puts, say, one file's kernel kill before another's killed compiler.
+    findings.sort_by_key(|entry| entry.rank);
+    let report = Report::new(files, findings);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("cannot encode the findings as JSON")?
+        );
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(report.summary.exit_code)
+}
+
+/// An input, named as the report names it, opened.
+type Input = (String, Box<dyn Read>);
+
+/// Opens every input before reading any, so a mistyped name fails at once.
+fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
+    let stdin = || -> Input {
+        if io::stdin().is_terminal() {
+            eprintln!(
+                "headroom diagnose: reading a log from the terminal; end it with Ctrl-D, or name a \
+FILE, or use --kernel-log"
+            );
+        }
+        ("<stdin>".to_string(), Box::new(io::stdin().lock()))
+    };
+    if paths.is_empty() {
+        return Ok(vec![stdin()]);
+    }
+    paths
+        .iter()
+        .map(|path| {
+            if path.as_os_str() == "-" {
+                return Ok(stdin());
+            }
+            let name = path.display().to_string();
+            let file = std::fs::File::open(path).with_context(|| format!("cannot read {name}"))?;
+            Ok((name, Box::new(file) as Box<dyn Read>))
+        })
+        .collect()
+}
+
+/// Reads one input to its end: a `headroom run` report's rungs, or a log's findings.
+fn read_input(name: &str, mut reader: Box<dyn Read>) -> Result<(FileSummary, Vec<Entry>)> {
+    let cannot = || format!("cannot read {name}");
+    let mut head = Vec::new();
+    reader
+        .by_ref()
+        .take(PEEK)
+        .read_to_end(&mut head)
+        .with_context(cannot)?;
+    if looks_like_run_report(&head) {
+        // A report is read whole (its samples make it tens of MiB at most; they are skipped,
+        // not kept). Anything that does not parse as one is read as a log after all.
+        reader.read_to_end(&mut head).with_context(cannot)?;
+        if let Ok(report) = serde_json::from_slice::<StoredReport>(&head) {
+            return Ok(from_run_report(name, report, head.len() as u64));
+        }
+        tracing::debug!("{name} looked like a `headroom run` report but is not one");
+        return Ok(from_scan(name, headroom_diagnose::scan_bytes(&head)));
+    }
+    let scan = headroom_diagnose::scan(io::Cursor::new(head).chain(reader)).with_context(cannot)?;
+    Ok(from_scan(name, scan))
+}
+
+/// A JSON object with a `rungs` key near its start, as `headroom run --json` writes.
+fn looks_like_run_report(head: &[u8]) -> bool {
+    head.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+        && head.windows(7).any(|window| window == b"\"rungs\"")
+}
+
+fn from_scan(name: &str, scan: headroom_diagnose::Scan) -> (FileSummary, Vec<Entry>) {
+    let entries: Vec<Entry> = scan
+        .findings
+        .into_iter()
+        .map(|finding| Entry::from_finding(name, finding))
+        .collect();
+    let summary = FileSummary {
+        file: name.to_string(),
+        format: Format::Log,
+        lines: Some(scan.lines),
+        bytes: scan.bytes,
+        rungs: None,
+        findings: entries.len(),
+        oom_kills: scan.oom_kills,
+    };
+    (summary, entries)
+}
+
+fn from_run_report(name: &str, report: StoredReport, bytes: u64) -> (FileSummary, Vec<Entry>) {
+    let rungs = report.rungs.len();
+    let mut entries: Vec<Entry> = report
+        .rungs
+        .into_iter()
+        .filter_map(|rung| Entry::from_rung(name, rung))
+        .collect();
+    entries.sort_by_key(|entry| entry.rank);
+    let summary = FileSummary {
+        file: name.to_string(),
+        format: Format::RunReport,
+        lines: None,
+        bytes,
+        rungs: Some(rungs),
+        findings: entries.len(),
+        oom_kills: Vec::new(),
+    };
+    (summary, entries)
+}
+
+/// What `headroom diagnose` found, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct Report {
+    files: Vec<FileSummary>,
+    /// Root cause first, across all files.
+    findings: Vec<Entry>,
+    summary: Summary,
+}
+
+impl Report {
+    fn new(files: Vec<FileSummary>, findings: Vec<Entry>) -> Report {
+        let memory = findings.iter().filter(|entry| entry.is_memory).count();
+        let exit_code = if memory > 0 {
+            EXIT_MEMORY
+        } else if findings.is_empty() {
+            EXIT_NOTHING
+        } else {
+            EXIT_NOT_MEMORY
+        };
+        let summary = Summary {
+            findings: findings.len(),
+            memory,
+            root_cause: findings.first().map(|entry| entry.label.clone()),
+            exit_code,
+        };
+        Report {
+            files,
+            findings,
+            summary,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    /// Distinct failures found.
+    findings: usize,
+    /// How many of them are memory failures.
+    memory: usize,
+    /// The label of the first finding.
+    root_cause: Option<String>,
+    /// The exit status of this run of `headroom diagnose`.
+    exit_code: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Format {
+    Log,
+    RunReport,
+}
+
+/// One input, as read.
+#[derive(Debug, Serialize)]
+struct FileSummary {
+    file: String,
+    format: Format,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lines: Option<u64>,
+    bytes: u64,
+    /// Rungs in a `headroom run` report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rungs: Option<usize>,
+    findings: usize,
+    /// Every OOM kill the kernel logged in this file, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    oom_kills: Vec<OomKill>,
+}
+
+/// A failure's kind: one this version knows, or one a newer `headroom run` recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum KindName {
+    Known(Kind),
+    Other(String),
+}
+
+/// One distinct failure, from a log or a report's rung.
+#[derive(Debug, Serialize)]
+struct Entry {
+    file: String,
+    /// The line of its evidence's first occurrence, in a log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u64>,
+    /// The rung of a `headroom run` report, and its command.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rung: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    kind: KindName,
+    label: String,
+    is_memory: bool,
+    rule: String,
+    evidence: String,
+    /// How many lines reported it.
+    count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stage: Option<String>,
+    /// The time stamp of a kernel log line, as printed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time: Option<String>,
+    /// The process the kernel killed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<Victim>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    constraint: Option<Constraint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    constraint_description: Option<&'static str>,
+    #[serde(skip_serializing_if = "OomNumbers::is_empty")]
+    numbers: OomNumbers,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel_oom_evidence: Option<String>,
+    advice: String,
+    #[serde(skip)]
+    rank: u8,
+}
+
+impl Entry {
+    fn from_finding(file: &str, finding: Finding) -> Entry {
+        let kind = finding.diagnosis.kind;
+        Entry {
+            file: file.to_string(),
+            line: Some(finding.line),
+            rung: None,
+            command: None,
+            kind: KindName::Known(kind),
+            label: kind.label().to_string(),
+            is_memory: kind.is_memory(),
+            rule: finding.diagnosis.rule.to_string(),
+            evidence: finding.diagnosis.evidence,
+            count: finding.count,
+            stage: finding.stage,
+            time: finding.time,
+            process: finding.process,
+            constraint: finding.constraint,
+            constraint_description: finding.constraint.map(Constraint::describe),
+            numbers: finding.diagnosis.numbers,
+            kernel_oom_evidence: finding.diagnosis.kernel_oom_evidence,
+            advice: finding.diagnosis.advice,
+            rank: root_rank(Some(kind), kind.is_memory()),
+        }
+    }
+
+    fn from_rung(file: &str, rung: StoredRung) -> Option<Entry> {
+        let diagnosis = rung.diagnosis?;
+        let (label, is_memory, known) = match &diagnosis.kind {
+            KindName::Known(kind) => (kind.label().to_string(), kind.is_memory(), Some(*kind)),
+            KindName::Other(name) => (name.replace('_', " "), diagnosis.is_memory, None),
+        };
+        let env: String = rung.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        Some(Entry {
+            file: file.to_string(),
+            line: None,
+            rung: Some(rung.rung),
+            command: Some(format!("{env}{}", rung.command.join(" "))),
+            kind: diagnosis.kind,
+            label,
+            is_memory,
+            rule: diagnosis.rule,
+            evidence: diagnosis.evidence,
+            count: 1,
+            stage: Some(diagnosis.stage),
+            time: None,
+            process: None,
+            constraint: None,
+            constraint_description: None,
+            numbers: diagnosis.numbers,
+            kernel_oom_evidence: diagnosis.kernel_oom_evidence,
+            advice: diagnosis.advice,
+            rank: root_rank(known, is_memory),
+        })
+    }
+}
+
+/// Where a failure goes in the root-cause order when several inputs are merged: the
+/// library's order, and for a kind a newer `headroom run` recorded, memory before the rest.
+fn root_rank(kind: Option<Kind>, is_memory: bool) -> u8 {
+    match kind {
+        Some(kind) => kind.root_rank(),
+        None if is_memory => Kind::PythonMemoryError.root_rank(),
+        None => Kind::DiskFull.root_rank(),
+    }
+}
+
+/// `asked for 2.00 GiB · 1.32 GiB free of 23.7 GiB · …`, or `None` when nothing was stated.
+fn describe_numbers(numbers: &OomNumbers) -> Option<String> {
+    let size = |bytes: u64| format_size(bytes);
+    let mut parts = Vec::new();
+    if let Some(requested) = numbers.requested {
+        parts.push(format!("asked for {}", size(requested)));
+    }
+    match (numbers.free, numbers.capacity) {
+        (Some(free), Some(capacity)) => {
+            parts.push(format!("{} free of {}", size(free), size(capacity)))
+        }
+        (Some(free), None) => parts.push(format!("{} free", size(free))),
+        (None, Some(capacity)) => parts.push(format!("{} in all", size(capacity))),
+        (None, None) => {}
+    }
+    if let Some(allocated) = numbers.allocated {
+        parts.push(format!("{} allocated", size(allocated)));
+    }
+    if let Some(reserved) = numbers.reserved {
+        parts.push(format!("{} reserved", size(reserved)));
+    }
+    if let Some(unallocated) = numbers.reserved_unallocated {
+        parts.push(format!("{} reserved but unallocated", size(unallocated)));
+    }
+    if let Some(in_use) = numbers.process_in_use {
+        parts.push(format!("{} in use by the process", size(in_use)));
+    }
+    if let Some(device) = numbers.device {
+        parts.push(format!("on device {device}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
+/// The parts of a `headroom run --json` report (`run::report::Report`) that say what failed.
+#[derive(Debug, Deserialize)]
+struct StoredReport {
+    rungs: Vec<StoredRung>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StoredRung {
+    rung: usize,
+    #[serde(default)]
+    command: Vec<String>,
+    #[serde(default)]
+    env: Vec<(String, String)>,
+    #[serde(default)]
+    diagnosis: Option<StoredDiagnosis>,
+}
+
+/// `run::report::StagedDiagnosis`: a diagnosis and its stage.
+#[derive(Debug, Deserialize)]
+struct StoredDiagnosis {
+    stage: String,
+    #[serde(default)]
+    is_memory: bool,
+    kind: KindName,
+    #[serde(default)]
+    rule: String,
+    #[serde(default)]
+    evidence: String,
+    #[serde(default)]
+    numbers: OomNumbers,
+    #[serde(default)]
+    kernel_oom_evidence: Option<String>,
+    #[serde(default)]
+    advice: String,
+}
+
+/// The human report.
+fn render(report: &Report) -> String {
+    let mut out = String::new();
+    for file in &report.files {
+        let what = match file.format {
+            Format::Log => format!(
+                "{} lines, {}",
+                file.lines.unwrap_or(0),
+                format_size(file.bytes)
+            ),
+            Format::RunReport => format!(
+                "`headroom run` report, {} rung{}",
+                file.rungs.unwrap_or(0),
+                plural(file.rungs.unwrap_or(0))
+            ),
+        };
+        let found = match file.findings {
+            0 => "nothing recognised".to_string(),
+            n => format!("{n} failure{}", plural(n)),
+        };
+        let _ = writeln!(out, "{} ({what}): {found}", printable(&file.file));
+    }
+    let summary = &report.summary;
+    if report.findings.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNo failure headroom knows was recognised. If the command died without a word \
+(a bare `Killed`, exit 137), the kernel may have killed it: run `headroom diagnose \
+--kernel-log`."
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{} distinct failure{}, {} of them memory; root cause first:",
+        summary.findings,
+        plural(summary.findings),
+        summary.memory
+    );
+    for (index, entry) in report.findings.iter().enumerate() {
+        let _ = writeln!(out);
+        let root = if index == 0 { " — root cause" } else { "" };
+        let _ = writeln!(out, "{}. {}{root}", index + 1, entry.label);
+        let place = match (entry.line, entry.rung, &entry.command) {
+            (Some(line), _, _) => format!("{}:{line}", entry.file),
+            (None, Some(rung), Some(command)) => {
+                format!("{}: rung {rung} (`{command}`)", entry.file)
+            }
+            _ => entry.file.clone(),
+        };
+        let _ = writeln!(
+            out,
+            "   {}: {}",
+            printable(&place),
+            printable(&entry.evidence)
+        );
+        let mut fact = |name: &str, value: String| {
+            out.push_str(&wrap(name, &value));
+        };
+        if let Some(process) = &entry.process {
+            fact("process", describe_victim(process));
+        }
+        if let Some(description) = entry.constraint_description {
+            fact("limit", description.to_string());
+        }
+        if let Some(numbers) = describe_numbers(&entry.numbers) {
+            fact("numbers", numbers);
+        }
+        if let Some(time) = &entry.time {
+            fact("time", printable(time));
+        }
+        if let Some(stage) = &entry.stage {
+            fact("stage", printable(stage));
+        }
+        if entry.count > 1 {
+            fact("seen", format!("{} times", entry.count));
+        }
+        if let Some(kernel) = &entry.kernel_oom_evidence {
+            fact("kernel", printable(kernel));
+        }
+        fact("advice", entry.advice.clone());
+    }
+    out
+}
+
+/// `cc1plus, pid 9253, 2.95 GiB resident when killed`.
+fn describe_victim(victim: &Victim) -> String {
+    let mut text = printable(&victim.name);
+    if let Some(pid) = victim.pid {
+        let _ = write!(text, ", pid {pid}");
+    }
+    if let Some(rss) = victim.rss_bytes {
+        let _ = write!(text, ", {} resident when killed", format_size(rss));
+    }
+    text
+}
+
+/// `   name      value`, with the value wrapped at [`WIDTH`] under itself.
+fn wrap(name: &str, value: &str) -> String {
+    const INDENT: usize = 13;
+    let mut out = format!("   {name:<9} ");
+    let mut column = INDENT;
+    for (index, word) in value.split_whitespace().enumerate() {
+        let width = word.chars().count();
+        if index > 0 {
+            if column + 1 + width > WIDTH {
+                out.push('\n');
+                out.push_str(&" ".repeat(INDENT));
+                column = INDENT;
+            } else {
+                out.push(' ');
+                column += 1;
+            }
+        }
+        out.push_str(word);
+        column += width;
+    }
+    out.push('\n');
+    out
+}
+
+/// `text` safe to print on a terminal: control characters (a log's stray bells, NULs,
+/// backspaces) are shown escaped instead of acting.
+fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// What `--kernel-log` found, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct KernelReport {
+    /// Where the log was read from: `/dev/kmsg`, `journalctl -k` or `dmesg`.
+    source: &'static str,
+    /// Messages in the log.
+    messages: usize,
+    /// Wall-clock time of the oldest message, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<String>,
+    /// Oldest first.
+    kills: Vec<KernelKill>,
+}
+
+/// One OOM kill from this machine's kernel log.
+#[derive(Debug, Serialize)]
+struct KernelKill {
+    /// Wall-clock time (RFC 3339, UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unix_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uptime_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<Victim>,
+    /// The process whose allocation set the OOM killer off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invoked_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    constraint: Option<Constraint>,
+    constraint_description: &'static str,
+    evidence: String,
+}
+
+fn kernel_log_main(json: bool) -> Result<u8> {
+    let log = kernel_log::read()?;
+    let report = kernel_report(&log);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("cannot encode the kills as JSON")?
+        );
+    } else {
+        print!("{}", render_kernel(&report, now_unix()));
+    }
+    Ok(if report.kills.is_empty() {
+        EXIT_NOTHING
+    } else {
+        EXIT_MEMORY
+    })
+}
+
+/// The OOM kills in `log`, each with the wall-clock time of the message that names the process.
+fn kernel_report(log: &kernel_log::KernelLog) -> KernelReport {
+    let kills = headroom_diagnose::kills_in_log(log)
+        .into_iter()
+        .map(|logged| {
+            let kill = logged.kill;
+            KernelKill {
+                time: logged.unix_s.map(rfc3339),
+                unix_s: logged.unix_s,
+                uptime_s: logged.uptime_s,
+                process: kill.victim,
+                invoked_by: kill.invoked_by,
+                constraint: kill.constraint,
+                constraint_description: kill.constraint.map_or(
+                    "not stated (the log has no `oom-kill:constraint=` line for it)",
+                    Constraint::describe,
+                ),
+                evidence: kill.evidence,
+            }
+        })
+        .collect();
+    KernelReport {
+        source: log.source.describe(),
+        messages: log.records.len(),
+        since: log.records.iter().find_map(|r| r.unix_s).map(rfc3339),
+        kills,
+    }
+}
+
+fn render_kernel(report: &KernelReport, now: f64) -> String {
+    let mut out = String::new();
+    let since = report
+        .since
+        .as_ref()
+        .map_or(String::new(), |since| format!(" since {since}"));
+    if report.kills.is_empty() {
+        let _ = writeln!(
+            out,
+            "No OOM kill in the kernel log ({}, {} messages{since}).",
+            report.source, report.messages
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{} OOM kill{} in the kernel log ({}, {} messages{since}), oldest first:",
+        report.kills.len(),
+        plural(report.kills.len()),
+        report.source,
+        report.messages
+    );
+    let hidden = report.kills.len().saturating_sub(SHOWN_KILLS);
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "(the {hidden} oldest are left out here; --json lists them all)"
+        );
+    }
+    for kill in &report.kills[hidden..] {
+        let when = match (&kill.time, kill.unix_s) {
+            (Some(time), Some(unix)) => format!("{time} ({})", ago(now - unix)),
+            _ => "at an unknown time".to_string(),
+        };
+        let process = kill
+            .process
+            .as_ref()
+            .map_or("an unnamed process".to_string(), describe_victim);
+        let _ = writeln!(out, "\n{when}: {process}");
+        out.push_str(&wrap("limit", kill.constraint_description));
+        if let Some(invoker) = &kill.invoked_by {
+            out.push_str(&wrap(
+                "trigger",
+                &format!("{} asked for memory", printable(invoker)),
+            ));
+        }
+        let _ = writeln!(out, "   {:<9} {}", "evidence", printable(&kill.evidence));
+    }
+    out
+}
+
+/// `2026-11-22T19:28:05Z`.
+fn rfc3339(unix_s: f64) -> String {
+    let time = UNIX_EPOCH + Duration::from_secs_f64(unix_s.max(0.0));
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn diagnose(text: &[u8]) -> Report {
+        let (file, entries) = from_scan("build.log", headroom_diagnose::scan_bytes(text));
+        Report::new(vec![file], entries)
+    }
+
+    #[test]
+    fn the_kernel_kill_comes_before_the_compiler_it_killed() {
+        let report = diagnose(
+            b"[ 10/400] g++ -c a.cc\n\
+g++: fatal error: Killed signal terminated program cc1plus\n\
+[ 1638.977956] Out of memory: Killed process 9253 (cc1plus) total-vm:3970108kB, anon-rss:3090636kB, file-rss:4kB, shmem-rss:0kB, UID:0\n",
+        );
+        assert_eq!(report.summary.exit_code, EXIT_MEMORY);
+        let first = &report.findings[0];
+        assert_eq!(first.kind, KindName::Known(Kind::KernelOomKill));
+        assert_eq!(first.line, Some(3));
+        let text = render(&report);
+        assert!(
+            text.contains("1. killed by the kernel OOM killer — root cause"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cc1plus, pid 9253, 2.95 GiB resident"),
+            "{text}"
+        );
+        assert!(text.contains("build.log:2: g++: fatal error"), "{text}");
+    }
+
+    #[test]
+    fn exit_codes_follow_the_policy() {
+        assert_eq!(diagnose(b"all good\n").summary.exit_code, EXIT_NOTHING);
+        assert_eq!(
+            diagnose(b"OSError: [Errno 28] No space left on device\n")
+                .summary
+                .exit_code,
+            EXIT_NOT_MEMORY
+        );
+    }
+
+    #[test]
+    fn numbers_are_described_in_headroom_sizes() {
+        let numbers = OomNumbers {
+            requested: Some(2 << 30),
+            free: Some(1 << 30),
+            capacity: Some(24 << 30),
+            device: Some(0),
+            ..OomNumbers::default()
+        };
+        assert_eq!(
+            describe_numbers(&numbers).unwrap(),
+            "asked for 2.00 GiB · 1.00 GiB free of 24.0 GiB · on device 0"
+        );
+        assert_eq!(describe_numbers(&OomNumbers::default()), None);
+    }
+
+    #[test]
+    fn long_values_wrap_under_themselves_and_controls_are_escaped() {
+        let text = wrap("advice", &"word ".repeat(40));
+        assert!(text.lines().count() > 1);
+        assert!(text.lines().all(|line| line.chars().count() <= WIDTH));
+        assert!(text
+            .lines()
+            .skip(1)
+            .all(|line| line.starts_with("             w")));
+        assert_eq!(printable("a\u{7}b\0"), "a\\u{7}b\\u{0}");
+    }
+
+    #[test]
+    fn a_run_report_is_told_from_a_log() {
+        assert!(looks_like_run_report(
+            b"\n {\n  \"command\": [\"x\"],\n  \"rungs\": ["
+        ));
+        assert!(!looks_like_run_report(b"rungs: \"rungs\""));
+        assert!(!looks_like_run_report(b"{\"level\":\"info\"}\n"));
+    }
+
+    #[test]
+    fn a_report_from_a_newer_headroom_keeps_its_unknown_kind() {
+        let report: StoredReport = serde_json::from_str(
+            r#"{"rungs":[{"rung":0,"command":["x"],"diagnosis":{"stage":"s","is_memory":true,"kind":"quantum_oom","rule":"r","evidence":"e","advice":"a"}}]}"#,
+        )
+        .unwrap();
+        let (_, entries) = from_run_report("r.json", report, 1);
+        assert_eq!(entries[0].label, "quantum oom");
+        assert!(entries[0].is_memory);
+        assert_eq!(entries[0].rank, 1);
+    }
+
+    #[test]
+    fn kernel_kills_get_wall_clock_times_and_their_limit() {
+        let record = |uptime: f64, message: &str| kernel_log::Record {
+            uptime_s: Some(uptime),
+            unix_s: Some(1_700_000_000.0 + uptime),
+            message: message.to_string(),
+        };
+        let log = kernel_log::KernelLog {
+            source: kernel_log::Source::Kmsg,
+            records: vec![
+                record(1.0, "Linux version 6.1"),
+                record(50.0, "cc1plus invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0"),
+                record(50.1, "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/build,task_memcg=/build,task=cc1plus,pid=26958,uid=0"),
+                record(50.2, "Memory cgroup out of memory: Killed process 26958 (cc1plus) total-vm:3970108kB, anon-rss:3090636kB, file-rss:4kB, shmem-rss:0kB, UID:0"),
+                record(60.0, "Out of memory: Killed process 7 (ld) total-vm:1kB, anon-rss:1024kB, file-rss:0kB, shmem-rss:0kB, UID:0"),
+            ],
+        };
+        let report = kernel_report(&log);
+        assert_eq!(report.kills.len(), 2);
+        assert_eq!(
+            report.kills[0].time.as_deref(),
+            Some("2023-11-14T22:14:10Z")
+        );
+        assert_eq!(report.kills[0].constraint, Some(Constraint::Cgroup));
+        let text = render_kernel(&report, 1_700_000_000.0 + 3660.0);
+        assert!(
+            text.contains("2023-11-14T22:14:10Z (60 min ago): cc1plus, pid 26958, 2.95 GiB resident when killed"),
+            "{text}"
+        );
+        assert!(text.contains("your container's or your build's"), "{text}");
+        assert!(text.contains("ld, pid 7, 1.00 MiB resident"), "{text}");
+        assert!(text.contains("not stated"), "{text}");
+    }
+}
