@@ -106,16 +106,9 @@ impl OomKills {
     /// was part of an OOM kill.
     pub fn feed(&mut self, text: &str, line: u64) -> bool {
         if let Some(found) = INVOKED.captures(text) {
-            self.kills.push(OomKill {
-                time: time_of(text),
-                invoked_by: Some(found[1].to_string()),
-                victim: None,
-                constraint: None,
-                evidence: text.trim().to_string(),
-                line,
-                evidence_line: line,
-            });
-            self.open = true;
+            // A new kill begins, whatever the last one still waited for.
+            self.open = false;
+            self.current(text, line).invoked_by = Some(found[1].to_string());
             return true;
         }
         if let Some(found) = CONSTRAINT.captures(text) {
