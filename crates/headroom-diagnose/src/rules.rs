@@ -198,7 +198,7 @@ to find the kernel; this is a bug, not a lack of memory",
     Rule {
         name: "torch-hip-oom",
         kind: Kind::HipOutOfMemory,
-        pattern: r"HIP out of memory|HIP error: out of memory|hipErrorOutOfMemory|hipErrorMemoryAllocation|HIP_ERROR_OutOfMemory|hipError_t\(1002\)|hip\w+\([^\n]{0,60}\) out of memory",
+        pattern: r"HIP out of memory|HIP error: out of memory|hipErrorOutOfMemory|hipErrorMemoryAllocation|HIP_ERROR_OutOfMemory|hipError_t\(1002\)|\b[Hh][Ii][Pp]\w*[^\n]{0,80}\bout of memory",
         advice: "the AMD GPU ran out of memory: lower the batch size or sequence length, use \
 mixed precision, activation checkpointing or offload; if reserved-but-unallocated memory is large set \
 PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
@@ -297,6 +297,13 @@ add RAM, swap or page file, lower the build's parallelism, or compile this unit 
         kind: Kind::NativeAllocFailed,
         // Python's OSError, fork(2) in shells and C programs.
         pattern: r"\[Errno 12\] Cannot allocate memory|fork(?: #\d+)? failed: 12 \(Cannot allocate memory\)|\bfork: Cannot allocate memory",
+        advice: ADVICE_HOST_PROCESS,
+    },
+    Rule {
+        name: "cxx-runtime-error-oom",
+        kind: Kind::NativeAllocFailed,
+        // A C++ library reporting its own failed allocation through an exception.
+        pattern: r"what\(\):\s+[^\n]{0,80}\bout of memory",
         advice: ADVICE_HOST_PROCESS,
     },
     Rule {
