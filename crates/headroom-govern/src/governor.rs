@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
+use headroom_probe::size::format_size;
 use headroom_sched::{
     Action, Estimate, JobId, Limits, OutsideAction, PastRun, PredictionSource, Predictor, Profile,
     ProfileRecorder, Ran, Scheduler,
@@ -385,6 +386,17 @@ impl Governor {
                 active_seconds: 0.0,
             },
         );
+        tracing::debug!(
+            "job {id} offered: {}, predicted {} from {}{}",
+            state.jobs[&id].identity.label,
+            format_size(state.jobs[&id].estimate.peak),
+            source_name(state.jobs[&id].source),
+            if wait_for_burst {
+                "; waits for the longer jobs its burst brought last time"
+            } else {
+                ""
+            }
+        );
         state.scheduler.submit(id, prediction.estimate, false);
         if !wait_for_burst {
             self.decide(&mut state, None);
@@ -487,6 +499,16 @@ impl Governor {
         }
         let retry = !shutting_down && ran_out_of_memory(&attempt) && self.escalate(job);
         if retry {
+            tracing::info!(
+                "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
+                job.identity.label,
+                job.rung
+                    .checked_sub(1)
+                    .map(|rung| format!(" with {}", self.config.ladder[rung].describe()))
+                    .unwrap_or_default(),
+                format_size(job.peak),
+                format_size(job.estimate.peak),
+            );
             let estimate = job.estimate.clone().at_least(job.peak);
             state.scheduler.remove(id);
             state.scheduler.submit(id, estimate, true);
@@ -565,7 +587,7 @@ impl Governor {
             exit_code: attempt.exit_code,
             signal: attempt.signal,
             predicted: job.estimate.peak,
-            prediction_source: format!("{:?}", job.source).to_lowercase(),
+            prediction_source: source_name(job.source),
             attempts: job.attempts,
             suspends: job.suspends,
             requeues: job.requeues,
@@ -598,6 +620,7 @@ impl Governor {
             return;
         }
         let now = self.now_ms();
+        let used = state.scheduler.used();
         for action in state.scheduler.decide(machine_left) {
             let (Action::Start { id, .. }
             | Action::Suspend(id)
@@ -606,6 +629,7 @@ impl Governor {
             let Some(job) = state.jobs.get_mut(&id) else {
                 continue;
             };
+            log_decision(&action, id, job, self.config.budget, used, machine_left);
             match action {
                 Action::Start { nice, .. } => {
                     job.admitted = true;
@@ -793,6 +817,61 @@ fn flush_samples(state: &mut State) {
         if let Err(err) = history.record_samples(build_id, &samples) {
             eprintln!("headroom: warning: {err}");
         }
+    }
+}
+
+/// Where a prediction came from, as reports and logs name it: `history`, `group`, `default`.
+fn source_name(source: PredictionSource) -> String {
+    format!("{source:?}").to_lowercase()
+}
+
+/// One line per decision, with the figures it rests on (`-v`, `HEADROOM_LOG=info`): what a
+/// user needs to answer "why did it wait?" or "why was it stopped?". `used` is what the
+/// running jobs and the processes outside them used when the scheduler decided.
+fn log_decision(
+    action: &Action,
+    id: JobId,
+    job: &Job,
+    budget: u64,
+    used: u64,
+    machine_left: Option<u64>,
+) {
+    let label = &job.identity.label;
+    let predicted = format_size(job.estimate.peak);
+    let seen = format_size(job.peak);
+    let budget = format_size(budget);
+    let using = format!(
+        "the build used {} of the {budget} budget",
+        format_size(used)
+    );
+    let left = machine_left.map_or(String::new(), |left| {
+        format!(", {} left on the machine", format_size(left))
+    });
+    match action {
+        Action::Start { nice, .. } => {
+            let before = if job.peak > 0 {
+                format!(", seen at {seen} before it was stopped")
+            } else {
+                String::new()
+            };
+            tracing::info!(
+                "start job {id} {label}: predicted {predicted} (from {}){before}; it fits \
+beside the running jobs ({using}{left}); attempt {}, nice {nice}",
+                source_name(job.source),
+                job.attempts + 1
+            )
+        }
+        Action::Suspend(_) => tracing::info!(
+            "suspend job {id} {label}: seen at {seen} against {predicted} predicted, and \
+{using}{left}; it keeps its memory and resumes when there is room"
+        ),
+        Action::Resume(_) => {
+            tracing::info!("resume job {id} {label}: there is room again ({using}{left})")
+        }
+        Action::Kill(_) => tracing::info!(
+            "kill and requeue job {id} {label}: seen at {seen} against {predicted} predicted, \
+and {using}{left}; stopping it would not free enough, so it runs again later"
+        ),
     }
 }
 

@@ -21,6 +21,8 @@ use clap::{Parser, Subcommand};
 /// Exit code for headroom's own failures (bad flags, unreadable files, ...).
 /// A wrapped command's own exit code is passed through unchanged.
 const EXIT_HEADROOM_ERROR: u8 = 2;
+/// The tracing filter for headroom's diagnostics (`-v` sets it when it is unset).
+const LOG_ENV: &str = "HEADROOM_LOG";
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +31,11 @@ const EXIT_HEADROOM_ERROR: u8 = 2;
     about = "Keep memory-hungry builds and jobs inside the memory the machine really has"
 )]
 struct Cli {
+    /// Say more on stderr: `-v` every decision of the governor (each start, suspension,
+    /// kill and retry, with its reason and figures), `-vv` everything. HEADROOM_LOG, when
+    /// set, takes precedence (a tracing filter such as `headroom_govern=debug`).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -63,11 +70,16 @@ fn main() -> ExitCode {
     {
         headroom_govern::shim::main(argv);
     }
+    let cli = Cli::parse();
+    if cli.verbose > 0 && std::env::var_os(LOG_ENV).is_none() {
+        // Through the environment, so the governor process and the rest of headroom's
+        // processes say as much.
+        std::env::set_var(LOG_ENV, if cli.verbose == 1 { "info" } else { "debug" });
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("HEADROOM_LOG"))
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env(LOG_ENV))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Build(args) => build::main(args),
         Command::Report(args) => report::main(args),

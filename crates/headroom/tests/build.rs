@@ -68,6 +68,7 @@ impl Project {
             .env_remove("MAKEFLAGS")
             .env_remove("HEADROOM_BUDGET")
             .env_remove("HEADROOM_JOBS")
+            .env_remove("HEADROOM_LOG")
             .env(
                 "PATH",
                 format!(
@@ -346,10 +347,21 @@ fn suspends_and_requeues_jobs_that_outgrow_their_history() {
     for object in ["a.o", "b.o", "c.o"] {
         std::fs::remove_file(project.path(object)).unwrap();
     }
-    let output = project.run(&build);
+    let verbose: Vec<&str> = std::iter::once("-v").chain(build).collect();
+    let output = project.run(&verbose);
     assert!(output.status.success(), "{}", stderr(&output));
     let report = project.report();
     assert!(report.suspends() >= 1, "{:?}", report.jobs);
+    // `-v` says why, with the figures.
+    let said = stderr(&output);
+    assert!(
+        said.contains("start job") && said.contains("from history"),
+        "{said}"
+    );
+    assert!(
+        said.contains("suspend job") && said.contains("of the 1000.0 MiB budget"),
+        "{said}"
+    );
     assert!(report.jobs.iter().all(|j| j.exit_code == Some(0)));
     for object in ["a.o", "b.o", "c.o"] {
         assert!(project.path(object).exists());
@@ -368,11 +380,16 @@ fn a_job_killed_for_memory_is_retried_alone_unseen_by_make() {
         ("a.o", "--mem 50 --ms 300 --fail-once marker".into()),
         ("b.o", "--mem 50 --ms 300".into()),
     ]);
-    let output = project.run(&["--report", "report.json", "--", "make"]);
+    let output = project.run(&["-v", "--report", "report.json", "--", "make"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let report = project.report();
     let a = report.jobs.iter().find(|j| j.label == "a.o").unwrap();
     assert_eq!((a.oom_retries, a.attempts), (1, 2), "{a:?}");
+    assert!(
+        stderr(&output).contains("a.o alone: it ran out of memory"),
+        "{}",
+        stderr(&output)
+    );
     assert!(project.path("marker").exists() && project.path("a.o").exists());
     assert!(
         stderr(&output).contains("OOM retries 1"),
