@@ -4,7 +4,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
 use headroom_kernels::build::{build, BuildOptions, PairStatus};
 use headroom_kernels::cache::Cache;
 use headroom_kernels::manifest::Manifest;
