@@ -147,7 +147,7 @@ pub fn classify(output: &[u8], exit: &ExitInfo) -> Option<Diagnosis> {
 /// Adds what the numbers say to the rule's advice: how far short the device was, and whether
 /// fragmentation (memory reserved but not handed out) is the problem.
 pub(crate) fn advice_with_numbers(advice: &str, numbers: &OomNumbers) -> String {
-    use headroom_probe::size::format_size;
+    use headroom_size::format_size;
     let mut notes = Vec::new();
     if let (Some(requested), Some(free)) = (numbers.requested, numbers.free) {
         notes.push(format!(

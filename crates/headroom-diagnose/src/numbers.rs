@@ -164,7 +164,7 @@ fn parse_reported_size(text: &str) -> Option<u64> {
     }
     // NumPy prints `117. GiB`; the shared size parser wants a digit after the point.
     let normalised = text.replace(". ", ".0 ");
-    headroom_probe::size::parse_size(&normalised).ok()
+    headroom_size::parse_size(&normalised).ok()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::meminfo::read_meminfo;
-use headroom_probe::size::{parse_size, Size};
+use headroom_size::{parse_size, Size};
 
 pub use headroom_sched::budget::{default_job_peak, reserve_for, BudgetSpec};
 

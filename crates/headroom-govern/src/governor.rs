@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
-use headroom_probe::size::format_size;
 use headroom_sched::{
     Action, Estimate, JobId, Limits, OutsideAction, PastRun, PredictionSource, Predictor, Profile,
     ProfileRecorder, Ran, Scheduler,
 };
+use headroom_size::format_size;
 use headroom_store::{BuildRecord, History, JobRecord, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};

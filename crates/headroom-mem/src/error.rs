@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use headroom_probe::size::Size;
+use headroom_size::Size;
 
 use crate::backend::BackendError;
 use crate::layout::{DType, Scope, Shape};

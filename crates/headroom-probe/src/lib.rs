@@ -1,5 +1,5 @@
 //! Memory readings: process RSS, cgroup v1/v2 usage, limits and OOM events, MemAvailable, PSI,
-//! and the byte-size vocabulary (`6G`, `512MiB`) that every headroom command shares.
+//! the kernel log.
 
 pub mod cgroup;
 pub mod kernel_log;
@@ -10,7 +10,6 @@ pub mod procmem;
 pub mod procs;
 pub mod psi;
 pub mod rusage;
-pub mod size;
 pub mod tracker;
 
 use std::path::PathBuf;

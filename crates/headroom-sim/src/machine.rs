@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use headroom_probe::size::{format_size, parse_size};
+use headroom_size::{format_size, parse_size};
 use serde::Serialize;
 
 use crate::SimError;

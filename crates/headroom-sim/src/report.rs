@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use headroom_probe::size::format_size;
 use headroom_sched::Profile;
+use headroom_size::format_size;
 
 use crate::compare::Comparison;
 use crate::engine::Outcome;

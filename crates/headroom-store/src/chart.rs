@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use headroom_probe::size::format_size;
+use headroom_size::format_size;
 
 /// A chart: stacked memory series over time, an optional limit line, and labelled time bands.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use headroom_probe::size::Size;
+use headroom_size::Size;
 
 use crate::model::{BuildReport, OutsideProcess};
 

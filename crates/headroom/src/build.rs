@@ -17,7 +17,7 @@ use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
 use headroom_govern::session::Session;
 use headroom_probe::procs;
-use headroom_probe::size::Size;
+use headroom_size::Size;
 use headroom_store::{summary, BuildReport, History};
 
 use crate::config::{BuildOverrides, BuildSettings, FileConfig};

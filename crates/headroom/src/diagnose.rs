@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use headroom_diagnose::{Constraint, Finding, Kind, OomKill, OomNumbers, Victim};
 use headroom_probe::kernel_log;
-use headroom_probe::size::format_size;
+use headroom_size::format_size;
 use serde::{Deserialize, Serialize};
 
 use crate::doctor::ago;

@@ -12,7 +12,7 @@ use headroom_probe::cgroup::{Cgroup, Version};
 use headroom_probe::kernel_log;
 use headroom_probe::meminfo::{read_meminfo, MemInfo};
 use headroom_probe::psi::{self, Pressure};
-use headroom_probe::size::{format_size, parse_size};
+use headroom_size::{format_size, parse_size};
 use headroom_store::projects::{project_peaks, ProjectPeak};
 use headroom_store::History;
 use serde::Serialize;

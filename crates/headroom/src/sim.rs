@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use headroom_govern::budget::{parse_budget, BudgetSpec};
-use headroom_probe::size::Size;
 use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
 use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
     compare, report, Machine, PolicySpec, SimConfig, Trace, Workload, ALL_POLICIES,
 };
+use headroom_size::Size;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::output;

@@ -279,7 +279,7 @@ impl Policy for ParallelMemfree {
     fn name(&self) -> String {
         format!(
             "parallel --memfree {}",
-            headroom_probe::size::format_size(self.memfree)
+            headroom_size::format_size(self.memfree)
         )
     }
     fn family(&self) -> &'static str {
@@ -330,7 +330,7 @@ impl Policy for ParallelMemsuspend {
     fn name(&self) -> String {
         format!(
             "parallel --memsuspend {}",
-            headroom_probe::size::format_size(self.memsuspend)
+            headroom_size::format_size(self.memsuspend)
         )
     }
     fn family(&self) -> &'static str {

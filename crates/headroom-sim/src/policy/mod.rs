@@ -14,7 +14,7 @@ pub use baselines::{
 pub use clairvoyant::Clairvoyant;
 pub use headroom::Headroom;
 
-use headroom_probe::size::parse_size;
+use headroom_size::parse_size;
 
 use crate::engine::Policy;
 use crate::machine::Machine;

@@ -197,7 +197,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
 }
 
 fn parse_size_flag(text: &str) -> anyhow::Result<u64> {
-    headroom_probe::size::parse_size(text).context("in --max-size (or HEADROOM_KERNEL_CACHE_MAX)")
+    headroom_size::parse_size(text).context("in --max-size (or HEADROOM_KERNEL_CACHE_MAX)")
 }
 
 fn print_output<T: serde::Serialize>(

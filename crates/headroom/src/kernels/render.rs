@@ -6,7 +6,7 @@ use headroom_kernels::build::{BuildReport, PairStatus};
 use headroom_kernels::cache::{Entry, GcReport};
 use headroom_kernels::resolve::{Explanation, Verdict};
 use headroom_kernels::toolchain::{Toolchain, ToolchainKind};
-use headroom_probe::size::format_size;
+use headroom_size::format_size;
 
 /// Left-aligned columns, two spaces apart, no trailing spaces.
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {

@@ -72,7 +72,7 @@ fn parse_stage_regex(text: &str) -> Result<Regex, String> {
 }
 
 fn parse_memory_limit(text: &str) -> Result<u64, String> {
-    let bytes = headroom_probe::size::parse_size(text).map_err(|e| e.to_string())?;
+    let bytes = headroom_size::parse_size(text).map_err(|e| e.to_string())?;
     if bytes < 4 << 20 {
         return Err(format!(
             "{text} is below the 4 MiB the kernel needs to start a process"

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use headroom_diagnose::Diagnosis;
-use headroom_probe::size::format_size;
+use headroom_size::format_size;
 use headroom_store::chart::{Band, Limit, Series, Timeline};
 use serde::Serialize;
 

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use headroom_diagnose::ExitInfo;
 use headroom_probe::cgroup::Cgroup;
-use headroom_probe::size::format_size;
 use headroom_probe::tracker::{Scope, TreeTracker};
 use headroom_probe::{meminfo, procmem, psi, rusage};
+use headroom_size::format_size;
 use serde::Serialize;
 
 use super::devices::Devices;
