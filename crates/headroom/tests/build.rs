@@ -1043,10 +1043,15 @@ fn tools_that_start_no_program_run_without_the_interceptor() {
     let project = Project::new();
     // `cat` never starts a program, so it starts without the interceptor; a shell may start a
     // compiler, so it keeps it; the launcher (here in front of the fake g++) starts without it.
+    // The launcher's maps are read while its compile runs, however long a loaded machine
+    // takes to start it.
     let script = "cat /proc/self/maps > leaf-maps; \
                   sh -c 'cat /proc/$$/maps' > shell-maps; \
-                  g++ --mem 10 --ms 300 -c a.cpp -o a.o & \
-                  sleep 0.15; cat /proc/$(pgrep -x headroom-shim | head -n 1)/maps > launcher-maps; wait";
+                  g++ --mem 10 --ms 3000 -c a.cpp -o a.o & \
+                  for i in $(seq 200); do \
+                    shim=$(pgrep -x headroom-shim | head -n 1); [ -n \"$shim\" ] && break; sleep 0.05; \
+                  done; \
+                  cat /proc/$shim/maps > launcher-maps; wait";
     let output = project.run(&["--", "sh", "-c", script]);
     assert!(output.status.success(), "{}", stderr(&output));
     let loads_interceptor = |file: &str| {
