@@ -2,13 +2,14 @@
 # Governor footprint during a 1,000-job build: peak RSS and CPU time of the governor process,
 # and the build's wall time against the same make run without headroom, side by side.
 # Jobs are `headroom-fakecc --mem 8 --ms 20` (a short compile that touches 8 MiB).
-# Usage: bench/build/governor-footprint.sh [JOBS]   (needs a release build)
+# Usage: bench/build/governor-footprint.sh [JOBS]
+#   (needs `cargo build --release -p headroom -p headroom-fakecc`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 jobs=${1:-1000}
 headroom=${HEADROOM:-$PWD/target/release/headroom}
 fakecc=${FAKECC:-$PWD/target/release/headroom-fakecc}
-[ -x "$headroom" ] && [ -x "$fakecc" ] || { echo "needs cargo build --release -p headroom"; exit 2; }
+[ -x "$headroom" ] && [ -x "$fakecc" ] || { echo "needs cargo build --release -p headroom -p headroom-fakecc"; exit 2; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

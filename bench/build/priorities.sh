@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=${1:-5}
-cargo build --release -p headroom --bins
+cargo build --release -p headroom -p headroom-fakecc
 root=$(pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,6 +1,8 @@
 //! `headroom build` end to end: the real binary, real `make`, real processes, and the fake
 //! compiler (`headroom-fakecc`, linked as `g++` first on PATH) that allocates what it is told.
 
+mod fakecc;
+
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
@@ -21,11 +23,7 @@ impl Project {
     fn new() -> Project {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("bin")).unwrap();
-        std::os::unix::fs::symlink(
-            env!("CARGO_BIN_EXE_headroom-fakecc"),
-            dir.path().join("bin/g++"),
-        )
-        .unwrap();
+        std::os::unix::fs::symlink(fakecc::path(), dir.path().join("bin/g++")).unwrap();
         Project { dir }
     }
 

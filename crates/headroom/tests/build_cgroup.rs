@@ -4,6 +4,8 @@
 //! recorded. Uses cgroup v1 or v2, whichever this machine has; skips, saying why, where none
 //! can be made.
 
+mod fakecc;
+
 use std::process::Command;
 
 use headroom_probe::cgroup::Cgroup;
@@ -14,11 +16,7 @@ const LIMIT: u64 = 600 << 20;
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("bin")).unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_headroom-fakecc"),
-        dir.path().join("bin/g++"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(fakecc::path(), dir.path().join("bin/g++")).unwrap();
     let mut makefile = String::from("all: a.o b.o c.o d.o\n");
     for object in ["a.o", "b.o", "c.o", "d.o"] {
         makefile += &format!("{object}:\n\tg++ --mem 250 --ms 800 -c {object}.cpp -o {object}\n");
