@@ -65,31 +65,17 @@ pub struct KernelLogError {
 /// `journalctl -k`, then `dmesg`. Where none can, the error says why and how to get access.
 pub fn read() -> Result<KernelLog, KernelLogError> {
     let boot = boot_time_unix();
+    let found = |source, records| Ok(KernelLog { source, records });
     let kmsg = match read_kmsg(boot) {
-        Ok(records) => {
-            return Ok(KernelLog {
-                source: Source::Kmsg,
-                records,
-            })
-        }
+        Ok(records) => return found(Source::Kmsg, records),
         Err(e) => e,
     };
     let journal = match read_journal(boot) {
-        Ok(records) => {
-            return Ok(KernelLog {
-                source: Source::Journal,
-                records,
-            })
-        }
+        Ok(records) => return found(Source::Journal, records),
         Err(e) => e,
     };
     let dmesg = match read_dmesg(boot) {
-        Ok(records) => {
-            return Ok(KernelLog {
-                source: Source::Dmesg,
-                records,
-            })
-        }
+        Ok(records) => return found(Source::Dmesg, records),
         Err(e) => e,
     };
     let restricted = std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict")
