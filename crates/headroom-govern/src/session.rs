@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use headroom_store::history::state_dir;
+use headroom_paths::state_dir;
 
 use crate::governor::{serve, GovernorConfig};
 use crate::intercept;
@@ -217,10 +217,7 @@ pub fn parallelism_set(offered: usize) -> Vec<String> {
 fn socket_path() -> Result<PathBuf, SessionError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let uid = rustix::process::getuid().as_raw();
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(runtime) => PathBuf::from(runtime).join("headroom"),
-        None => std::env::temp_dir().join(format!("headroom-{uid}")),
-    };
+    let dir = headroom_paths::runtime_dir(uid);
     let runtime_error = |source| SessionError::RuntimeDir {
         path: dir.clone(),
         source,

@@ -197,20 +197,7 @@ impl Cache {
         if let Some(path) = flag {
             return Ok(path.to_path_buf());
         }
-        let from_env = |name| {
-            std::env::var_os(name)
-                .filter(|value| !value.is_empty())
-                .map(PathBuf::from)
-        };
-        if let Some(path) = from_env(CACHE_ENV) {
-            return Ok(path);
-        }
-        if let Some(xdg) = from_env("XDG_CACHE_HOME") {
-            return Ok(xdg.join("headroom/kernels"));
-        }
-        from_env("HOME")
-            .map(|home| home.join(".cache/headroom/kernels"))
-            .ok_or(CacheError::NoHome)
+        headroom_paths::kernel_cache_dir(CACHE_ENV).ok_or(CacheError::NoHome)
     }
 
     pub fn open(root: &Path) -> Result<Self, CacheError> {

@@ -128,7 +128,7 @@ impl History {
     /// The default location: `$HEADROOM_STATE_DIR/history.sqlite`, else
     /// `$XDG_STATE_HOME/headroom/history.sqlite`, else `~/.local/state/headroom/history.sqlite`.
     pub fn default_path() -> PathBuf {
-        state_dir().join("history.sqlite")
+        headroom_paths::state_dir().join("history.sqlite")
     }
 
     /// Opens (creating if needed) the history at `path`.
@@ -563,18 +563,6 @@ fn decode_shape(ran: Ran, peak: u64, text: &str) -> Option<Profile> {
         })
         .collect();
     Profile::new(ran, &slices?)
-}
-
-/// `$HEADROOM_STATE_DIR`, else `$XDG_STATE_HOME/headroom`, else `~/.local/state/headroom`.
-pub fn state_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("HEADROOM_STATE_DIR") {
-        return PathBuf::from(dir);
-    }
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("headroom")
 }
 
 /// Puts the file in WAL mode, checks it and brings its layout up to date, in one immediate

@@ -192,7 +192,7 @@ fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
         Some(path) => FileConfig::load(&path)?,
         None => FileConfig::default(),
     };
-    let user = match FileConfig::user_path() {
+    let user = match headroom_paths::config_file() {
         Some(path) => FileConfig::load(&path)?,
         None => FileConfig::default(),
     };

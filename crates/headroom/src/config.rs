@@ -62,18 +62,6 @@ impl FileConfig {
             .map(|d| d.join(PROJECT_FILE))
             .find(|p| p.is_file())
     }
-
-    /// `$HEADROOM_CONFIG`, else `$XDG_CONFIG_HOME/headroom/config.toml`, else
-    /// `~/.config/headroom/config.toml`.
-    pub fn user_path() -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os("HEADROOM_CONFIG") {
-            return Some(PathBuf::from(path));
-        }
-        let base = std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-        Some(base.join("headroom/config.toml"))
-    }
 }
 
 /// What flags and environment variables said (clap has already merged those two).
