@@ -13,7 +13,7 @@
 //! scripts, code generators, `ar`) become `(ungoverned work)` jobs of the same length, which
 //! wait for everything that ended before them and hold up everything offered after them.
 
-use headroom_store::BuildReport;
+use headroom_report::BuildReport;
 
 use crate::machine::Machine;
 use crate::trace::{JobKind, Recording, Trace, TraceJob, SCHEMA};
@@ -232,7 +232,7 @@ fn ungoverned_stretches(spans: &[Span]) -> Vec<Span> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_store::{BuildRecord, JobRecord, Sample};
+    use headroom_report::{BuildRecord, JobRecord, Sample};
 
     fn job(job_id: u64, command: &str, offered_ms: u64, start_ms: u64, end_ms: u64) -> JobRecord {
         JobRecord {
@@ -258,7 +258,7 @@ mod tests {
     /// A report of build 3, `make -j2`, that ran `jobs` in 9 s.
     fn report(jobs: Vec<JobRecord>) -> BuildReport {
         BuildReport {
-            schema: headroom_store::model::REPORT_SCHEMA,
+            schema: headroom_report::REPORT_SCHEMA,
             build: BuildRecord {
                 id: 3,
                 started_unix_ms: 0,

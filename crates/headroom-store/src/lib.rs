@@ -5,9 +5,10 @@
 
 pub mod chart;
 pub mod history;
-pub mod model;
 pub mod projects;
 pub mod summary;
 
+/// The report model lives in a crate of its own, without SQLite, for readers of reports.
+pub use headroom_report as model;
+pub use headroom_report::{BuildRecord, BuildReport, JobRecord, OutsideProcess, Sample};
 pub use history::{History, Opened, StoreError};
-pub use model::{BuildRecord, BuildReport, JobRecord, OutsideProcess, Sample};
