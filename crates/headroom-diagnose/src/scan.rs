@@ -22,6 +22,8 @@ pub const STAGE_MARKER: &str = "##headroom stage";
 
 /// How much of a log is looked at in one piece. Longer lines are cut into pieces this long.
 const BLOCK: usize = 1 << 20;
+/// How much is read at a time.
+const READ: usize = 64 << 10;
 /// Evidence lines longer than this are cut when shown.
 const EVIDENCE_CHARS: usize = 400;
 
@@ -64,10 +66,12 @@ pub struct Scan {
 /// Reads `reader` to its end and says what failed in it.
 pub fn scan(mut reader: impl Read) -> io::Result<Scan> {
     let mut scanner = Scanner::default();
-    let mut buffer = Vec::with_capacity(BLOCK + 8192);
+    let mut buffer = Vec::new();
     loop {
+        // Read in steps, so that a short text (a compiler's stderr) costs no block's worth
+        // of zeroed buffer.
         let filled = buffer.len();
-        buffer.resize(BLOCK.max(filled + 8192), 0);
+        buffer.resize(filled + READ, 0);
         let read = match reader.read(&mut buffer[filled..]) {
             Ok(read) => read,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => 0,
@@ -91,11 +95,7 @@ pub fn scan(mut reader: impl Read) -> io::Result<Scan> {
 
 /// [`scan`] of text already in memory.
 pub fn scan_bytes(text: &[u8]) -> Scan {
-    let mut scanner = Scanner::default();
-    for block in text.chunks(BLOCK) {
-        scanner.feed(block);
-    }
-    scanner.finish()
+    scan(text).expect("reading a slice cannot fail")
 }
 
 #[derive(Default)]
@@ -126,9 +126,10 @@ impl Scanner {
         } else {
             block
         };
+        let first_line = self.lines + 1;
+        self.lines += memchr::memchr_iter(b'\n', block).count() as u64;
+        self.ends_in_newline = block.ends_with(b"\n");
         if !COMPILED.set.is_match(block) {
-            self.lines += memchr::memchr_iter(b'\n', block).count() as u64;
-            self.ends_in_newline = block.ends_with(b"\n");
             if let Some(marker) = memchr::memmem::rfind(block, STAGE_MARKER.as_bytes()) {
                 let line_end =
                     memchr::memchr(b'\n', &block[marker..]).map_or(block.len(), |i| marker + i);
@@ -139,7 +140,6 @@ impl Scanner {
             return;
         }
         let lines: Vec<&[u8]> = block.split(|&b| b == b'\n').collect();
-        let first_line = self.lines + 1;
         for (index, line) in lines.iter().enumerate() {
             // The empty piece after a block's last newline is not a line.
             if index == lines.len() - 1 && line.is_empty() {
@@ -152,8 +152,6 @@ impl Scanner {
             }
             self.look_at(line, first_line + index as u64, &lines[index + 1..]);
         }
-        self.lines += memchr::memchr_iter(b'\n', block).count() as u64;
-        self.ends_in_newline = block.ends_with(b"\n");
     }
 
     /// Classifies line number `number`; `after` are the lines that follow it in the block,
