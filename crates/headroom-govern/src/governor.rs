@@ -836,6 +836,10 @@ fn log_decision(
     used: u64,
     machine_left: Option<u64>,
 ) {
+    // Called for every action, on the governor's path: nothing is formatted unless logged.
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
     let label = &job.identity.label;
     let predicted = format_size(job.estimate.peak);
     let seen = format_size(job.peak);
