@@ -6,7 +6,7 @@
 //! lock around the state: simple to follow, and cheap enough for the few hundred jobs a build
 //! has in flight at most.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -18,15 +18,14 @@ use std::time::{Duration, Instant};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
-    Action, Estimate, JobId, Limits, OutsideAction, PastRun, PredictionSource, Predictor, Profile,
-    ProfileRecorder, Ran, Scheduler,
+    Action, AfterAttempt, Driver, Ended, Finished, JobId, JobState, Limits, Offer, OutsideAction,
+    Profile, Reading,
 };
-use headroom_size::format_size;
 use headroom_store::{BuildRecord, History, JobRecord, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{default_job_peak, MemoryFacts};
+use crate::budget::MemoryFacts;
 use crate::job::JobIdentity;
 use crate::ladder::{speaks_gcc_flags, Rung};
 use crate::last_build;
@@ -57,50 +56,24 @@ pub struct GovernorConfig {
     pub parallelism_set: Vec<String>,
 }
 
-struct Job {
+/// What the governor keeps of a job beside the driver's record: what its I/O needs.
+struct JobIo {
     identity: JobIdentity,
     compiler: String,
     cwd: String,
     offered_ms: u64,
-    first_start_ms: Option<u64>,
-    /// Started by the scheduler, not yet handed to the shim.
-    admitted: bool,
-    /// The shim is running an attempt.
-    attempt_running: bool,
     /// Process group of the running attempt, once the shim has reported it.
     pgid: Option<i32>,
-    suspended: bool,
-    killed_by_governor: bool,
-    alone: bool,
-    /// The CPU niceness the scheduler started the current attempt at.
-    nice: u8,
-    rung: usize,
-    attempts: u32,
-    suspends: u32,
-    requeues: u32,
-    oom_retries: u32,
-    peak: u64,
-    cpu_ms: u64,
-    estimate: Estimate,
-    source: PredictionSource,
-    /// The memory profile of the current attempt, for the next build.
-    profile: ProfileRecorder,
-    /// Seconds the current attempt has run, stopped time excluded, counted by the sampler.
-    active_seconds: f64,
 }
 
 struct State {
-    scheduler: Scheduler,
-    predictor: Predictor,
-    jobs: HashMap<JobId, Job>,
-    next_id: JobId,
+    /// The policy: every decision, and each job's attempts (`headroom_sched::driver`).
+    driver: Driver,
+    jobs: HashMap<JobId, JobIo>,
     history: Option<History>,
     build_id: Option<i64>,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
-    /// Which jobs the newest build offered together, and the keys this build has offered.
-    bursts: last_build::Bursts,
-    arrived: HashSet<String>,
     samples: Vec<Sample>,
     /// Finished jobs not yet in the history: each is written right after its shim has its
     /// answer, so no compiler call waits for SQLite; the build's end writes any left.
@@ -127,34 +100,15 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         signal_hook::flag::register(signal, Arc::clone(&terminate))?;
     }
     let past = open_history(&config);
-    let limits = Limits {
-        budget: config.budget,
-        slots: config.slots,
-    };
-    let mut scheduler = Scheduler::new(limits);
-    scheduler.note_reruns(
-        past.reruns
-            .iter()
-            .map(|(earlier, later)| (earlier.ran, later.ran)),
-    );
-    let mut predictor = Predictor::new(default_job_peak(config.budget, config.slots));
-    predictor.note_peak_reruns(
-        past.reruns
-            .iter()
-            .map(|(earlier, later)| (earlier.peak, later.peak)),
-    );
+    let driver = driver_for(&config, &past);
     let governor = Arc::new(Governor {
         start: Instant::now(),
         state: Mutex::new(State {
-            scheduler,
-            predictor,
+            driver,
             jobs: HashMap::new(),
-            next_id: 0,
             history: past.history,
             build_id: past.build_id,
             waiting_seconds: past.waiting_seconds,
-            bursts: past.bursts,
-            arrived: HashSet::new(),
             samples: Vec::new(),
             unwritten_jobs: Vec::new(),
             last_flush: Instant::now(),
@@ -233,7 +187,7 @@ impl Handlers {
 
 /// What the governor starts a build with from its history.
 #[derive(Default)]
-struct Past {
+pub struct Past {
     history: Option<History>,
     /// This build's id in the history.
     build_id: Option<i64>,
@@ -243,7 +197,7 @@ struct Past {
     /// (`last_build::reruns`).
     reruns: Vec<(last_build::CleanRun, last_build::CleanRun)>,
     /// Which jobs the newest build offered together.
-    bursts: last_build::Bursts,
+    bursts: headroom_sched::bursts::Bursts,
 }
 
 /// Opens the history and begins this build in it, with what recent builds say about the jobs.
@@ -263,7 +217,7 @@ fn open_history(config: &GovernorConfig) -> Past {
             Ok(builds) => {
                 let waiting_seconds = last_build::waiting_seconds_by_key(&builds);
                 let newest = builds.first().map_or(&[][..], Vec::as_slice);
-                let bursts = last_build::Bursts::new(newest, &waiting_seconds);
+                let bursts = last_build::bursts(newest, &waiting_seconds);
                 (waiting_seconds, last_build::reruns(&builds), bursts)
             }
             Err(err) => {
@@ -302,6 +256,22 @@ fn open_history(config: &GovernorConfig) -> Past {
     }
 }
 
+/// The policy driver for a build with `config`, knowing what `past` builds showed.
+pub fn driver_for(config: &GovernorConfig, past: &Past) -> Driver {
+    let limits = Limits {
+        budget: config.budget,
+        slots: config.slots,
+    };
+    let mut driver = Driver::new(limits, config.priorities);
+    driver.note_reruns(
+        past.reruns
+            .iter()
+            .map(|(earlier, later)| ((earlier.ran, earlier.peak), (later.ran, later.peak))),
+    );
+    driver.set_bursts(past.bursts.clone());
+    driver
+}
+
 impl Governor {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panicking connection thread must not take the whole build down: keep going.
@@ -312,6 +282,11 @@ impl Governor {
 
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// Seconds since the governor started: the driver's clock.
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
     }
 
     fn handle(&self, stream: UnixStream) {
@@ -343,62 +318,34 @@ impl Governor {
             .history
             .as_ref()
             .and_then(|h| h.past_run(&identity.key).ok().flatten());
-        let id = state.next_id;
-        state.next_id += 1;
-        state.arrived.insert(identity.key.clone());
-        // A job that came first in its burst waits, at most until the sampler's next tick, for
-        // the longer jobs its burst brought last time: the queue's order, not the race to
-        // connect, decides which starts first, as in the simulator.
-        let wait_for_burst = state
-            .bursts
-            .longer_one_coming(&identity.key, &state.arrived);
-        let mut prediction = state.predictor.predict(id, past.as_ref(), identity.group);
-        prediction.estimate.waiting_seconds = state
-            .waiting_seconds
-            .get(&identity.key)
-            .copied()
-            .unwrap_or(0.0);
+        let offer = Offer {
+            key: identity.key.clone(),
+            label: identity.label.clone(),
+            group: identity.group,
+            past,
+            waiting_seconds: state
+                .waiting_seconds
+                .get(&identity.key)
+                .copied()
+                .unwrap_or(0.0),
+            lower_rungs: if speaks_gcc_flags(compiler.as_ref()) {
+                self.config.ladder.len()
+            } else {
+                0
+            },
+        };
+        let (id, decide_now) = state.driver.offer(offer);
         state.jobs.insert(
             id,
-            Job {
+            JobIo {
                 identity,
                 compiler,
                 cwd,
                 offered_ms: self.now_ms(),
-                first_start_ms: None,
-                admitted: false,
-                attempt_running: false,
                 pgid: None,
-                suspended: false,
-                killed_by_governor: false,
-                alone: false,
-                nice: 0,
-                rung: 0,
-                attempts: 0,
-                suspends: 0,
-                requeues: 0,
-                oom_retries: 0,
-                peak: 0,
-                cpu_ms: 0,
-                estimate: prediction.estimate.clone(),
-                source: prediction.source,
-                profile: ProfileRecorder::default(),
-                active_seconds: 0.0,
             },
         );
-        tracing::debug!(
-            "job {id} offered: {}, predicted {} from {}{}",
-            state.jobs[&id].identity.label,
-            format_size(state.jobs[&id].estimate.peak),
-            source_name(state.jobs[&id].source),
-            if wait_for_burst {
-                "; waits for the longer jobs its burst brought last time"
-            } else {
-                ""
-            }
-        );
-        state.scheduler.submit(id, prediction.estimate, false);
-        if !wait_for_burst {
+        if decide_now {
             self.decide(&mut state, None);
         }
         id
@@ -444,17 +391,13 @@ impl Governor {
             if state.shutting_down {
                 return Err(io::Error::other("the governor is shutting down"));
             }
-            let ladder = &self.config.ladder;
-            let job = state
-                .jobs
-                .get_mut(&id)
-                .expect("a supervised job stays registered");
-            if job.admitted {
-                job.admitted = false;
-                job.attempt_running = true;
+            if let Some(job) = state.driver.begin_attempt(id) {
                 return Ok(Reply::Run {
                     job_id: id,
-                    rung: job.rung.checked_sub(1).map(|rung| ladder[rung].clone()),
+                    rung: job
+                        .rung
+                        .checked_sub(1)
+                        .map(|rung| self.config.ladder[rung].clone()),
                     nice: job.nice,
                 });
             }
@@ -472,122 +415,67 @@ impl Governor {
         };
         job.pgid = Some(pid);
         // The scheduler may have acted before the process existed.
-        if job.killed_by_governor {
-            signal_group(pid, Signal::KILL);
-        } else if job.suspended {
-            signal_group(pid, Signal::STOP);
+        match state.driver.job(id).map(|job| job.state) {
+            Some(JobState::Killed) => signal_group(pid, Signal::KILL),
+            Some(JobState::Running { suspended: true }) => signal_group(pid, Signal::STOP),
+            _ => {}
         }
     }
 
     /// Decides what becomes of a job whose attempt ended.
     fn finished(&self, id: JobId, attempt: Attempt) -> Reply {
         let mut state = self.lock();
-        let shutting_down = state.shutting_down;
-        let job = state
-            .jobs
-            .get_mut(&id)
-            .expect("a supervised job stays registered");
-        job.attempt_running = false;
-        job.pgid = None;
-        job.suspended = false;
-        job.cpu_ms += attempt.cpu_ms;
-        job.peak = job.peak.max(attempt.max_rss);
-        if job.killed_by_governor {
-            // The scheduler requeued it when it chose the kill.
-            job.killed_by_governor = false;
-            return Reply::Retry;
+        if let Some(job) = state.jobs.get_mut(&id) {
+            job.pgid = None;
         }
-        let retry = !shutting_down && ran_out_of_memory(&attempt) && self.escalate(job);
-        if retry {
-            tracing::info!(
-                "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
-                job.identity.label,
-                job.rung
-                    .checked_sub(1)
-                    .map(|rung| format!(" with {}", self.config.ladder[rung].describe()))
-                    .unwrap_or_default(),
-                format_size(job.peak),
-                format_size(job.estimate.peak),
-            );
-            let estimate = job.estimate.clone().at_least(job.peak);
-            state.scheduler.remove(id);
-            state.scheduler.submit(id, estimate, true);
-            self.decide(&mut state, None);
-            return Reply::Retry;
-        }
-        let job = state.jobs.remove(&id).expect("checked above");
-        // The jobs that waited on this one come in a moment; a slot it leaves waits for them
-        // (at most until the sampler's next tick) if one is longer than any queued job.
-        let longest_queued = state
-            .jobs
-            .values()
-            .filter(|job| !job.admitted && !job.attempt_running)
-            .map(|job| state.bursts.path(&job.identity.key))
-            .fold(0.0, f64::max);
-        let wait_for_followers =
-            state
-                .bursts
-                .longer_one_follows(&job.identity.key, longest_queued, &state.arrived);
-        let ran = Ran {
+        let ended = Ended {
+            succeeded: attempt.exit_code == Some(0),
+            out_of_memory: !state.shutting_down && ran_out_of_memory(&attempt),
             cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
-            wall_seconds: job.active_seconds,
+            max_rss: attempt.max_rss,
         };
-        if attempt.exit_code == Some(0) {
-            state.scheduler.finished(id, ran);
-        } else {
-            // A job that failed ended early for reasons of its own: its timing says nothing.
-            state.scheduler.remove(id);
-        }
-        self.record(&mut state, id, job, &attempt, ran);
-        if !wait_for_followers {
+        let (after, decide_now) = state.driver.attempt_ended(id, ended, self.now());
+        let reply = match after {
+            AfterAttempt::Retry => Reply::Retry,
+            AfterAttempt::Done(finished) => {
+                let io = state
+                    .jobs
+                    .remove(&id)
+                    .expect("a supervised job stays registered");
+                let record = self.record(id, io, &finished, &attempt);
+                state.unwritten_jobs.push((record, finished.profile));
+                Reply::Done
+            }
+        };
+        if decide_now {
             self.decide(&mut state, None);
         }
-        Reply::Done
+        reply
     }
 
-    /// Moves a job that ran out of memory one step up: first alone, then, where the user opted
-    /// in, down the flag ladder. Returns false when nothing is left to try.
-    fn escalate(&self, job: &mut Job) -> bool {
-        if !job.alone {
-            job.alone = true;
-        } else if job.rung < self.config.ladder.len() && speaks_gcc_flags(job.compiler.as_ref()) {
-            job.rung += 1;
-        } else {
-            return false;
-        }
-        job.oom_retries += 1;
-        true
-    }
-
-    fn record(&self, state: &mut State, id: JobId, job: Job, attempt: &Attempt, ran: Ran) {
-        let succeeded = attempt.exit_code == Some(0);
-        let profile = job.profile.finish(ran);
-        if succeeded && job.rung == 0 {
-            let run = PastRun {
-                peak: job.peak,
-                profile: profile.clone(),
-            };
-            learn(state, id, job.identity.group, run);
-        } else {
-            state.predictor.forget(id);
-        }
-        let record = JobRecord {
+    /// The history's row for a job that is over.
+    fn record(&self, id: JobId, io: JobIo, finished: &Finished, attempt: &Attempt) -> JobRecord {
+        let job = &finished.job;
+        let offered_ms = io.offered_ms;
+        JobRecord {
             job_id: id,
-            key: job.identity.key,
-            group: format!("{:016x}", job.identity.group),
-            label: job.identity.label,
-            compiler: job.compiler,
-            command: job.identity.command,
-            cwd: job.cwd,
-            offered_ms: job.offered_ms,
-            start_ms: job.first_start_ms.unwrap_or(job.offered_ms),
+            key: io.identity.key,
+            group: format!("{:016x}", io.identity.group),
+            label: io.identity.label,
+            compiler: io.compiler,
+            command: io.identity.command,
+            cwd: io.cwd,
+            offered_ms,
+            start_ms: job
+                .first_start
+                .map_or(offered_ms, |seconds| (seconds * 1000.0) as u64),
             end_ms: self.now_ms(),
             peak: job.peak,
-            cpu_ms: job.cpu_ms,
+            cpu_ms: (job.cpu_seconds * 1000.0).round() as u64,
             exit_code: attempt.exit_code,
             signal: attempt.signal,
             predicted: job.estimate.peak,
-            prediction_source: source_name(job.source),
+            prediction_source: job.source.name().to_string(),
             attempts: job.attempts,
             suspends: job.suspends,
             requeues: job.requeues,
@@ -598,69 +486,46 @@ impl Governor {
                 .map(|rung| self.config.ladder[rung].describe()),
             over_budget: job.estimate.peak > self.config.budget,
             nice: job.nice,
-        };
-        state.unwritten_jobs.push((record, profile));
+        }
     }
 
     /// The shim went away (killed, or the build was interrupted): forget the job.
     fn abandon(&self, id: JobId) {
         let mut state = self.lock();
-        state.scheduler.remove(id);
-        if let Some(job) = state.jobs.remove(&id) {
-            if let Some(pgid) = job.pgid.filter(|_| job.suspended) {
-                signal_group(pgid, Signal::CONT);
-            }
+        let io = state.jobs.remove(&id);
+        let suspended = state.driver.forget(id).is_some_and(|job| job.suspended());
+        if let Some(pgid) = io.and_then(|io| io.pgid).filter(|_| suspended) {
+            signal_group(pgid, Signal::CONT);
         }
         self.decide(&mut state, None);
     }
 
-    /// Asks the scheduler what to do and does it.
+    /// Asks the driver what to do and does it.
     fn decide(&self, state: &mut State, machine_left: Option<u64>) {
         if state.shutting_down {
             return;
         }
-        let now = self.now_ms();
-        let used = state.scheduler.used();
-        for action in state.scheduler.decide(machine_left) {
+        for action in state.driver.decide(machine_left, self.now()) {
             let (Action::Start { id, .. }
             | Action::Suspend(id)
             | Action::Resume(id)
             | Action::Kill(id)) = action;
-            let Some(job) = state.jobs.get_mut(&id) else {
-                continue;
-            };
-            log_decision(&action, id, job, self.config.budget, used, machine_left);
+            let pgid = state.jobs.get_mut(&id).and_then(|job| match action {
+                Action::Kill(_) => job.pgid.take(),
+                _ => job.pgid,
+            });
             match action {
-                Action::Start { nice, .. } => {
-                    job.admitted = true;
-                    job.nice = if self.config.priorities { nice } else { 0 };
-                    job.attempts += 1;
-                    job.profile = ProfileRecorder::default();
-                    job.active_seconds = 0.0;
-                    job.first_start_ms.get_or_insert(now);
-                    self.admitted.notify_all();
-                }
-                Action::Suspend(_) => {
-                    job.suspended = true;
-                    job.suspends += 1;
-                    job.pgid.inspect(|&pgid| signal_group(pgid, Signal::STOP));
-                }
-                Action::Resume(_) => {
-                    job.suspended = false;
-                    job.pgid.inspect(|&pgid| signal_group(pgid, Signal::CONT));
-                }
+                Action::Start { .. } => self.admitted.notify_all(),
+                Action::Suspend(_) => pgid
+                    .into_iter()
+                    .for_each(|pgid| signal_group(pgid, Signal::STOP)),
+                Action::Resume(_) => pgid
+                    .into_iter()
+                    .for_each(|pgid| signal_group(pgid, Signal::CONT)),
                 Action::Kill(_) => {
-                    job.requeues += 1;
-                    job.suspended = false;
-                    if job.admitted {
-                        // Not handed to the shim yet: nothing runs, the requeue is all.
-                        job.admitted = false;
-                    } else if job.attempt_running {
-                        job.killed_by_governor = true;
-                        if let Some(pgid) = job.pgid.take() {
-                            signal_group(pgid, Signal::KILL);
-                            signal_group(pgid, Signal::CONT);
-                        }
+                    if let Some(pgid) = pgid {
+                        signal_group(pgid, Signal::KILL);
+                        signal_group(pgid, Signal::CONT);
                     }
                 }
             }
@@ -675,7 +540,6 @@ impl Governor {
         let cgroup = Cgroup::of_self().ok().flatten();
         let build_root = rustix::process::getppid().map_or(0, |pid| pid.as_raw_nonzero().get());
         let governor = std::process::id() as i32;
-        let mut last_sample = Instant::now();
         loop {
             std::thread::sleep(interval);
             if terminate.load(Ordering::Relaxed) {
@@ -702,37 +566,33 @@ impl Governor {
                 .ok()
                 .map(|facts| facts.room().0);
             let t_ms = self.now_ms();
-            let since_last = last_sample.elapsed().as_secs_f64();
-            last_sample = Instant::now();
             let mut guard = self.lock();
             let state = &mut *guard;
-            let mut total = state.outside.observe(&build.outside, t_ms);
-            state.scheduler.observe_outside(total);
-            for &(id, usage) in &readings {
-                let bytes = usage.rss_bytes;
-                let Some(job) = state.jobs.get_mut(&id) else {
-                    continue;
-                };
-                if job.pgid.is_none() {
-                    continue;
-                }
-                job.peak = job.peak.max(bytes);
-                total += bytes;
-                if !job.suspended {
-                    job.active_seconds += since_last;
-                }
-                job.profile.record(usage.cpu_seconds, bytes);
-                state.scheduler.observe(id, bytes, usage.cpu_seconds);
+            let outside = state.outside.observe(&build.outside, t_ms);
+            // A job whose attempt ended since the walk is not sampled.
+            let readings: Vec<Reading> = readings
+                .into_iter()
+                .filter(|(id, _)| state.jobs.get(id).is_some_and(|job| job.pgid.is_some()))
+                .map(|(id, usage)| Reading {
+                    id,
+                    bytes: usage.rss_bytes,
+                    cpu_seconds: usage.cpu_seconds,
+                })
+                .collect();
+            state.driver.sample(&readings, outside, self.now());
+            let mut total = outside;
+            for reading in &readings {
+                total += reading.bytes;
                 state.samples.push(Sample {
                     t_ms,
-                    job_id: id,
-                    bytes,
+                    job_id: reading.id,
+                    bytes: reading.bytes,
                 });
             }
             state.peak_total = state.peak_total.max(total);
             self.decide(state, machine_left);
             let any_stopped = state.outside.any_stopped();
-            match state.scheduler.outside_action(machine_left, any_stopped) {
+            match state.driver.outside_action(machine_left, any_stopped) {
                 OutsideAction::StopLargest => state.outside.stop_largest(&build.outside),
                 OutsideAction::ResumeAll => state.outside.resume_all(),
                 OutsideAction::Nothing => {}
@@ -784,21 +644,6 @@ impl Governor {
     }
 }
 
-/// Teaches the predictor how job `id` of `group` ran, and passes the better guesses on to the
-/// jobs offered before it was known (see [`Predictor::learn`]).
-fn learn(state: &mut State, id: JobId, group: u64, run: PastRun) {
-    for (id, prediction) in state.predictor.learn(id, group, run) {
-        if let Some(job) = state.jobs.get_mut(&id) {
-            job.estimate = Estimate {
-                waiting_seconds: job.estimate.waiting_seconds,
-                ..prediction.estimate.clone()
-            };
-            job.source = prediction.source;
-            state.scheduler.repredict(id, prediction.estimate);
-        }
-    }
-}
-
 fn write_jobs(state: &mut State) {
     let jobs = std::mem::take(&mut state.unwritten_jobs);
     if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
@@ -817,65 +662,6 @@ fn flush_samples(state: &mut State) {
         if let Err(err) = history.record_samples(build_id, &samples) {
             eprintln!("headroom: warning: {err}");
         }
-    }
-}
-
-/// Where a prediction came from, as reports and logs name it: `history`, `group`, `default`.
-fn source_name(source: PredictionSource) -> String {
-    format!("{source:?}").to_lowercase()
-}
-
-/// One line per decision, with the figures it rests on (`-v`, `HEADROOM_LOG=info`): what a
-/// user needs to answer "why did it wait?" or "why was it stopped?". `used` is what the
-/// running jobs and the processes outside them used when the scheduler decided.
-fn log_decision(
-    action: &Action,
-    id: JobId,
-    job: &Job,
-    budget: u64,
-    used: u64,
-    machine_left: Option<u64>,
-) {
-    // Called for every action, on the governor's path: nothing is formatted unless logged.
-    if !tracing::enabled!(tracing::Level::INFO) {
-        return;
-    }
-    let label = &job.identity.label;
-    let predicted = format_size(job.estimate.peak);
-    let seen = format_size(job.peak);
-    let budget = format_size(budget);
-    let using = format!(
-        "the build used {} of the {budget} budget",
-        format_size(used)
-    );
-    let left = machine_left.map_or(String::new(), |left| {
-        format!(", {} left on the machine", format_size(left))
-    });
-    match action {
-        Action::Start { nice, .. } => {
-            let before = if job.peak > 0 {
-                format!(", seen at {seen} before it was stopped")
-            } else {
-                String::new()
-            };
-            tracing::info!(
-                "start job {id} {label}: predicted {predicted} (from {}){before}; it fits \
-beside the running jobs ({using}{left}); attempt {}, nice {nice}",
-                source_name(job.source),
-                job.attempts + 1
-            )
-        }
-        Action::Suspend(_) => tracing::info!(
-            "suspend job {id} {label}: seen at {seen} against {predicted} predicted, and \
-{using}{left}; it keeps its memory and resumes when there is room"
-        ),
-        Action::Resume(_) => {
-            tracing::info!("resume job {id} {label}: there is room again ({using}{left})")
-        }
-        Action::Kill(_) => tracing::info!(
-            "kill and requeue job {id} {label}: seen at {seen} against {predicted} predicted, \
-and {using}{left}; stopping it would not free enough, so it runs again later"
-        ),
     }
 }
 

@@ -9,13 +9,14 @@
 //! - how far jobs strayed in time and peak between their two newest runs, so a build plans
 //!   with the timing slack and the margin on peaks this machine shows from its first job on,
 //!   not only once enough of its own jobs have finished;
-//! - which jobs the build system offered together (`Bursts`): `make -j` starts a burst of
-//!   jobs at once, and whichever connects first would start before the governor has seen the
-//!   longer jobs of the same burst.
+//! - which jobs the build system offered together (`headroom_sched::bursts`): `make -j`
+//!   starts a burst of jobs at once, and whichever connects first would start before the
+//!   governor has seen the longer jobs of the same burst.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
+use headroom_sched::bursts::{BurstOffer, Bursts};
 use headroom_sched::chain::{waiting_seconds, Finished};
 use headroom_sched::Ran;
 use headroom_store::JobRecord;
@@ -93,102 +94,14 @@ pub fn named_inputs(jobs: &[JobRecord]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// How far apart, at most, the offers of one burst came in the newest build.
-const BURST_MS: u64 = 50;
-/// How much longer a job that is still to come must be for a free slot to wait for it: a
-/// wait lasts until it comes or the sampler's next tick, so shorter differences are not
-/// worth it (and builds of many small jobs never wait).
-const WORTH_WAITING_SECONDS: f64 = 1.0;
-
-/// The newest build's jobs in the order it offered them, each with when it ended and the
-/// longest path from it (its own seconds and the work that waited on it).
-#[derive(Debug, Default)]
-pub struct Bursts {
-    /// By offer time.
-    offers: Vec<Offer>,
-    /// Each key's place in `offers`.
-    place: HashMap<String, usize>,
-}
-
-#[derive(Debug)]
-struct Offer {
-    key: String,
-    offered_ms: u64,
-    end_ms: u64,
-    path: f64,
-}
-
-impl Bursts {
-    /// The bursts of `newest` (one build's jobs), with paths from `waiting_seconds` by key.
-    pub fn new(newest: &[JobRecord], waiting_seconds: &HashMap<String, f64>) -> Bursts {
-        let mut offers: Vec<Offer> = newest
-            .iter()
-            .map(|job| {
-                let waiting = waiting_seconds.get(&job.key).copied().unwrap_or(0.0);
-                Offer {
-                    key: job.key.clone(),
-                    offered_ms: job.offered_ms,
-                    end_ms: job.end_ms,
-                    path: job.wall_seconds() + waiting,
-                }
-            })
-            .collect();
-        offers.sort_by_key(|offer| offer.offered_ms);
-        let place = offers
-            .iter()
-            .enumerate()
-            .map(|(place, offer)| (offer.key.clone(), place))
-            .collect();
-        Bursts { offers, place }
-    }
-
-    /// The job's path in the newest build, 0 when it did not run there.
-    pub fn path(&self, key: &str) -> f64 {
-        self.place
-            .get(key)
-            .map_or(0.0, |&place| self.offers[place].path)
-    }
-
-    /// Whether the newest build offered, in the same burst as the job `key` (and before it
-    /// ended: a job offered after it may have waited for it), a job with a path longer by a
-    /// second or more that has not `arrived` in this build yet: then the job waits for it, so
-    /// that the queue's order and not the race to connect decides which starts first.
-    pub fn longer_one_coming(&self, key: &str, arrived: &HashSet<String>) -> bool {
-        self.place.get(key).is_some_and(|&place| {
-            let offer = &self.offers[place];
-            let from = offer.offered_ms.saturating_sub(BURST_MS);
-            let to = (offer.offered_ms + BURST_MS).min(offer.end_ms.saturating_sub(1));
-            self.longer_one_offered(from, to, offer.path, arrived)
-        })
-    }
-
-    /// Whether the newest build offered, in a burst right after the job `key` ended, a job
-    /// with a path longer than `than` by a second or more that has not `arrived` yet: the
-    /// jobs that waited on it, which the build system is about to offer.
-    pub fn longer_one_follows(&self, key: &str, than: f64, arrived: &HashSet<String>) -> bool {
-        self.place.get(key).is_some_and(|&place| {
-            let end_ms = self.offers[place].end_ms;
-            self.longer_one_offered(end_ms, end_ms + BURST_MS, than, arrived)
-        })
-    }
-
-    /// Whether a job offered from `from_ms` to `to_ms` has a path longer than `than` by
-    /// [`WORTH_WAITING_SECONDS`] and has not `arrived`.
-    fn longer_one_offered(
-        &self,
-        from_ms: u64,
-        to_ms: u64,
-        than: f64,
-        arrived: &HashSet<String>,
-    ) -> bool {
-        let first = self
-            .offers
-            .partition_point(|offer| offer.offered_ms < from_ms);
-        self.offers[first..]
-            .iter()
-            .take_while(|offer| offer.offered_ms <= to_ms)
-            .any(|offer| offer.path > than + WORTH_WAITING_SECONDS && !arrived.contains(&offer.key))
-    }
+/// The bursts of `newest` (one build's jobs), with paths from `waiting_seconds` by key.
+pub fn bursts(newest: &[JobRecord], waiting_seconds: &HashMap<String, f64>) -> Bursts {
+    Bursts::new(newest.iter().map(|job| BurstOffer {
+        key: job.key.clone(),
+        offered_ms: job.offered_ms,
+        end_ms: job.end_ms,
+        path: job.wall_seconds() + waiting_seconds.get(&job.key).copied().unwrap_or(0.0),
+    }))
 }
 
 /// A run that succeeded at its first attempt and was never stopped, so its wall time is all
@@ -278,41 +191,41 @@ mod tests {
             offered("later", 500, 9),
         ];
         let waiting = HashMap::from([("chain".to_string(), 6.0)]);
-        let bursts = Bursts::new(&newest, &waiting);
+        let offered_together = bursts(&newest, &waiting);
         let arrived = |keys: &[&str]| keys.iter().map(|key| key.to_string()).collect();
-        assert!(bursts.longer_one_coming("side", &arrived(&["side"])));
-        assert!(!bursts.longer_one_coming("side", &arrived(&["side", "chain"])));
-        assert!(!bursts.longer_one_coming("chain", &arrived(&["chain"])));
+        assert!(offered_together.longer_one_coming("side", &arrived(&["side"])));
+        assert!(!offered_together.longer_one_coming("side", &arrived(&["side", "chain"])));
+        assert!(!offered_together.longer_one_coming("chain", &arrived(&["chain"])));
         // `later` is longer, but it came half a second after: another burst.
-        assert!(!bursts.longer_one_coming("other", &arrived(&["other", "chain"])));
-        assert!(!bursts.longer_one_coming("new", &arrived(&["new"])));
+        assert!(!offered_together.longer_one_coming("other", &arrived(&["other", "chain"])));
+        assert!(!offered_together.longer_one_coming("new", &arrived(&["new"])));
         // The newest build offered nothing when `side` (1 s) or `chain` (3 s) ended.
-        assert!(!bursts.longer_one_follows("side", 0.0, &arrived(&["side"])));
-        assert!(!bursts.longer_one_follows("chain", 0.0, &arrived(&["chain"])));
+        assert!(!offered_together.longer_one_follows("side", 0.0, &arrived(&["side"])));
+        assert!(!offered_together.longer_one_follows("chain", 0.0, &arrived(&["chain"])));
         let link = offered("link", 3_010, 9);
-        let bursts = Bursts::new(&[newest[1].clone(), link], &waiting);
-        assert!(bursts.longer_one_follows("chain", 2.0, &arrived(&["chain"])));
-        assert!(!bursts.longer_one_follows("chain", 9.0, &arrived(&["chain"])));
-        assert!(!bursts.longer_one_follows("chain", 2.0, &arrived(&["chain", "link"])));
-        assert_eq!(bursts.path("chain"), 9.0);
-        assert_eq!(bursts.path("new"), 0.0);
+        let offered_together = bursts(&[newest[1].clone(), link], &waiting);
+        assert!(offered_together.longer_one_follows("chain", 2.0, &arrived(&["chain"])));
+        assert!(!offered_together.longer_one_follows("chain", 9.0, &arrived(&["chain"])));
+        assert!(!offered_together.longer_one_follows("chain", 2.0, &arrived(&["chain", "link"])));
+        assert_eq!(offered_together.path("chain"), 9.0);
+        assert_eq!(offered_together.path("new"), 0.0);
         // A job offered after `tiny` ended may have waited for it; half a second more is not
         // worth holding a slot for.
         let tiny = JobRecord {
             offered_ms: 0,
             ..job("tiny", "cc", "/src", 0, 20)
         };
-        let bursts = Bursts::new(
+        let offered_together = bursts(
             &[tiny, offered("after", 25, 5), offered("close", 1, 0)],
             &HashMap::new(),
         );
-        assert!(!bursts.longer_one_coming("tiny", &arrived(&["tiny", "close"])));
+        assert!(!offered_together.longer_one_coming("tiny", &arrived(&["tiny", "close"])));
         let near = JobRecord {
             offered_ms: 2,
             ..job("near", "cc", "/src", 2, 1_502)
         };
-        let bursts = Bursts::new(&[offered("one", 0, 1), near], &HashMap::new());
-        assert!(!bursts.longer_one_coming("one", &arrived(&["one"])));
+        let offered_together = bursts(&[offered("one", 0, 1), near], &HashMap::new());
+        assert!(!offered_together.longer_one_coming("one", &arrived(&["one"])));
     }
 
     fn job(key: &str, command: &str, cwd: &str, start_ms: u64, end_ms: u64) -> JobRecord {

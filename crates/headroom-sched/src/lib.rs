@@ -4,7 +4,9 @@
 //! shows is what the governor does.
 
 pub mod budget;
+pub mod bursts;
 pub mod chain;
+pub mod driver;
 mod plan;
 pub mod policy;
 pub mod predict;
@@ -12,6 +14,7 @@ pub mod profile;
 mod slack;
 mod strays;
 
+pub use driver::{AfterAttempt, Driver, Ended, Finished, Job, JobState, Offer, Reading};
 pub use policy::{Action, Estimate, Limits, OutsideAction, Scheduler, Thresholds};
 pub use predict::{PastRun, Prediction, PredictionSource, Predictor};
 pub use profile::{Profile, ProfileRecorder, Ran};

@@ -26,6 +26,17 @@ pub enum PredictionSource {
     Default,
 }
 
+impl PredictionSource {
+    /// As reports and logs name it: `history`, `group`, `default`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PredictionSource::History => "history",
+            PredictionSource::Group => "group",
+            PredictionSource::Default => "default",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prediction {
     pub estimate: Estimate,

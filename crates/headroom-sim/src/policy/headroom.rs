@@ -1,18 +1,16 @@
-//! headroom's own policy, driven exactly as the live governor drives it: the same
-//! `headroom_sched` predictor and scheduler, the same budget rule, slots and default
-//! prediction, the same calls on offers, ticks, finishes and OOM kills, and the same profile
-//! recording on every tick. A warm run knows what a previous run of the same build showed, as
-//! the governor learns it from its history: each job's own peak and profile, the chains of
-//! jobs that waited on it (the trace's dependencies standing for the files the last build's
-//! commands named), and how far each job strayed in time and peak between the last two
+//! headroom's own policy, driven by the live governor's own driver
+//! (`headroom_sched::driver`): this adapter only turns the simulator's events into the
+//! driver's calls and its actions back. A warm run knows what a previous run of the same build
+//! showed, as the governor learns it from its history: each job's own peak and profile, the
+//! chains of jobs that waited on it (the trace's dependencies standing for the files the last
+//! build's commands named), and how far each job strayed in time and peak between the last two
 //! builds (the trace's run against one more run with a variation of its own).
 
 use std::collections::HashMap;
 
-use headroom_sched::budget::default_job_peak;
 use headroom_sched::chain::{self, Finished};
 use headroom_sched::{
-    Action, Estimate, JobId, Limits, PastRun, Predictor, Profile, ProfileRecorder, Ran, Scheduler,
+    Action, AfterAttempt, Driver, Ended, JobId, Limits, Offer, PastRun, Profile, Ran, Reading,
 };
 
 use crate::engine::{Policy, View};
@@ -20,21 +18,31 @@ use crate::machine::Machine;
 use crate::workload::{SimJob, Workload};
 
 pub struct Headroom {
-    scheduler: Scheduler,
-    predictor: Predictor,
+    driver: Driver,
     /// For a warm run, the seconds of work that waited on each job (by index) in the previous
     /// run; each job's own history is in the workload.
     waiting_seconds: Option<Vec<f64>>,
-    /// The memory profile of each running job's current attempt, and the seconds it has run
-    /// unstopped, counted on ticks as the governor's sampler counts them.
-    profiles: HashMap<JobId, (ProfileRecorder, f64)>,
-    last_tick: f64,
+    /// The driver's id of each offered job, by the simulator's, and back.
+    driver_ids: HashMap<JobId, JobId>,
+    sim_ids: HashMap<JobId, JobId>,
+    /// The simulated second of the last decision.
+    now: f64,
 }
 
 impl Headroom {
     /// headroom on `workload` with `budget` bytes, with no history, or `warm` with what a
     /// previous run left.
     pub fn new(machine: Machine, workload: &Workload, warm: bool, budget: u64) -> Self {
+        let limits = Limits {
+            budget,
+            slots: machine.cores,
+        };
+        Headroom::around(Driver::new(limits, true), workload, warm)
+    }
+
+    /// headroom with `driver` (the live governor's, in a test), given what a previous run
+    /// left when `warm`.
+    pub fn around(mut driver: Driver, workload: &Workload, warm: bool) -> Self {
         let waiting_seconds = warm.then(|| {
             let last_build: Vec<Finished> = workload
                 .jobs
@@ -49,20 +57,14 @@ impl Headroom {
                 .collect();
             chain::waiting_seconds(&last_build)
         });
-        let limits = Limits {
-            budget,
-            slots: machine.cores,
-        };
-        let mut scheduler = Scheduler::new(limits);
-        let mut predictor = Predictor::new(default_job_peak(limits.budget, limits.slots));
         if warm {
-            predictor.note_peak_reruns(
+            driver.note_peak_reruns(
                 workload
                     .jobs
                     .iter()
                     .map(|job| (job.earlier_peak, job.history_peak)),
             );
-            scheduler.note_reruns(workload.jobs.iter().filter_map(|job| {
+            driver.note_time_reruns(workload.jobs.iter().filter_map(|job| {
                 let earlier = Ran {
                     cpu_seconds: job.earlier_duration * job.threads,
                     wall_seconds: job.earlier_duration,
@@ -71,28 +73,48 @@ impl Headroom {
             }));
         }
         Headroom {
-            scheduler,
-            predictor,
+            driver,
             waiting_seconds,
-            profiles: HashMap::new(),
-            last_tick: 0.0,
+            driver_ids: HashMap::new(),
+            sim_ids: HashMap::new(),
+            now: 0.0,
         }
     }
 
-    fn predicted(&mut self, job: &SimJob) -> Estimate {
-        let Some(waiting_seconds) = &self.waiting_seconds else {
-            return self.predictor.predict(job.id, None, job.group).estimate;
+    /// What the governor would know of `job` when the build system starts it.
+    fn offer_of(&self, job: &SimJob) -> Offer {
+        let (past, waiting_seconds) = match &self.waiting_seconds {
+            Some(waiting_seconds) => (
+                Some(PastRun {
+                    peak: job.history_peak,
+                    profile: job.history_profile.clone(),
+                }),
+                waiting_seconds[job.id as usize],
+            ),
+            None => (None, 0.0),
         };
-        let history = PastRun {
-            peak: job.history_peak,
-            profile: job.history_profile.clone(),
-        };
-        Estimate {
-            waiting_seconds: waiting_seconds[job.id as usize],
-            ..self
-                .predictor
-                .predict(job.id, Some(&history), job.group)
-                .estimate
+        Offer {
+            key: job.label.clone(),
+            label: job.label.clone(),
+            group: job.group,
+            past,
+            waiting_seconds,
+            lower_rungs: 0,
+        }
+    }
+
+    fn driver_id(&self, job: &SimJob) -> JobId {
+        self.driver_ids[&job.id]
+    }
+
+    /// The simulator's action for the driver's.
+    fn for_simulator(&self, action: Action) -> Action {
+        let sim = |id: JobId| self.sim_ids[&id];
+        match action {
+            Action::Start { id, nice } => Action::Start { id: sim(id), nice },
+            Action::Suspend(id) => Action::Suspend(sim(id)),
+            Action::Resume(id) => Action::Resume(sim(id)),
+            Action::Kill(id) => Action::Kill(sim(id)),
         }
     }
 }
@@ -112,52 +134,81 @@ impl Policy for Headroom {
     }
 
     fn offer(&mut self, job: &SimJob) {
-        let predicted = self.predicted(job);
-        self.scheduler.submit(job.id, predicted, false);
+        // A burst's jobs all come before the engine asks for a decision, so the driver's
+        // wish to hold the decision for the rest of the burst is met without waiting.
+        let (id, _decide_now) = self.driver.offer(self.offer_of(job));
+        self.driver_ids.insert(job.id, id);
+        self.sim_ids.insert(id, job.id);
     }
 
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
+        self.now = view.now;
         if view.tick {
-            let since_last = view.now - self.last_tick;
-            self.last_tick = view.now;
-            for job in view.running {
-                let (profile, active) = self.profiles.entry(job.id).or_default();
-                if !job.suspended {
-                    *active += since_last.min(view.now - job.started);
-                }
-                profile.record(job.cpu_seconds, job.bytes);
-                self.scheduler.observe(job.id, job.bytes, job.cpu_seconds);
-            }
+            let readings: Vec<Reading> = view
+                .running
+                .iter()
+                .map(|job| Reading {
+                    id: self.driver_ids[&job.id],
+                    bytes: job.bytes,
+                    cpu_seconds: job.cpu_seconds,
+                })
+                .collect();
+            self.driver.sample(&readings, 0, view.now);
         }
-        let actions = self.scheduler.decide(Some(view.free()));
+        let actions = self.driver.decide(Some(view.free()), view.now);
         for action in &actions {
-            if let Action::Start { id, .. } = action {
-                self.profiles.insert(*id, Default::default());
+            match *action {
+                // The engine starts the job at once.
+                Action::Start { id, .. } => {
+                    self.driver.begin_attempt(id);
+                }
+                // The engine ends the attempt at once, and the driver has requeued the job.
+                Action::Kill(id) => {
+                    let cpu_seconds = view
+                        .running
+                        .iter()
+                        .find(|job| job.id == self.sim_ids[&id])
+                        .map_or(0.0, |job| job.cpu_seconds);
+                    let ended = Ended {
+                        succeeded: false,
+                        out_of_memory: false,
+                        cpu_seconds,
+                        max_rss: 0,
+                    };
+                    self.driver.attempt_ended(id, ended, view.now);
+                }
+                Action::Suspend(_) | Action::Resume(_) => {}
             }
         }
         actions
+            .into_iter()
+            .map(|action| self.for_simulator(action))
+            .collect()
     }
 
     fn finished(&mut self, job: &SimJob, peak: u64, now: f64) {
-        let (recorder, active) = self.profiles.remove(&job.id).unwrap_or_default();
-        let ran = Ran {
+        let ended = Ended {
+            succeeded: true,
+            out_of_memory: false,
             cpu_seconds: job.core_seconds(),
-            wall_seconds: active + (now - self.last_tick),
+            max_rss: peak,
         };
-        self.scheduler.finished(job.id, ran);
-        let run = PastRun {
-            peak,
-            profile: recorder.finish(ran),
-        };
-        for (id, prediction) in self.predictor.learn(job.id, job.group, run) {
-            self.scheduler.repredict(id, prediction.estimate);
-        }
+        self.driver.attempt_ended(self.driver_id(job), ended, now);
     }
 
     fn oom_killed(&mut self, job: &SimJob, peak: u64) {
-        // The governor retries a job the kernel killed on its own, sized by what it reached.
-        self.scheduler.remove(job.id);
-        let estimate = self.predicted(job).at_least(peak);
-        self.scheduler.submit(job.id, estimate, true);
+        // The driver retries a job the kernel killed alone, sized by what it reached; once
+        // alone it has nothing left to try (the simulator has no flag ladder), and the
+        // simulated build stalls as the real one fails.
+        let ended = Ended {
+            succeeded: false,
+            out_of_memory: true,
+            cpu_seconds: 0.0,
+            max_rss: peak,
+        };
+        let id = self.driver_id(job);
+        if let (AfterAttempt::Done(_), _) = self.driver.attempt_ended(id, ended, self.now) {
+            self.sim_ids.remove(&id);
+        }
     }
 }

@@ -1,0 +1,781 @@
+//! The one driver of headroom's policy, shared by the live governor and the simulator. It
+//! owns the scheduler, the predictor, each job's attempts and memory profile, OOM retries, the
+//! burst hold and CPU priorities, and takes one call per event (a job offered, an attempt
+//! begun, memory sampled, a decision asked for, an attempt ended, a job gone) with the time
+//! and the readings passed in. The governor adds only I/O: sockets, `/proc`, signals, SQLite.
+//! The simulator feeds it simulated events. Both therefore decide alike from alike events,
+//! which `tests/one_driver.rs` in `headroom-sim` checks on a recorded build.
+
+use std::collections::{HashMap, HashSet};
+
+use headroom_size::format_size;
+
+use crate::bursts::Bursts;
+use crate::policy::{Action, Estimate, Limits, OutsideAction, Scheduler};
+use crate::predict::{PastRun, PredictionSource, Predictor};
+use crate::profile::{Profile, ProfileRecorder, Ran};
+use crate::JobId;
+
+/// A job the build system has just started, as the caller identified it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    /// Stable across builds: what the history and the bursts know the job by.
+    pub key: String,
+    /// For people: the output file, or the source.
+    pub label: String,
+    /// Jobs of one group (same compiler and flags) predict each other.
+    pub group: u64,
+    /// The job's own last run, when the history has one.
+    pub past: Option<PastRun>,
+    /// Seconds of work that waited on the job in the last build that ran it.
+    pub waiting_seconds: f64,
+    /// Lower-memory rungs the job may step down to after running out of memory alone (0 when
+    /// the user did not opt in, or its compiler does not take the flags).
+    pub lower_rungs: usize,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// In the scheduler's queue.
+    Queued,
+    /// The scheduler started it; the caller has not begun the attempt yet. It may be told to
+    /// stop before it has begun: it then begins stopped.
+    Admitted { suspended: bool },
+    /// An attempt runs.
+    Running { suspended: bool },
+    /// The scheduler killed the attempt and requeued the job; the attempt has yet to end.
+    Killed,
+}
+
+/// One job, from its offer to its end.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub key: String,
+    pub label: String,
+    pub group: u64,
+    pub state: JobState,
+    pub estimate: Estimate,
+    pub source: PredictionSource,
+    /// It runs with no other job beside it (a retry after running out of memory).
+    pub alone: bool,
+    /// 0 at the user's flags; `n` at the n-th lower-memory rung.
+    pub rung: usize,
+    lower_rungs: usize,
+    /// The CPU niceness of the current attempt.
+    pub nice: u8,
+    pub attempts: u32,
+    pub suspends: u32,
+    pub requeues: u32,
+    pub oom_retries: u32,
+    /// The most bytes any attempt was seen to use.
+    pub peak: u64,
+    /// CPU seconds of the attempts that ended.
+    pub cpu_seconds: f64,
+    /// Seconds from the build's start to the first attempt's start.
+    pub first_start: Option<f64>,
+    /// Seconds the current attempt has run, stopped time excluded.
+    pub active_seconds: f64,
+    /// When the current attempt started, in seconds from the build's start.
+    attempt_started: f64,
+    /// The memory profile of the current attempt, for the next build.
+    profile: ProfileRecorder,
+}
+
+impl Job {
+    pub fn suspended(&self) -> bool {
+        matches!(
+            self.state,
+            JobState::Admitted { suspended: true } | JobState::Running { suspended: true }
+        )
+    }
+}
+
+/// What one running job's processes use now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    pub id: JobId,
+    pub bytes: u64,
+    /// CPU seconds the current attempt has used.
+    pub cpu_seconds: f64,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ended {
+    pub succeeded: bool,
+    /// It ran out of memory (the kernel killed it, or it said so).
+    pub out_of_memory: bool,
+    pub cpu_seconds: f64,
+    /// The most bytes the attempt used, as the kernel counted (0 when unknown).
+    pub max_rss: u64,
+}
+
+/// What becomes of a job whose attempt ended.
+#[derive(Debug)]
+pub enum AfterAttempt {
+    /// It is queued again; its caller waits for the next start.
+    Retry,
+    /// It is over.
+    Done(Box<Finished>),
+}
+
+/// A job that is over, with what the history keeps of it.
+#[derive(Debug)]
+pub struct Finished {
+    pub job: Job,
+    pub succeeded: bool,
+    /// Its last attempt: CPU seconds, and wall seconds while not stopped.
+    pub ran: Ran,
+    /// How its memory moved over that attempt.
+    pub profile: Option<Profile>,
+}
+
+/// The driver: see the module's header.
+#[derive(Debug)]
+pub struct Driver {
+    scheduler: Scheduler,
+    predictor: Predictor,
+    jobs: HashMap<JobId, Job>,
+    next_id: JobId,
+    /// Which jobs the newest build offered together, and the keys this build has offered.
+    bursts: Bursts,
+    arrived: HashSet<String>,
+    /// Whether jobs start at the niceness the scheduler chose; otherwise all at 0.
+    priorities: bool,
+    /// Seconds from the build's start to the last sample.
+    last_sample: f64,
+}
+
+impl Driver {
+    /// A driver for `limits`, with `priorities` on or off, that knows nothing of earlier
+    /// builds yet.
+    pub fn new(limits: Limits, priorities: bool) -> Driver {
+        Driver {
+            scheduler: Scheduler::new(limits),
+            predictor: Predictor::new(crate::budget::default_job_peak(limits.budget, limits.slots)),
+            jobs: HashMap::new(),
+            next_id: 0,
+            bursts: Bursts::default(),
+            arrived: HashSet::new(),
+            priorities,
+            last_sample: 0.0,
+        }
+    }
+
+    /// Notes how jobs ran in their two newest earlier runs, as `(earlier, later)` pairs of
+    /// what they ran and peaked at, oldest later run first: the timing slack and the margin on
+    /// peaks start from what this machine showed.
+    pub fn note_reruns(&mut self, reruns: impl IntoIterator<Item = ((Ran, u64), (Ran, u64))>) {
+        let reruns: Vec<_> = reruns.into_iter().collect();
+        self.scheduler.note_reruns(
+            reruns
+                .iter()
+                .map(|&((earlier, _), (later, _))| (earlier, later)),
+        );
+        self.predictor.note_peak_reruns(
+            reruns
+                .iter()
+                .map(|&((_, earlier), (_, later))| (earlier, later)),
+        );
+    }
+
+    /// Notes how far jobs' peaks moved between two earlier runs, for jobs whose timing is not
+    /// known (see [`Driver::note_reruns`]).
+    pub fn note_peak_reruns(&mut self, peaks: impl IntoIterator<Item = (u64, u64)>) {
+        self.predictor.note_peak_reruns(peaks);
+    }
+
+    /// Notes how far jobs strayed in time between two earlier runs (see
+    /// [`Driver::note_reruns`]).
+    pub fn note_time_reruns(&mut self, reruns: impl IntoIterator<Item = (Ran, Ran)>) {
+        self.scheduler.note_reruns(reruns);
+    }
+
+    /// Which jobs the newest build offered together.
+    pub fn set_bursts(&mut self, bursts: Bursts) {
+        self.bursts = bursts;
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &Job)> {
+        self.jobs.iter().map(|(&id, job)| (id, job))
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.scheduler.limits()
+    }
+
+    /// Registers and queues a job the build system just started. Returns its id, and whether
+    /// to decide now: a job that came first in its burst waits, at most until the next tick,
+    /// for the longer jobs its burst brought last time, so that the queue's order and not the
+    /// race to connect decides which starts first.
+    pub fn offer(&mut self, offer: Offer) -> (JobId, bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.arrived.insert(offer.key.clone());
+        let wait_for_burst = self.bursts.longer_one_coming(&offer.key, &self.arrived);
+        let mut prediction = self.predictor.predict(id, offer.past.as_ref(), offer.group);
+        prediction.estimate.waiting_seconds = offer.waiting_seconds;
+        tracing::debug!(
+            "job {id} offered: {}, predicted {} from {}{}",
+            offer.label,
+            format_size(prediction.estimate.peak),
+            prediction.source.name(),
+            if wait_for_burst {
+                "; waits for the longer jobs its burst brought last time"
+            } else {
+                ""
+            }
+        );
+        self.scheduler
+            .submit(id, prediction.estimate.clone(), false);
+        self.jobs.insert(
+            id,
+            Job {
+                key: offer.key,
+                label: offer.label,
+                group: offer.group,
+                state: JobState::Queued,
+                estimate: prediction.estimate,
+                source: prediction.source,
+                alone: false,
+                rung: 0,
+                lower_rungs: offer.lower_rungs,
+                nice: 0,
+                attempts: 0,
+                suspends: 0,
+                requeues: 0,
+                oom_retries: 0,
+                peak: 0,
+                cpu_seconds: 0.0,
+                first_start: None,
+                active_seconds: 0.0,
+                attempt_started: 0.0,
+                profile: ProfileRecorder::default(),
+            },
+        );
+        (id, !wait_for_burst)
+    }
+
+    /// The caller begins the attempt the scheduler started (hands it to the job's shim).
+    /// Returns the job as it begins, or `None` when it has not been started.
+    pub fn begin_attempt(&mut self, id: JobId) -> Option<&Job> {
+        let job = self.jobs.get_mut(&id)?;
+        let JobState::Admitted { suspended } = job.state else {
+            return None;
+        };
+        job.state = JobState::Running { suspended };
+        Some(job)
+    }
+
+    /// Records what the running jobs (`readings`) and the build's processes outside every job
+    /// (`outside` bytes) use at `now`.
+    pub fn sample(&mut self, readings: &[Reading], outside: u64, now: f64) {
+        self.scheduler.observe_outside(outside);
+        for reading in readings {
+            let Some(job) = self.jobs.get_mut(&reading.id) else {
+                continue;
+            };
+            job.peak = job.peak.max(reading.bytes);
+            if !job.suspended() {
+                job.active_seconds += now - self.last_sample.max(job.attempt_started);
+            }
+            job.profile.record(reading.cpu_seconds, reading.bytes);
+            self.scheduler
+                .observe(reading.id, reading.bytes, reading.cpu_seconds);
+        }
+        self.last_sample = now;
+    }
+
+    /// Bytes the running jobs and the processes outside them used at the last sample.
+    pub fn used(&self) -> u64 {
+        self.scheduler.used()
+    }
+
+    /// Decides what to do now, and returns what the caller must do to processes: `Start` (the
+    /// caller then begins the attempt), `Suspend`, `Resume` and `Kill` of a running attempt.
+    /// A job killed before its attempt began is only requeued, and not returned.
+    /// `machine_left` is what the machine or cgroup can still hand out, when known.
+    pub fn decide(&mut self, machine_left: Option<u64>, now: f64) -> Vec<Action> {
+        let used = self.scheduler.used();
+        let budget = self.scheduler.limits().budget;
+        let mut to_do = Vec::new();
+        for action in self.scheduler.decide(machine_left) {
+            let (Action::Start { id, .. }
+            | Action::Suspend(id)
+            | Action::Resume(id)
+            | Action::Kill(id)) = action;
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            log_decision(&action, id, job, budget, used, machine_left);
+            let action = match action {
+                Action::Start { id, nice } => {
+                    let nice = if self.priorities { nice } else { 0 };
+                    job.state = JobState::Admitted { suspended: false };
+                    job.nice = nice;
+                    job.attempts += 1;
+                    job.profile = ProfileRecorder::default();
+                    job.active_seconds = 0.0;
+                    job.attempt_started = now;
+                    job.first_start.get_or_insert(now);
+                    Action::Start { id, nice }
+                }
+                Action::Suspend(_) | Action::Resume(_) => {
+                    let suspended = matches!(action, Action::Suspend(_));
+                    job.state = match job.state {
+                        JobState::Admitted { .. } => JobState::Admitted { suspended },
+                        JobState::Running { .. } => JobState::Running { suspended },
+                        other => other,
+                    };
+                    job.suspends += u32::from(suspended);
+                    action
+                }
+                Action::Kill(_) => {
+                    job.requeues += 1;
+                    let began = matches!(job.state, JobState::Running { .. });
+                    job.state = if began {
+                        JobState::Killed
+                    } else {
+                        JobState::Queued
+                    };
+                    if !began {
+                        continue;
+                    }
+                    action
+                }
+            };
+            to_do.push(action);
+        }
+        to_do
+    }
+
+    /// What to do to the build's processes outside every job.
+    pub fn outside_action(&self, machine_left: Option<u64>, any_stopped: bool) -> OutsideAction {
+        self.scheduler.outside_action(machine_left, any_stopped)
+    }
+
+    /// An attempt of job `id` ended at `now`. Returns what becomes of the job, and whether to
+    /// decide now: a slot a finished job leaves waits, at most until the next tick, for a
+    /// longer job that followed it last time and has not come yet.
+    pub fn attempt_ended(&mut self, id: JobId, ended: Ended, now: f64) -> (AfterAttempt, bool) {
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .expect("an attempt ends for a job the driver knows");
+        let killed = job.state == JobState::Killed;
+        if !job.suspended() {
+            job.active_seconds += (now - self.last_sample.max(job.attempt_started)).max(0.0);
+        }
+        job.state = JobState::Queued;
+        job.cpu_seconds += ended.cpu_seconds;
+        job.peak = job.peak.max(ended.max_rss);
+        if killed {
+            // The scheduler requeued it when it chose the kill.
+            return (AfterAttempt::Retry, true);
+        }
+        if ended.out_of_memory && escalate(job) {
+            tracing::info!(
+                "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
+                job.label,
+                if job.rung > 0 {
+                    format!(" at lower-memory rung {}", job.rung)
+                } else {
+                    String::new()
+                },
+                format_size(job.peak),
+                format_size(job.estimate.peak),
+            );
+            let estimate = job.estimate.clone().at_least(job.peak);
+            self.scheduler.remove(id);
+            self.scheduler.submit(id, estimate, true);
+            return (AfterAttempt::Retry, true);
+        }
+        let job = self.jobs.remove(&id).expect("checked above");
+        let longest_queued = self
+            .jobs
+            .values()
+            .filter(|job| job.state == JobState::Queued)
+            .map(|job| self.bursts.path(&job.key))
+            .fold(0.0, f64::max);
+        let wait_for_followers =
+            self.bursts
+                .longer_one_follows(&job.key, longest_queued, &self.arrived);
+        let ran = Ran {
+            cpu_seconds: ended.cpu_seconds,
+            wall_seconds: job.active_seconds,
+        };
+        let profile = job.profile.finish(ran);
+        if ended.succeeded {
+            self.scheduler.finished(id, ran);
+        } else {
+            // A job that failed ended early for reasons of its own: its timing says nothing.
+            self.scheduler.remove(id);
+        }
+        if ended.succeeded && job.rung == 0 {
+            let run = PastRun {
+                peak: job.peak,
+                profile: profile.clone(),
+            };
+            for (other, prediction) in self.predictor.learn(id, job.group, run) {
+                if let Some(waiting) = self.jobs.get_mut(&other) {
+                    waiting.estimate = Estimate {
+                        waiting_seconds: waiting.estimate.waiting_seconds,
+                        ..prediction.estimate.clone()
+                    };
+                    waiting.source = prediction.source;
+                    self.scheduler.repredict(other, prediction.estimate);
+                }
+            }
+        } else {
+            self.predictor.forget(id);
+        }
+        let finished = Finished {
+            job,
+            succeeded: ended.succeeded,
+            ran,
+            profile,
+        };
+        (AfterAttempt::Done(Box::new(finished)), !wait_for_followers)
+    }
+
+    /// Forgets a job whose caller went away (its shim was killed, the build interrupted).
+    /// Returns it, so that the caller can resume its processes if they were stopped.
+    pub fn forget(&mut self, id: JobId) -> Option<Job> {
+        self.scheduler.remove(id);
+        self.predictor.forget(id);
+        self.jobs.remove(&id)
+    }
+}
+
+/// Moves a job that ran out of memory one step up: first alone, then down the lower-memory
+/// rungs it has. Returns false when nothing is left to try.
+fn escalate(job: &mut Job) -> bool {
+    if !job.alone {
+        job.alone = true;
+    } else if job.rung < job.lower_rungs {
+        job.rung += 1;
+    } else {
+        return false;
+    }
+    job.oom_retries += 1;
+    true
+}
+
+/// One line per decision, with the figures it rests on (`-v`, `HEADROOM_LOG=info`): what a
+/// user needs to answer "why did it wait?" or "why was it stopped?". `used` is what the
+/// running jobs and the processes outside them used when the scheduler decided.
+fn log_decision(
+    action: &Action,
+    id: JobId,
+    job: &Job,
+    budget: u64,
+    used: u64,
+    machine_left: Option<u64>,
+) {
+    // Called for every action, on the governor's path: nothing is formatted unless logged.
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let label = &job.label;
+    let predicted = format_size(job.estimate.peak);
+    let seen = format_size(job.peak);
+    let budget = format_size(budget);
+    let using = format!(
+        "the build used {} of the {budget} budget",
+        format_size(used)
+    );
+    let left = machine_left.map_or(String::new(), |left| {
+        format!(", {} left on the machine", format_size(left))
+    });
+    match action {
+        Action::Start { nice, .. } => {
+            let before = if job.peak > 0 {
+                format!(", seen at {seen} before it was stopped")
+            } else {
+                String::new()
+            };
+            tracing::info!(
+                "start job {id} {label}: predicted {predicted} (from {}){before}; it fits \
+beside the running jobs ({using}{left}); attempt {}, nice {nice}",
+                job.source.name(),
+                job.attempts + 1
+            )
+        }
+        Action::Suspend(_) => tracing::info!(
+            "suspend job {id} {label}: seen at {seen} against {predicted} predicted, and \
+{using}{left}; it keeps its memory and resumes when there is room"
+        ),
+        Action::Resume(_) => {
+            tracing::info!("resume job {id} {label}: there is room again ({using}{left})")
+        }
+        Action::Kill(_) => tracing::info!(
+            "kill and requeue job {id} {label}: seen at {seen} against {predicted} predicted, \
+and {using}{left}; stopping it would not free enough, so it runs again later"
+        ),
+    }
+}
+
+/// The governor's decisions without sockets, processes or sleeps: time is passed in.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bursts::BurstOffer;
+
+    const GIB: u64 = 1 << 30;
+
+    fn driver(budget: u64, slots: usize) -> Driver {
+        Driver::new(Limits { budget, slots }, true)
+    }
+
+    fn offer(key: &str, group: u64) -> Offer {
+        Offer {
+            key: key.into(),
+            label: key.into(),
+            group,
+            past: None,
+            waiting_seconds: 0.0,
+            lower_rungs: 0,
+        }
+    }
+
+    fn with_history(key: &str, peak: u64) -> Offer {
+        Offer {
+            past: Some(PastRun {
+                peak,
+                profile: None,
+            }),
+            ..offer(key, 0)
+        }
+    }
+
+    fn started(actions: &[Action]) -> Vec<JobId> {
+        actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Start { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn succeeded(cpu_seconds: f64, max_rss: u64) -> Ended {
+        Ended {
+            succeeded: true,
+            out_of_memory: false,
+            cpu_seconds,
+            max_rss,
+        }
+    }
+
+    fn out_of_memory(max_rss: u64) -> Ended {
+        Ended {
+            succeeded: false,
+            out_of_memory: true,
+            cpu_seconds: 1.0,
+            max_rss,
+        }
+    }
+
+    #[test]
+    fn a_job_runs_from_offer_to_its_record_with_stopped_time_left_out() {
+        let mut driver = driver(4 * GIB, 2);
+        let (id, decide_now) = driver.offer(offer("a.o", 1));
+        assert!(decide_now, "no earlier build: nothing to wait for");
+        assert_eq!(started(&driver.decide(None, 0.05)), vec![id]);
+        assert_eq!(
+            driver.job(id).unwrap().state,
+            JobState::Admitted { suspended: false }
+        );
+        assert!(driver.begin_attempt(id).is_some());
+        assert!(driver.begin_attempt(id).is_none(), "begins once");
+        let reading = |bytes| Reading {
+            id,
+            bytes,
+            cpu_seconds: 0.1,
+        };
+        // Counted from its start (0.05), not from the build's start.
+        driver.sample(&[reading(GIB)], 0, 0.1);
+        // Past the budget's suspend line: stopped from 0.2 to 0.4.
+        driver.sample(&[reading(4 * GIB)], 0, 0.2);
+        let (other, _) = driver.offer(offer("b.o", 2));
+        let actions = driver.decide(None, 0.2);
+        assert!(started(&actions).is_empty(), "{actions:?}");
+        driver.sample(&[reading(GIB)], 0, 0.4);
+        let (after, decide_now) = driver.attempt_ended(id, succeeded(0.3, 2 * GIB), 0.45);
+        assert!(decide_now);
+        let AfterAttempt::Done(finished) = after else {
+            panic!("a job that succeeded is done");
+        };
+        assert!(
+            (finished.ran.wall_seconds - 0.4).abs() < 1e-9,
+            "{:?}",
+            finished.ran
+        );
+        assert_eq!(finished.job.peak, 4 * GIB);
+        assert_eq!(finished.job.first_start, Some(0.05));
+        assert_eq!(started(&driver.decide(None, 0.45)), vec![other]);
+    }
+
+    #[test]
+    fn a_finished_job_teaches_the_jobs_of_its_group_still_waiting() {
+        let mut driver = driver(4 * GIB, 1);
+        let (first, _) = driver.offer(offer("a.o", 7));
+        let (second, _) = driver.offer(offer("b.o", 7));
+        assert_eq!(
+            driver.job(second).unwrap().source,
+            PredictionSource::Default
+        );
+        driver.decide(None, 0.0);
+        driver.begin_attempt(first);
+        driver.attempt_ended(first, succeeded(1.0, GIB), 1.0);
+        let waiting = driver.job(second).unwrap();
+        assert_eq!(waiting.source, PredictionSource::Group);
+        assert!(waiting.estimate.peak > GIB && waiting.estimate.peak < 2 * GIB);
+    }
+
+    #[test]
+    fn a_job_stopped_or_killed_before_its_attempt_began_begins_so() {
+        let mut driver = driver(2 * GIB, 2);
+        let (old, _) = driver.offer(with_history("old.o", GIB));
+        let (young, _) = driver.offer(with_history("young.o", GIB / 2));
+        driver.decide(None, 0.0);
+        driver.begin_attempt(old);
+        // The old job grows to the budget before the young one's shim has taken its start.
+        let reading = |id, bytes| Reading {
+            id,
+            bytes,
+            cpu_seconds: 1.0,
+        };
+        driver.sample(&[reading(old, 2 * GIB - GIB / 8)], 0, 0.1);
+        assert_eq!(driver.decide(None, 0.1), vec![Action::Suspend(young)]);
+        let begun = driver.begin_attempt(young).expect("it was started");
+        assert!(begun.suspended(), "it begins stopped");
+        // Past the budget the young job is killed and requeued: its attempt must still end.
+        driver.sample(&[reading(old, 2 * GIB + 1), reading(young, 1)], 0, 0.2);
+        assert_eq!(driver.decide(None, 0.2), vec![Action::Kill(young)]);
+        assert_eq!(driver.job(young).unwrap().state, JobState::Killed);
+        let ended = Ended {
+            succeeded: false,
+            out_of_memory: false,
+            cpu_seconds: 0.0,
+            max_rss: 0,
+        };
+        assert!(matches!(
+            driver.attempt_ended(young, ended, 0.3),
+            (AfterAttempt::Retry, true)
+        ));
+        assert_eq!(driver.job(young).unwrap().requeues, 1);
+    }
+
+    #[test]
+    fn a_job_killed_before_it_began_is_only_requeued() {
+        let mut driver = driver(2 * GIB, 2);
+        let (old, _) = driver.offer(with_history("old.o", GIB));
+        let (young, _) = driver.offer(with_history("young.o", GIB / 2));
+        driver.decide(None, 0.0);
+        driver.begin_attempt(old);
+        let over = Reading {
+            id: old,
+            bytes: 2 * GIB + 1,
+            cpu_seconds: 1.0,
+        };
+        driver.sample(&[over], 0, 0.1);
+        assert_eq!(driver.decide(None, 0.1), vec![], "nothing runs to kill");
+        assert_eq!(driver.job(young).unwrap().state, JobState::Queued);
+        assert!(driver.begin_attempt(young).is_none());
+    }
+
+    #[test]
+    fn out_of_memory_retries_alone_then_down_the_rungs_then_gives_up() {
+        let mut driver = driver(8 * GIB, 4);
+        let (id, _) = driver.offer(Offer {
+            lower_rungs: 1,
+            ..offer("big.o", 1)
+        });
+        let (beside, _) = driver.offer(offer("small.o", 2));
+        let attempt = |driver: &mut Driver, at: f64| {
+            let actions = driver.decide(None, at);
+            for started in started(&actions) {
+                driver.begin_attempt(started);
+            }
+            actions
+        };
+        assert_eq!(started(&attempt(&mut driver, 0.0)), vec![id, beside]);
+        let (after, _) = driver.attempt_ended(id, out_of_memory(5 * GIB), 1.0);
+        assert!(matches!(after, AfterAttempt::Retry));
+        let job = driver.job(id).unwrap();
+        assert!(job.alone && job.rung == 0 && job.oom_retries == 1);
+        assert!(
+            started(&attempt(&mut driver, 1.0)).is_empty(),
+            "waits to be alone"
+        );
+        driver.attempt_ended(beside, succeeded(1.0, GIB), 2.0);
+        assert_eq!(started(&attempt(&mut driver, 2.0)), vec![id]);
+        driver.attempt_ended(id, out_of_memory(6 * GIB), 3.0);
+        assert_eq!(driver.job(id).unwrap().rung, 1, "the lower-memory rung");
+        attempt(&mut driver, 3.0);
+        let (after, _) = driver.attempt_ended(id, out_of_memory(6 * GIB), 4.0);
+        let AfterAttempt::Done(finished) = after else {
+            panic!("nothing left to try");
+        };
+        assert_eq!((finished.job.attempts, finished.job.oom_retries), (3, 2));
+        assert!(!finished.succeeded);
+    }
+
+    #[test]
+    fn without_priorities_every_job_starts_at_nice_0() {
+        for priorities in [true, false] {
+            let mut driver = Driver::new(
+                Limits {
+                    budget: 8 * GIB,
+                    slots: 2,
+                },
+                priorities,
+            );
+            let profile = Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]);
+            let long = Offer {
+                past: Some(PastRun { peak: GIB, profile }),
+                ..offer("long.o", 1)
+            };
+            driver.offer(long);
+            let short = Offer {
+                waiting_seconds: 2.0,
+                ..offer("short.o", 2)
+            };
+            let (short, _) = driver.offer(short);
+            let nice = driver
+                .decide(None, 0.0)
+                .into_iter()
+                .find_map(|action| match action {
+                    Action::Start { id, nice } if id == short => Some(nice),
+                    _ => None,
+                });
+            assert_eq!(nice.unwrap() > 0, priorities, "priorities {priorities}");
+        }
+    }
+
+    #[test]
+    fn a_job_first_in_its_burst_holds_the_decision_for_a_longer_one_coming() {
+        let mut driver = driver(8 * GIB, 2);
+        let burst = |key: &str, path: f64| BurstOffer {
+            key: key.into(),
+            offered_ms: 0,
+            end_ms: 10_000,
+            path,
+        };
+        driver.set_bursts(Bursts::new([burst("short.o", 1.0), burst("long.o", 9.0)]));
+        assert!(
+            !driver.offer(offer("short.o", 1)).1,
+            "the long one is coming"
+        );
+        assert!(
+            driver.offer(offer("long.o", 1)).1,
+            "nothing longer is coming"
+        );
+    }
+}
