@@ -21,7 +21,7 @@ use headroom_size::Size;
 use headroom_store::{summary, BuildReport, History};
 
 use crate::config::{BuildOverrides, BuildSettings, FileConfig};
-use crate::output;
+use headroom_output as output;
 
 /// How long an interrupted build may take to stop before it is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
@@ -89,7 +89,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     }
     // Orphans of the build (a double-forked compiler) stay below headroom, where the governor
     // follows the build's processes.
-    crate::run::supervise::become_subreaper();
+    headroom_run::become_subreaper();
     let start = Instant::now();
     let mut build = Command::new(&args.command[0]);
     build.args(&args.command[1..]);

@@ -17,7 +17,7 @@ use headroom_probe::kernel_log;
 use headroom_size::format_size;
 use serde::{Deserialize, Serialize};
 
-use crate::doctor::ago;
+use headroom_doctor::ago;
 
 /// A memory failure was found (with `--kernel-log`: OOM kills were found).
 const EXIT_MEMORY: u8 = 0;

@@ -7,11 +7,8 @@
 mod build;
 mod config;
 mod diagnose;
-mod doctor;
 mod kernels;
-mod output;
 mod report;
-mod run;
 mod sim;
 
 use std::process::ExitCode;
@@ -48,9 +45,9 @@ enum Command {
     /// Render the last build, or a given report, as a summary, JSON or an HTML timeline.
     Report(report::ReportArgs),
     /// Record memory per stage of a command, classify its failure, walk a fallback ladder.
-    Run(run::RunArgs),
+    Run(headroom_run::RunArgs),
     /// Check this machine before a big build.
-    Doctor(doctor::DoctorArgs),
+    Doctor(headroom_doctor::DoctorArgs),
     /// Say why a build or job failed, from its log, a `headroom run` report, or the kernel log.
     Diagnose(diagnose::DiagnoseArgs),
     /// Build, cache, ship and resolve multi-target GPU kernels.
@@ -86,8 +83,8 @@ fn main() -> ExitCode {
         Command::Governor => headroom_govern::session::governor_main()
             .map(|()| 0)
             .map_err(Into::into),
-        Command::Run(args) => run::main(args),
-        Command::Doctor(args) => doctor::main(args),
+        Command::Run(args) => headroom_run::main(args),
+        Command::Doctor(args) => headroom_doctor::main(args),
         Command::Diagnose(args) => diagnose::main(args),
         Command::Kernels(args) => kernels::main(args),
         Command::Sim(args) => sim::main(args),

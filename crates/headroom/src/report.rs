@@ -8,7 +8,7 @@ use headroom_store::chart::{Limit, Series, Timeline};
 use headroom_store::{summary, BuildReport, History};
 
 use crate::build::write_json_report;
-use crate::output;
+use headroom_output as output;
 
 /// Arguments of `headroom report`.
 #[derive(clap::Args)]

@@ -13,7 +13,7 @@ use headroom_sim::{
 use headroom_size::Size;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::output;
+use headroom_output as output;
 
 /// Arguments of `headroom sim`.
 #[derive(clap::Args)]

@@ -151,7 +151,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
             Ok(0)
         }
         KernelsCommand::Export(export_args) => {
-            crate::output::check("export to", &export_args.file)?;
+            headroom_output::check("export to", &export_args.file)?;
             let summary =
                 bundle::export(&open_cache()?, &export_args.file, &export_args.kernels)
                     .with_context(|| format!("exporting to {}", export_args.file.display()))?;

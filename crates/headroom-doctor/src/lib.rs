@@ -520,7 +520,7 @@ pub fn render(findings: &Findings) -> String {
 }
 
 /// `42 s ago`, `17 min ago`, `5.2 h ago`, `3.0 days ago`.
-pub(crate) fn ago(seconds: f64) -> String {
+pub fn ago(seconds: f64) -> String {
     let seconds = seconds.max(0.0);
     match seconds {
         s if s < 120.0 => format!("{s:.0} s ago"),

@@ -4,7 +4,7 @@
 mod devices;
 mod report;
 mod stages;
-pub(crate) mod supervise;
+mod supervise;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -16,9 +16,10 @@ use regex::Regex;
 
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
 use stages::StageDetector;
+pub use supervise::become_subreaper;
 use supervise::{Launch, Signals};
 
-use crate::output;
+use headroom_output as output;
 
 /// Exit status when CMD cannot be found, as shells do.
 const EXIT_NOT_FOUND: u8 = 127;
