@@ -32,8 +32,9 @@ pub struct DoctorArgs {
     /// 1.4–1.9 GiB, an nvcc flash-attention job about 4.5 GB).
     #[arg(long, default_value = "1.5G", value_name = "SIZE", value_parser = parse_job_memory)]
     job_memory: u64,
-    /// The build history to check projects against.
-    #[arg(long, value_name = "FILE", env = "HEADROOM_HISTORY")]
+    /// The build history to check projects against [default: the one `headroom build`
+    /// writes, `history.sqlite` in HEADROOM_STATE_DIR].
+    #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
 }
 
@@ -303,7 +304,7 @@ fn check_history(path: PathBuf, budget: u64) -> HistoryCheck {
     if !path.exists() {
         return HistoryCheck {
             path: display,
-            note: Some("no build history yet: `headroom build -- …` records one (set HEADROOM_HISTORY or --history to use another file)".into()),
+            note: Some("no build history yet: `headroom build -- …` records one (set HEADROOM_STATE_DIR, or pass --history, to use another one)".into()),
             projects: Vec::new(),
         };
     }

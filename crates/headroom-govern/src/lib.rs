@@ -20,3 +20,4 @@ pub mod protocol;
 pub mod session;
 pub mod shim;
 pub mod shimdir;
+pub mod state;

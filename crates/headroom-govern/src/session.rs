@@ -12,8 +12,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use headroom_paths::state_dir;
-
 use crate::governor::{serve, GovernorConfig};
 use crate::intercept;
 use crate::protocol::{read_frame, write_frame, Reply, Request};
@@ -68,8 +66,13 @@ impl Session {
     /// governor process (`exe __governor`, in its own process group so a Ctrl-C aimed at the
     /// build reaches it only through an orderly shutdown). Without an interceptor nothing is
     /// governed, so the config's parallelism variables are dropped.
-    pub fn start(exe: &Path, config: &GovernorConfig) -> Result<Session, SessionError> {
-        let shim_dir = state_dir().join("shims");
+    /// The shims and the interceptor go under `state_dir` (see [`crate::state`]).
+    pub fn start(
+        exe: &Path,
+        config: &GovernorConfig,
+        state_dir: &Path,
+    ) -> Result<Session, SessionError> {
+        let shim_dir = state_dir.join("shims");
         // The small shim binary installed beside headroom starts faster than headroom itself.
         let small_shim = exe.with_file_name("headroom-shim");
         let shim_exe = if small_shim.is_file() {
@@ -81,7 +84,7 @@ impl Session {
             path: shim_dir.clone(),
             source,
         })?;
-        let library_dir = state_dir().join("lib");
+        let library_dir = state_dir.join("lib");
         let interceptor = intercept::install(&library_dir).map_err(|err| {
             format!(
                 "cannot write the interceptor into {} ({err}; set HEADROOM_STATE_DIR to a \

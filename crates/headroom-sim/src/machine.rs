@@ -34,6 +34,15 @@ impl FromStr for Machine {
         if cores == 0 {
             return Err(invalid("a machine needs at least 1 core".into()));
         }
+        // A bare number would be bytes, which no machine has: `16/32` means 32 GiB to the
+        // person who wrote it, so it is refused rather than read as 32 bytes.
+        if memory.trim().ends_with(|c: char| c.is_ascii_digit()) {
+            return Err(invalid(format!(
+                "the memory `{}` has no unit; write it with one, like `{}G`",
+                memory.trim(),
+                memory.trim()
+            )));
+        }
         let memory = parse_size(memory).map_err(|err| invalid(err.to_string()))?;
         if memory == 0 {
             return Err(invalid("a machine needs some memory".into()));
@@ -68,6 +77,11 @@ mod tests {
             }
         );
         assert_eq!(machine.to_string(), "16c/64G");
+        let bare = "16/32".parse::<Machine>().unwrap_err().to_string();
+        assert!(
+            bare.contains("has no unit") && bare.contains("`32G`"),
+            "{bare}"
+        );
         assert_eq!("192/1T".parse::<Machine>().expect("valid").memory, 1 << 40);
         assert!("16c".parse::<Machine>().is_err());
         assert!("0c/8G".parse::<Machine>().is_err());

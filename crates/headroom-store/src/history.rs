@@ -403,6 +403,14 @@ impl History {
             .ok_or(StoreError::Empty)
     }
 
+    /// The most recent build that ran at least one job, if any did: a no-op rebuild (`make:
+    /// 'app' is up to date.`) is recorded, but is not the build a user asks about.
+    pub fn last_build_with_jobs(&self) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row("SELECT MAX(build_id) FROM jobs", [], |row| row.get(0))
+            .map_err(|e| self.sqlite(e))
+    }
+
     /// The jobs of each of the `count` most recent builds, newest build first.
     pub fn recent_builds_jobs(&self, count: usize) -> Result<Vec<Vec<JobRecord>>, StoreError> {
         let ids: Vec<i64> = self
@@ -750,6 +758,9 @@ mod tests {
             "a failed run teaches nothing"
         );
         assert_eq!(history.last_build_id().unwrap(), id);
+        let no_op = history.begin_build(&build()).unwrap();
+        assert_eq!(history.last_build_id().unwrap(), no_op);
+        assert_eq!(history.last_build_with_jobs().unwrap(), Some(id));
         let report = history.load_build(id).unwrap();
         assert_eq!(report.jobs, vec![job(0, "a", 100), failed]);
         assert_eq!(report.samples.len(), 1);
@@ -757,7 +768,7 @@ mod tests {
         assert_eq!(report.build.parallelism_set, build().parallelism_set);
         assert!(report.outside.is_empty());
         assert!(matches!(
-            history.load_build(id + 1),
+            history.load_build(no_op + 1),
             Err(StoreError::NoSuchBuild(_))
         ));
     }

@@ -1,4 +1,4 @@
-//! `headroom build -- CMD…`: runs an unchanged build command as parallel as memory allows.
+//! `headroom build CMD…`: runs an unchanged build command as parallel as memory allows.
 //!
 //! The CLI works out the budget, starts a governed session (`headroom_govern::session`), runs
 //! CMD with the shims first on PATH, and at the end prints the summary. It exits with CMD's
@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
 use headroom_govern::session::Session;
+use headroom_govern::state::BuildState;
 use headroom_probe::procs;
 use headroom_size::Size;
 use headroom_store::{summary, BuildReport, History};
@@ -31,7 +32,12 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 pub struct BuildArgs {
     /// Memory the build's jobs may use together: a size (`6G`, `1.5GiB`), a percentage of
     /// available memory (`70%`) or `auto` (available memory or cgroup room, minus a reserve).
-    #[arg(long, env = "HEADROOM_BUDGET", value_name = "SIZE|PERCENT")]
+    #[arg(
+        long,
+        env = "HEADROOM_BUDGET",
+        value_name = "SIZE|PERCENT",
+        allow_hyphen_values = true
+    )]
     budget: Option<String>,
     /// Most jobs that run at once [default: the number of CPUs].
     #[arg(long, short = 'j', env = "HEADROOM_JOBS", value_name = "N")]
@@ -59,7 +65,8 @@ pub struct BuildArgs {
     #[arg(long)]
     no_history: bool,
     /// The build command, unchanged: `make -j8`, `ninja`, `cmake --build build`, `pip install .`…
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// (a `--` before it is allowed, and needed only when CMD starts with `-`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -80,8 +87,12 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let governed = start_session(&overrides, !args.no_history, command, true)?;
-    let (session, history) = (governed.session, governed.history);
+    let Governed {
+        session,
+        history,
+        _state,
+        ..
+    } = start_session(&overrides, !args.no_history, command, true)?;
 
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -134,6 +145,8 @@ pub struct Governed {
     /// The history the governor writes, unless disabled.
     pub history: Option<PathBuf>,
     pub settings: BuildSettings,
+    /// Kept until the work is reported: a temporary state directory lives as long as this.
+    _state: BuildState,
 }
 
 /// Merges the settings, resolves the budget and starts a governor for `command` (a description
@@ -158,7 +171,8 @@ pub fn start_session(
             Size(room)
         );
     }
-    let history = use_history.then(History::default_path);
+    let state = BuildState::for_build();
+    let history = use_history.then(|| state.history().to_path_buf());
     let config = GovernorConfig {
         budget: budget.bytes,
         budget_source: budget.source,
@@ -179,11 +193,12 @@ pub fn start_session(
         },
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
-    let session = Session::start(&exe, &config)?;
+    let session = Session::start(&exe, &config, state.dir())?;
     Ok(Governed {
         session,
         history,
         settings,
+        _state: state,
     })
 }
 

@@ -13,7 +13,7 @@ mod sim;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exit code for headroom's own failures (bad flags, unreadable files, ...).
 /// A wrapped command's own exit code is passed through unchanged.
@@ -21,11 +21,42 @@ const EXIT_HEADROOM_ERROR: u8 = 2;
 /// The tracing filter for headroom's diagnostics (`-v` sets it when it is unset).
 const LOG_ENV: &str = "HEADROOM_LOG";
 
+/// Every environment variable headroom reads, in `--help` and the man page: one name per
+/// concept, whatever the command. `tests/cli.rs` checks that each `HEADROOM_*` the code
+/// reads is here.
+const ENVIRONMENT: &str = "\
+Environment:
+  HEADROOM_BUDGET, HEADROOM_JOBS, HEADROOM_LOWER_FLAGS, HEADROOM_NO_PRIORITIES
+      Defaults for `build`'s --budget, --jobs, --lower-flags and --no-priorities.
+  HEADROOM_STATE_DIR
+      The build history, the shim directory and the interceptor
+      [default: $XDG_STATE_HOME/headroom, else ~/.local/state/headroom].
+  HEADROOM_CONFIG
+      The user's settings file [default: $XDG_CONFIG_HOME/headroom/config.toml, else
+      ~/.config/headroom/config.toml]; a project's headroom.toml is found upwards from the
+      current directory.
+  HEADROOM_LOG
+      A tracing filter for headroom's own diagnostics (`-v` sets `info`, `-vv` `debug`).
+  HEADROOM_RUN_INTERVAL, HEADROOM_RUN_MEMORY_LIMIT
+      Defaults for `run`'s --interval and --memory-limit.
+  HEADROOM_KERNEL_MANIFEST, HEADROOM_KERNEL_CACHE, HEADROOM_KERNEL_CACHE_MAX
+      `kernels`: the manifest, the cache directory [default: $XDG_CACHE_HOME/headroom/kernels,
+      else ~/.cache/headroom/kernels] and the cache's size limit.
+  HEADROOM_CLANG
+      `kernels`: the clang used for GPU targets [default: the first of clang-19, clang-20,
+      clang-21, clang-18 and clang on PATH].
+  CUDA_HOME, CUDA_PATH
+      `kernels`: where nvcc is looked for before PATH.
+  HEADROOM_SIM_MACHINES
+      The default of `sim`'s --machine.
+";
+
 #[derive(Parser)]
 #[command(
     name = "headroom",
     version,
-    about = "Keep memory-hungry builds and jobs inside the memory the machine really has"
+    about = "Keep memory-hungry builds and jobs inside the memory the machine really has",
+    after_long_help = ENVIRONMENT
 )]
 struct Cli {
     /// Say more on stderr: `-v` every decision of the governor (each start, suspension,
@@ -54,6 +85,14 @@ enum Command {
     Kernels(kernels::KernelsArgs),
     /// Simulate scheduling policies on recorded build traces.
     Sim(sim::SimArgs),
+    /// Print a completion script for a shell: `headroom completions bash >
+    /// /usr/share/bash-completion/completions/headroom`.
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print headroom's man page (roff): `headroom man > /usr/local/share/man/man1/headroom.1`.
+    Man,
     /// The per-build governor process, started by `headroom build`.
     #[command(name = headroom_govern::session::GOVERNOR_SUBCOMMAND, hide = true)]
     Governor,
@@ -67,7 +106,19 @@ fn main() -> ExitCode {
     {
         headroom_govern::shim::main(argv);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return clap_error(&err),
+    };
+    if matches!(
+        cli.command,
+        Command::Report(_) | Command::Completions { .. } | Command::Man | Command::Sim(_)
+    ) {
+        // Commands whose output is read through a pipe (`| less`, `| head`) end quietly when
+        // the reader does, as other command-line tools do, instead of failing on EPIPE.
+        // SAFETY: restoring a signal's default disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if cli.verbose > 0 && std::env::var_os(LOG_ENV).is_none() {
         // Through the environment, so the governor process and the rest of headroom's
         // processes say as much.
@@ -88,6 +139,19 @@ fn main() -> ExitCode {
         Command::Diagnose(args) => diagnose::main(args),
         Command::Kernels(args) => kernels::main(args),
         Command::Sim(args) => sim::main(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "headroom",
+                &mut std::io::stdout(),
+            );
+            Ok(0)
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| 0)
+            .map_err(Into::into),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -96,6 +160,19 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_HEADROOM_ERROR)
         }
     }
+}
+
+/// Help and version go to stdout as clap prints them; a mistake on the command line is
+/// reported in headroom's one error style (`headroom: error: …`), with clap's usage and tip.
+fn clap_error(err: &clap::Error) -> ExitCode {
+    if !err.use_stderr() {
+        let _ = err.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = err.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    eprint!("headroom: error: {text}");
+    ExitCode::from(EXIT_HEADROOM_ERROR)
 }
 
 /// The error and each of its causes once. Most of our errors name their cause in their own

@@ -31,7 +31,8 @@ pub fn main(args: ReportArgs) -> Result<u8> {
         ("--html", args.html.as_deref()),
     ])?;
     let report = load(args.build.as_deref())?;
-    eprint!("{}", summary::render(&report));
+    // The summary is this command's output: it goes to stdout, for `less` or a file.
+    print!("{}", summary::render(&report));
     if let Some(path) = &args.json {
         write_json_report(&report, "--json", path)?;
     }
@@ -64,9 +65,24 @@ pub(crate) fn load(which: Option<&str>) -> Result<BuildReport> {
     let history = History::open(&path)?;
     let id = match which {
         Some(id) => id.parse()?,
-        None => history.last_build_id()?,
+        None => last_real_build(&history)?,
     };
     Ok(history.load_build(id)?)
+}
+
+/// The last build that ran a job; a newer no-op rebuild is named but does not hide it.
+fn last_real_build(history: &History) -> Result<i64> {
+    let last = history.last_build_id()?;
+    Ok(match history.last_build_with_jobs()? {
+        Some(id) if id != last => {
+            eprintln!(
+                "headroom: build {last}, the last one, ran no job (nothing to rebuild); \
+                 showing build {id}, the last that did (`headroom report {last}` shows it)"
+            );
+            id
+        }
+        _ => last,
+    })
 }
 
 /// One stacked series per job, with the budget as the limit line.

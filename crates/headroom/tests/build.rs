@@ -763,6 +763,33 @@ fn parent_of(pid: i32) -> Option<i32> {
 }
 
 #[test]
+fn a_state_directory_or_history_that_cannot_be_used_still_gives_a_governed_build_and_its_report() {
+    let project = Project::new();
+    project.makefile(&[
+        ("a.o", "--mem 50 --ms 200".into()),
+        ("b.o", "--mem 80 --ms 200".into()),
+    ]);
+    // A file where the state directory should be (a read-only HOME as root can be), and a
+    // directory where the history file should be.
+    project.write("blocked", "");
+    std::fs::create_dir_all(project.path("state/history.sqlite")).unwrap();
+    for (state_dir, says) in [
+        (project.path("blocked/headroom"), "cannot write to"),
+        (project.path("state"), "temporary history"),
+    ] {
+        let output = project
+            .headroom(&["--report", "report.json", "make", "-B"])
+            .env("HEADROOM_STATE_DIR", &state_dir)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+        assert!(stderr(&output).contains("2 jobs"), "{}", stderr(&output));
+        assert_eq!(project.report().jobs.len(), 2, "governed, and reported");
+    }
+}
+
+#[test]
 fn report_renders_the_last_build_as_html_and_json() {
     let project = Project::new();
     project.makefile(&[
@@ -770,12 +797,24 @@ fn report_renders_the_last_build_as_html_and_json() {
         ("b.o", "--mem 80 --ms 400".into()),
     ]);
     assert!(project.run(&["--", "make"]).status.success());
+    // A no-op rebuild (written without `--`) does not hide the build that ran the jobs.
+    assert!(project.run(&["make"]).status.success());
     let output = project
         .command("report")
         .args(["--html", "timeline.html", "--json", "again.json"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("a.o"),
+        "the summary is on stdout: {summary}"
+    );
+    assert!(
+        stderr(&output).contains("ran no job"),
+        "{}",
+        stderr(&output)
+    );
     let html = std::fs::read_to_string(project.path("timeline.html")).unwrap();
     assert!(
         html.contains("<svg") && html.contains("a.o") && html.contains("budget"),

@@ -12,7 +12,8 @@ fn doctor(args: &[&str], history: &std::path::Path) -> (Option<i32>, String, Str
     let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .arg("doctor")
         .args(args)
-        .env("HEADROOM_HISTORY", history)
+        .arg("--history")
+        .arg(history)
         .output()
         .expect("run headroom doctor");
     (

@@ -1,0 +1,122 @@
+//! The command line without surprises: every variable headroom reads is in `--help`, a
+//! mistake is reported in headroom's one error style, and completions and the man page come
+//! from the same definitions as the parser.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .expect("run headroom")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Variables between headroom's own processes, or for its tests: not for users.
+const INTERNAL: &[&str] = &[
+    "HEADROOM_JOB",                // set by the shim in a job's environment
+    "HEADROOM_SOCKET",             // the governor's socket, for the shims
+    "HEADROOM_SHIM_DIR",           // the shim directory, for the shims
+    "HEADROOM_LAUNCHER",           // the launcher, for the interceptor
+    "HEADROOM_GOVERNOR_CONFIG",    // the CLI's configuration for the governor
+    "HEADROOM_SAMPLE_INTERVAL_MS", // a hidden flag for tests and benchmarks
+];
+
+/// Every `"HEADROOM_…"` string in the non-test sources of the workspace's crates.
+fn variables_read() -> Vec<String> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    let mut dirs = vec![crates];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !["tests", "benches", "target", "headroom-fakecc"].contains(&name.as_str()) {
+                    dirs.push(path);
+                }
+            } else if name.ends_with(".rs") || name.ends_with(".c") {
+                let source = std::fs::read_to_string(&path).unwrap();
+                // Only what comes before a file's unit tests.
+                let source = source.split("#[cfg(test)]").next().unwrap();
+                for piece in source.split("\"HEADROOM_").skip(1) {
+                    let variable: String = piece
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                        .collect();
+                    if piece[variable.len()..].starts_with('"') {
+                        found.push(format!("HEADROOM_{variable}"));
+                    }
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn every_variable_headroom_reads_is_in_its_help() {
+    let help = text(&headroom(&["--help"]).stdout);
+    let read = variables_read();
+    assert!(read.len() > 10, "the scan finds the variables: {read:?}");
+    let missing: Vec<&String> = read
+        .iter()
+        .filter(|variable| !INTERNAL.contains(&variable.as_str()))
+        .filter(|variable| !variable.starts_with("HEADROOM_TEST_"))
+        .filter(|variable| !help.contains(variable.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "not in `headroom --help`: {missing:?}");
+}
+
+#[test]
+fn mistakes_on_the_command_line_are_reported_in_one_style() {
+    for args in [
+        &["build", "--no-such-flag", "make"][..],
+        &["build", "--budget", "-5", "make"],
+        &["sim", "--machine", "16/32", "trace.json"],
+        &["report", "no-such-report.json"],
+    ] {
+        let output = headroom(args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("headroom: error: "),
+            "{args:?}: {stderr}"
+        );
+    }
+    let budget = text(&headroom(&["build", "--budget", "-5", "make"]).stderr);
+    assert!(
+        budget.contains("--budget") && budget.contains("`6G`"),
+        "{budget}"
+    );
+    let machine = text(&headroom(&["sim", "--machine", "16/32", "trace.json"]).stderr);
+    assert!(machine.contains("`32G`"), "{machine}");
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_parser() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = headroom(&["completions", shell]);
+        assert!(output.status.success(), "{shell}");
+        let script = text(&output.stdout);
+        assert!(
+            script.contains("lower-flags") && script.contains("diagnose"),
+            "{shell}"
+        );
+    }
+    let man = text(&headroom(&["man"]).stdout);
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH headroom 1"),
+        "{man}"
+    );
+    assert!(
+        man.contains("HEADROOM_STATE_DIR"),
+        "the environment is in the man page"
+    );
+}
