@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod chrome_trace;
+
 /// Version of the JSON report layout; bumped on incompatible changes.
 pub const REPORT_SCHEMA: u32 = 1;
 

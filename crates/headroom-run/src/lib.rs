@@ -5,6 +5,7 @@ mod devices;
 mod report;
 mod stages;
 mod supervise;
+mod trace;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -54,6 +55,10 @@ pub struct RunArgs {
     /// Write an mprof-compatible `.dat` file (`mprof plot FILE`).
     #[arg(long, value_name = "FILE")]
     mprof: Option<PathBuf>,
+    /// Write a Chrome trace (ui.perfetto.dev, chrome://tracing): rungs and stages as slices,
+    /// RSS, GPU memory and MemAvailable as counters, an event where a rung ran out of memory.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// The command to run, after `--`.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -124,6 +129,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
         ("--json", args.json.as_deref()),
         ("--html", args.html.as_deref()),
         ("--mprof", args.mprof.as_deref()),
+        ("--trace", args.trace.as_deref()),
     ])?;
     let mut rungs = vec![Rung {
         argv: args.command.clone(),
@@ -259,6 +265,11 @@ fn write_outputs(args: &RunArgs, report: &Report) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.mprof {
         output::write("--mprof", path, report::render_mprof(report).as_bytes())?;
+    }
+    if let Some(path) = &args.trace {
+        let json = serde_json::to_string(&trace::render(report))
+            .context("cannot encode the trace as JSON")?;
+        output::write("--trace", path, json.as_bytes())?;
     }
     Ok(())
 }

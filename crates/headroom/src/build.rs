@@ -45,6 +45,10 @@ pub struct BuildArgs {
     /// Write the build report as JSON to FILE.
     #[arg(long, value_name = "FILE", conflicts_with = "no_history")]
     report: Option<PathBuf>,
+    /// Write the build as a Chrome trace to FILE, for ui.perfetto.dev or chrome://tracing:
+    /// each job a slice on its slot's track, memory and budget counters, kills and OOMs.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_history")]
+    trace: Option<PathBuf>,
     /// Let jobs that run out of memory even alone be rebuilt with lower-memory flags
     /// (`-g0`, then `-O1`, then `-O0` and small GC parameters); the report lists them.
     #[arg(long, env = "HEADROOM_LOWER_FLAGS")]
@@ -71,9 +75,10 @@ pub struct BuildArgs {
 }
 
 pub fn main(args: BuildArgs) -> Result<u8> {
-    if let Some(path) = &args.report {
-        output::check("--report", path)?;
-    }
+    output::check_all([
+        ("--report", args.report.as_deref()),
+        ("--trace", args.trace.as_deref()),
+    ])?;
     let overrides = BuildOverrides {
         budget: args.budget.clone(),
         jobs: args.jobs,
@@ -125,7 +130,9 @@ pub fn main(args: BuildArgs) -> Result<u8> {
 
     let build_id = session.finish(Some(exit_code), was_interrupted);
     match (build_id, history) {
-        (Some(Some(id)), Some(path)) => report(&path, id, args.report.as_deref())?,
+        (Some(Some(id)), Some(path)) => {
+            report(&path, id, args.report.as_deref(), args.trace.as_deref())?
+        }
         (None, _) => eprintln!(
             "headroom: warning: the governor stopped before the build ended; the build ran ungoverned from then on and has no report ({:.1} s)",
             start.elapsed().as_secs_f64()
@@ -260,14 +267,23 @@ fn exit_code_of(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Prints the summary of build `id` and writes the JSON report if asked.
-fn report(history: &Path, id: i64, json: Option<&Path>) -> Result<()> {
+/// Prints the summary of build `id` and writes the JSON report and the trace if asked.
+fn report(history: &Path, id: i64, json: Option<&Path>, trace: Option<&Path>) -> Result<()> {
     let report = History::open(history)?.load_build(id)?;
     eprint!("{}", summary::render(&report));
     if let Some(path) = json {
         write_json_report(&report, "--report", path)?;
     }
+    if let Some(path) = trace {
+        write_trace(&report, "--trace", path)?;
+    }
     Ok(())
+}
+
+/// Writes a build as a Chrome trace, given with `flag`.
+pub fn write_trace(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
+    let trace = headroom_store::model::chrome_trace::build_trace(report);
+    output::write(flag, path, serde_json::to_string(&trace)?.as_bytes())
 }
 
 /// Writes a build report as JSON, given with `flag`.

@@ -796,7 +796,22 @@ fn report_renders_the_last_build_as_html_and_json() {
         ("a.o", "--mem 50 --ms 400".into()),
         ("b.o", "--mem 80 --ms 400".into()),
     ]);
-    assert!(project.run(&["--", "make"]).status.success());
+    assert!(project
+        .run(&["--trace", "build-trace.json", "--", "make"])
+        .status
+        .success());
+    // Read back by real trace readers in headroom-run's tests/chrome_trace.rs; here, that
+    // `build --trace` writes one with a slice per job.
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(project.path("build-trace.json")).unwrap()).unwrap();
+    let slices: Vec<&str> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["ph"] == "X")
+        .filter_map(|event| event["name"].as_str())
+        .collect();
+    assert_eq!(slices.len(), 2, "{slices:?}");
     // A no-op rebuild (written without `--`) does not hide the build that ran the jobs.
     assert!(project.run(&["make"]).status.success());
     let output = project
