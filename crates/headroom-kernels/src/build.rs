@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::cache::{self, Cache, CacheError, Entry, KeyRecord, SCHEMA_VERSION};
 use crate::exec::{self, Job, Outcome};
 use crate::inspect;
-use crate::manifest::{Kernel, Language, Manifest};
+use crate::manifest::{Kernel, Language, Manifest, UnknownKernel};
 use crate::resolve::{Format, PtxIsa};
 use crate::target::{Backend, Target};
 use crate::toolchain::{self, Recipe, Toolchain, ToolchainError, ToolchainKind, Toolchains};
@@ -61,9 +61,16 @@ pub enum PairStatus {
     Failed {
         error: String,
     },
-    /// No toolchain for it on this machine.
+    /// No toolchain for it on this machine, though one could be installed: the build is
+    /// incomplete, as with a failure.
     Skipped {
         error: String,
+    },
+    /// Its toolchain cannot exist on this operating system (Metal off macOS): shown as skipped,
+    /// with the reason, and no failure.
+    #[serde(rename = "skipped")]
+    Unsupported {
+        reason: String,
     },
 }
 
@@ -111,8 +118,21 @@ pub enum BuildError {
     Toolchain(#[from] ToolchainError),
     #[error("{0}\npass --keep-going to build the other kernels anyway")]
     MissingToolchains(String),
-    #[error("no kernel named {names} in the manifest; check --kernel")]
-    UnknownKernel { names: String },
+    #[error(transparent)]
+    UnknownKernel(#[from] UnknownKernel),
+    #[error("kernel `{kernel}`: cannot read its source {path}: {source}; fix its `sources` entry in {manifest}")]
+    Source {
+        kernel: String,
+        path: PathBuf,
+        manifest: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("kernel `{kernel}`: cannot read {path}, which its sources include: {source}; make it readable")]
+    Header {
+        kernel: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "cannot prepare a build directory: {0}; check that the temp directory (TMPDIR) is writable"
     )]
@@ -138,12 +158,27 @@ fn missing_toolchain_message(kernel: &Kernel) -> String {
     )
 }
 
-/// Hashes the sources of a kernel and every header they include.
-fn hash_inputs(kernel: &Kernel) -> Result<blake3::Hash, CacheError> {
+/// Why none of the kernel's toolchains can exist on this operating system, when none can.
+fn impossible_here(kernel: &Kernel) -> Option<&'static str> {
+    let reasons: Option<Vec<&str>> = kernel
+        .toolchains
+        .iter()
+        .map(|kind| kind.impossible_here())
+        .collect();
+    reasons?.first().copied()
+}
+
+/// Hashes the sources of a kernel (listed in `manifest`) and every header they include.
+fn hash_inputs(kernel: &Kernel, manifest: &Path) -> Result<blake3::Hash, BuildError> {
     let mut hasher = blake3::Hasher::new();
     for source in &kernel.sources {
         hasher.update(b"source\0");
-        hasher.update(&cache::read_file(source)?);
+        hasher.update(&std::fs::read(source).map_err(|err| BuildError::Source {
+            kernel: kernel.name.clone(),
+            path: source.clone(),
+            manifest: manifest.to_path_buf(),
+            source: err,
+        })?);
     }
     for header in crate::deps::included_files(&kernel.sources, &kernel.include_dirs) {
         hasher.update(b"header\0");
@@ -153,7 +188,13 @@ fn hash_inputs(kernel: &Kernel) -> Result<blake3::Hash, CacheError> {
                 .map(|name| name.as_encoded_bytes())
                 .unwrap_or_default(),
         );
-        hasher.update(&cache::read_file(&header)?);
+        hasher.update(
+            &std::fs::read(&header).map_err(|source| BuildError::Header {
+                kernel: kernel.name.clone(),
+                path: header.clone(),
+                source,
+            })?,
+        );
     }
     Ok(hasher.finalize())
 }
@@ -412,9 +453,13 @@ pub fn build(
         .map(String::as_str)
         .collect();
     if !unknown.is_empty() {
-        return Err(BuildError::UnknownKernel {
-            names: unknown.join(", "),
-        });
+        return Err(UnknownKernel {
+            wanted: unknown.into_iter().map(String::from).collect(),
+            place: format!("the manifest {}", manifest.path.display()),
+            known: manifest.names(),
+            advice: "check --kernel",
+        }
+        .into());
     }
     let kernels: Vec<&Kernel> = manifest
         .kernels
@@ -437,23 +482,27 @@ pub fn build(
     let mut jobs = Vec::new();
     let mut missing = Vec::new();
     for kernel in kernels {
+        let inputs = hash_inputs(kernel, &manifest.path)?;
         let Some(toolchain) = toolchains.pick(&kernel.toolchains)? else {
-            let error = missing_toolchain_message(kernel);
-            for target in &kernel.targets {
-                pairs.push(PairReport {
-                    kernel: kernel.name.clone(),
-                    target: target.clone(),
-                    status: PairStatus::Skipped {
-                        error: error.clone(),
-                    },
-                    artifact: None,
-                    toolchain: None,
-                });
-            }
-            missing.push(error);
+            let status = match impossible_here(kernel) {
+                Some(reason) => PairStatus::Unsupported {
+                    reason: reason.to_string(),
+                },
+                None => {
+                    let error = missing_toolchain_message(kernel);
+                    missing.push(error.clone());
+                    PairStatus::Skipped { error }
+                }
+            };
+            pairs.extend(kernel.targets.iter().map(|target| PairReport {
+                kernel: kernel.name.clone(),
+                target: target.clone(),
+                status: status.clone(),
+                artifact: None,
+                toolchain: None,
+            }));
             continue;
         };
-        let inputs = hash_inputs(kernel)?;
         // (translation unit, output directory), made when the kernel's first job is queued.
         let mut kernel_scratch: Option<(PathBuf, PathBuf)> = None;
         for target in &kernel.targets {

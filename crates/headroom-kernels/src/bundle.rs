@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, Cache, CacheError, Entry};
-use crate::manifest::is_valid_kernel_name;
+use crate::manifest::{is_valid_kernel_name, UnknownKernel};
 
 /// The first member of every bundle.
 pub const BUNDLE_MANIFEST: &str = "headroom-bundle.json";
@@ -42,11 +42,15 @@ struct BundleArtifact {
 pub enum BundleError {
     #[error(transparent)]
     Cache(#[from] CacheError),
-    #[error("bundle {path}: {source}; check the file name given to export/import")]
-    Io { path: PathBuf, source: io::Error },
+    #[error("cannot write the bundle {path}: {source}; check that its directory is writable, or write it elsewhere")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("cannot read the bundle {path}: {source}; give the path of a bundle that `headroom kernels export` wrote")]
+    Read { path: PathBuf, source: io::Error },
     #[error("artifact {path} is missing or corrupt in the cache; run `headroom kernels build` again before exporting")]
     BadArtifact { path: PathBuf },
-    #[error("refusing bundle: {0}")]
+    #[error(transparent)]
+    UnknownKernel(#[from] UnknownKernel),
+    #[error("refusing bundle: {0}; it was not written by `headroom kernels export` or was changed since, so export it again")]
     Rejected(String),
 }
 
@@ -74,12 +78,28 @@ pub fn export(
     path: &Path,
     kernels: &[String],
 ) -> Result<BundleSummary, BundleError> {
-    let io_error = |source| BundleError::Io {
+    let io_error = |source| BundleError::Write {
         path: path.to_path_buf(),
         source,
     };
+    let entries = cache.entries()?;
+    let known: BTreeSet<&String> = entries.iter().map(|entry| &entry.kernel).collect();
+    let unknown: Vec<String> = kernels
+        .iter()
+        .filter(|name| !known.contains(name))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        return Err(UnknownKernel {
+            wanted: unknown,
+            place: format!("the cache {}", cache.root().display()),
+            known: known.into_iter().cloned().collect(),
+            advice: "check --kernel",
+        }
+        .into());
+    }
     let mut members = Vec::new();
-    for entry in cache.entries()? {
+    for entry in entries {
         if !kernels.is_empty() && !kernels.contains(&entry.kernel) {
             continue;
         }
@@ -183,7 +203,7 @@ fn is_plain_relative(path: &Path) -> bool {
 
 /// Verifies every member of the bundle at `path` and adds its artifacts to the cache.
 pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> {
-    let io_error = |source| BundleError::Io {
+    let io_error = |source| BundleError::Read {
         path: path.to_path_buf(),
         source,
     };

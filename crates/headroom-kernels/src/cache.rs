@@ -14,7 +14,7 @@
 //! deleted and reported as a miss, so it is rebuilt.
 
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -557,15 +557,6 @@ fn remove_stale_temp_files(dir: &Path) -> Result<usize, CacheError> {
         }
     }
     Ok(removed)
-}
-
-/// Reads a file fully; used for artifacts a compiler just wrote.
-pub fn read_file(path: &Path) -> Result<Vec<u8>, CacheError> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut file| file.read_to_end(&mut bytes))
-        .map_err(io_error(path))?;
-    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ pub struct Manifest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("cannot read the kernel manifest {path}: {source}; pass its location with --manifest")]
+    #[error("cannot read the kernel manifest {path}: {source}; pass its location with --manifest or HEADROOM_KERNEL_MANIFEST")]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -110,6 +110,39 @@ pub enum ManifestError {
         column: usize,
         message: String,
     },
+}
+
+/// A kernel name asked for (`--kernel`, `resolve NAME`) that the manifest or cache lacks, with
+/// the names it has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no kernel named {} in {place}; {}; {advice}",
+    quoted(wanted),
+    known_names(known)
+)]
+pub struct UnknownKernel {
+    pub wanted: Vec<String>,
+    /// Where the names were looked for: `the manifest kernels.toml`.
+    pub place: String,
+    pub known: Vec<String>,
+    /// What to do about it: `check --kernel`.
+    pub advice: &'static str,
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn known_names(known: &[String]) -> String {
+    if known.is_empty() {
+        "there are none".to_string()
+    } else {
+        format!("the kernels there are {}", quoted(known))
+    }
 }
 
 /// 1-based line and column of a byte offset.
@@ -133,12 +166,22 @@ pub(crate) fn is_valid_kernel_name(name: &str) -> bool {
 }
 
 impl Manifest {
+    /// Reads and parses the manifest at `path`, made absolute so that its kernels' paths are.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-            path: path.to_path_buf(),
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Read {
+            path: path.clone(),
             source,
         })?;
-        Self::parse(&text, path)
+        Self::parse(&text, &path)
+    }
+
+    /// The kernel names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.kernels
+            .iter()
+            .map(|kernel| kernel.name.clone())
+            .collect()
     }
 
     /// Parses manifest text; relative paths are taken from the directory of `path`.
@@ -345,5 +388,26 @@ cuda-output = "fatbin"
             .unwrap_err()
             .to_string();
         assert!(err.contains("--manifest"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_kernel_lists_the_known_ones() {
+        let unknown = |known: &[&str]| {
+            UnknownKernel {
+                wanted: vec!["zz".into()],
+                place: "the cache c".into(),
+                known: known.iter().map(|name| name.to_string()).collect(),
+                advice: "check --kernel",
+            }
+            .to_string()
+        };
+        assert_eq!(
+            unknown(&["add", "mul"]),
+            "no kernel named `zz` in the cache c; the kernels there are `add`, `mul`; check --kernel"
+        );
+        assert_eq!(
+            unknown(&[]),
+            "no kernel named `zz` in the cache c; there are none; check --kernel"
+        );
     }
 }

@@ -58,8 +58,13 @@ impl fmt::Display for PtxIsa {
     }
 }
 
+/// Why a PTX ISA version (`--driver-ptx`) was not understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid PTX ISA version `{0}`: write it as MAJOR.MINOR, e.g. 8.4")]
+pub struct PtxIsaError(pub String);
+
 impl FromStr for PtxIsa {
-    type Err = DeviceError;
+    type Err = PtxIsaError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         input
@@ -70,10 +75,7 @@ impl FromStr for PtxIsa {
                     minor: minor.parse().ok()?,
                 })
             })
-            .ok_or_else(|| DeviceError {
-                input: input.to_string(),
-                reason: "a PTX ISA version is MAJOR.MINOR, e.g. 8.4",
-            })
+            .ok_or_else(|| PtxIsaError(input.to_string()))
     }
 }
 

@@ -2,6 +2,9 @@
 //! finding them, reading their versions (part of every cache key), and writing the command
 //! lines for one (kernel, target) pair.
 //!
+//! nvcc is found as torch's `cpp_extension` finds it: `$CUDA_HOME/bin/nvcc`, then
+//! `$CUDA_PATH/bin/nvcc`, then PATH; clang through `HEADROOM_CLANG`, else PATH ([`LOOKUP`]).
+//!
 //! Command lines are built as recipes with placeholders (`{in}`, `{out}`, `{prelude}`,
 //! `{air}`) so the cache key hashes what the compiler is asked to do, not where this
 //! machine keeps its temp files.
@@ -27,6 +30,15 @@ pub const INPUT: &str = "{in}";
 pub const OUTPUT: &str = "{out}";
 pub const PRELUDE_PATH: &str = "{prelude}";
 pub const AIR: &str = "{air}";
+
+/// How toolchains are found, for `--help`.
+pub const LOOKUP: &str = "Toolchains are found as follows: nvcc is $CUDA_HOME/bin/nvcc, else \
+$CUDA_PATH/bin/nvcc, else nvcc on PATH; clang is $HEADROOM_CLANG, else the first of clang-19, \
+clang-20, clang-21, clang-18 and clang on PATH; hipcc and xcrun (Metal, macOS only) come from \
+PATH.";
+
+/// The variables that hold a CUDA installation, in the order they are read.
+const CUDA_HOME_VARS: [&str; 2] = ["CUDA_HOME", "CUDA_PATH"];
 
 /// A kind of toolchain a manifest can ask for (`toolchain = ["nvcc", "clang"]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -67,11 +79,19 @@ impl ToolchainKind {
     /// What to install when the toolchain is missing.
     pub fn install_hint(self) -> &'static str {
         match self {
-            ToolchainKind::Nvcc => "install the CUDA toolkit and put nvcc on PATH",
+            ToolchainKind::Nvcc => {
+                "install the CUDA toolkit and set CUDA_HOME to it, or put nvcc on PATH"
+            }
             ToolchainKind::Clang => "install clang (`apt-get install clang-19 lld-19`) or point HEADROOM_CLANG at a clang binary",
             ToolchainKind::Hipcc => "install ROCm and put hipcc on PATH",
             ToolchainKind::Metal => "install Xcode on macOS so that `xcrun metal` works",
         }
+    }
+
+    /// Why this toolchain cannot exist on this operating system, when it cannot: a kernel
+    /// that only it compiles is skipped here, not failed.
+    pub fn impossible_here(self) -> Option<&'static str> {
+        (self == ToolchainKind::Metal && !cfg!(target_os = "macos")).then_some("Metal needs macOS")
     }
 
     /// Program names searched on PATH, in order.
@@ -130,12 +150,6 @@ impl Toolchain {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolchainError {
-    #[error("{kind} was not found ({hint}); it would have built {skipped}")]
-    Missing {
-        kind: String,
-        hint: String,
-        skipped: String,
-    },
     #[error("`{program} --version` failed: {reason}; check that {program} runs")]
     Version { program: PathBuf, reason: String },
 }
@@ -191,7 +205,8 @@ pub struct Toolchains {
 
 impl Toolchains {
     /// `memo_path` is where `--version` outputs are remembered between runs (inside the cache);
-    /// `search_path` replaces `$PATH` when given (tests put scripted toolchains there).
+    /// `search_path`, when given, is the only place searched (tests put scripted toolchains
+    /// there): it replaces `$PATH`, and `$CUDA_HOME` and `$CUDA_PATH` are not read.
     pub fn new(memo_path: Option<PathBuf>, search_path: Option<OsString>) -> Self {
         let memo = memo_path
             .as_deref()
@@ -214,10 +229,24 @@ impl Toolchains {
             .or_else(|| std::env::var_os("PATH"));
         let cwd = std::env::current_dir().ok()?;
         let find = |program: &OsStr| which::which_in(program, search_path.as_ref(), &cwd).ok();
-        if kind == ToolchainKind::Clang {
-            if let Some(program) = std::env::var_os("HEADROOM_CLANG") {
-                return find(&program);
+        match kind {
+            ToolchainKind::Clang => {
+                if let Some(program) = std::env::var_os("HEADROOM_CLANG") {
+                    return find(&program);
+                }
             }
+            ToolchainKind::Nvcc if self.search_path.is_none() => {
+                // A path with a separator is checked as it is, not searched.
+                let installed = CUDA_HOME_VARS
+                    .iter()
+                    .filter_map(std::env::var_os)
+                    .filter(|home| !home.is_empty())
+                    .find_map(|home| find(Path::new(&home).join("bin/nvcc").as_os_str()));
+                if installed.is_some() {
+                    return installed;
+                }
+            }
+            _ => {}
         }
         kind.program_names()
             .iter()

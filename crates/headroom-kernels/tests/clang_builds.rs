@@ -65,8 +65,8 @@ fn statuses(report: &BuildReport) -> Vec<(String, String, &'static str)> {
                 PairStatus::Failed { error } => {
                     panic!("{} {} failed: {error}", pair.kernel, pair.target)
                 }
-                PairStatus::Skipped { error } => {
-                    panic!("{} {} skipped: {error}", pair.kernel, pair.target)
+                PairStatus::Skipped { error: why } | PairStatus::Unsupported { reason: why } => {
+                    panic!("{} {} skipped: {why}", pair.kernel, pair.target)
                 }
             };
             (pair.kernel.clone(), pair.target.to_string(), status)

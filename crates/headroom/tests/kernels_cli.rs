@@ -57,17 +57,25 @@ impl Project {
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        self.command_with_manifest(&self.dir.path().join("kernels.toml"), args)
+    }
+
+    /// `headroom kernels` with this manifest, this project's cache and state, and no nvcc
+    /// from the environment's CUDA_HOME or CUDA_PATH.
+    fn command_with_manifest(&self, manifest: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(HEADROOM);
         command
             .arg("kernels")
             .arg("--manifest")
-            .arg(self.dir.path().join("kernels.toml"))
+            .arg(manifest)
             .arg("--cache")
             .arg(self.cache_dir())
             .args(args);
         command
             .env_remove("HEADROOM_KERNEL_CACHE")
             .env_remove("HEADROOM_KERNEL_CACHE_MAX")
+            .env_remove("CUDA_HOME")
+            .env_remove("CUDA_PATH")
             .env("HEADROOM_STATE_DIR", self.dir.path().join("state"))
             .env("XDG_RUNTIME_DIR", self.dir.path().join("run"));
         command
@@ -86,14 +94,32 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-fn statuses(output: &Output) -> Vec<String> {
+/// `("kernel target", status, reason)` for each pair of a `build --json` report.
+fn pair_statuses(output: &Output) -> Vec<(String, String, Option<String>)> {
     let report: serde_json::Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|err| panic!("{err}: {}{}", stdout(output), stderr(output)));
     report["pairs"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|pair| pair["status"].as_str().unwrap().to_string())
+        .map(|pair| {
+            (
+                format!(
+                    "{} {}",
+                    pair["kernel"].as_str().unwrap(),
+                    pair["target"].as_str().unwrap()
+                ),
+                pair["status"].as_str().unwrap().to_string(),
+                pair["reason"].as_str().map(String::from),
+            )
+        })
+        .collect()
+}
+
+fn statuses(output: &Output) -> Vec<String> {
+    pair_statuses(output)
+        .into_iter()
+        .map(|(_, status, _)| status)
         .collect()
 }
 
@@ -405,4 +431,286 @@ fn an_interrupted_build_keeps_the_artifacts_it_finished() {
         "FAKE cubin sm_80\n"
     );
     assert!(!project.cache_dir().join("cuda/k/sm_90.json").exists());
+}
+
+#[test]
+fn a_missing_source_names_the_kernel_the_full_path_and_the_manifest() {
+    let project = Project::new("");
+    let proj = project.dir.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::write(
+        proj.join("kernels.toml"),
+        "[kernel.k]\nlanguage = \"cuda\"\nsources = [\"nope.cu\"]\ntargets = [\"sm_80\"]\n",
+    )
+    .unwrap();
+    // A relative --manifest: the source is resolved against its directory, not the cwd.
+    let output = project
+        .command_with_manifest(Path::new("proj/kernels.toml"), &["build"])
+        .current_dir(project.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let dir = std::fs::canonicalize(&proj).unwrap();
+    assert_eq!(
+        stderr(&output).trim_end(),
+        format!(
+            "headroom: error: kernel `k`: cannot read its source {}: No such file or directory \
+             (os error 2); fix its `sources` entry in {}",
+            dir.join("nope.cu").display(),
+            dir.join("kernels.toml").display()
+        )
+    );
+}
+
+#[test]
+fn an_unknown_kernel_is_named_with_the_kernels_that_exist() {
+    let project = Project::new(MANIFEST);
+    let output = project.run(&["resolve", "vector_ad", "--device", "sm_89"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("no kernel named `vector_ad` in the cache")
+            && message
+                .contains("the kernels there are `vector_add`, `vector_add_hip`; check the name"),
+        "{message}"
+    );
+    assert!(!message.contains("kernels build"), "{message}");
+
+    // A kernel of the manifest that is not built yet still says to build it.
+    let unbuilt = project.run(&["resolve", "vector_add", "--device", "sm_89"]);
+    assert_eq!(unbuilt.status.code(), Some(1));
+    assert!(
+        stderr(&unbuilt).contains("run `headroom kernels build`"),
+        "{}",
+        stderr(&unbuilt)
+    );
+
+    std::fs::remove_file(project.dir.path().join("kernels.toml")).unwrap();
+    let nothing = project.run(&["resolve", "vector_add", "--device", "sm_89"]);
+    assert_eq!(nothing.status.code(), Some(2));
+    assert!(
+        stderr(&nothing).contains(
+            "there are none; run `headroom kernels build` or `headroom kernels import` first"
+        ),
+        "{}",
+        stderr(&nothing)
+    );
+
+    let build = Project::new(MANIFEST).run(&["build", "--kernel", "vector_ad"]);
+    assert_eq!(build.status.code(), Some(2));
+    assert!(
+        stderr(&build).contains("no kernel named `vector_ad` in the manifest ")
+            && stderr(&build)
+                .contains("the kernels there are `vector_add`, `vector_add_hip`; check --kernel"),
+        "{}",
+        stderr(&build)
+    );
+}
+
+#[test]
+fn a_metal_kernel_off_macos_is_skipped_and_a_missing_nvcc_still_fails() {
+    if cfg!(target_os = "macos") {
+        eprintln!("skipping: Metal can be built on macOS");
+        return;
+    }
+    let project = Project::new(
+        "[kernel.scale]\nlanguage = \"metal\"\nsources = [\"vector_add.cu\"]\ntargets = [\"apple7\", \"metal3.1\"]\n\n\
+         [kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\"]\ntoolchain = [\"nvcc\"]\n",
+    );
+    // A PATH with no toolchain at all.
+    let empty = project.dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let run = |args: &[&str]| project.command(args).env("PATH", &empty).output().unwrap();
+
+    let metal = run(&["build", "--kernel", "scale", "--json"]);
+    assert_eq!(metal.status.code(), Some(0), "{}", stderr(&metal));
+    let skipped = Some("Metal needs macOS".to_string());
+    assert_eq!(
+        pair_statuses(&metal),
+        [
+            (
+                "scale apple7".to_string(),
+                "skipped".to_string(),
+                skipped.clone()
+            ),
+            (
+                "scale metal3.1".to_string(),
+                "skipped".to_string(),
+                skipped.clone()
+            ),
+        ]
+    );
+    let table = run(&["build", "--kernel", "scale"]);
+    assert_eq!(table.status.code(), Some(0));
+    assert!(
+        stdout(&table).contains("scale   apple7    skipped (Metal needs macOS)"),
+        "{}",
+        stdout(&table)
+    );
+    assert!(
+        stdout(&table).contains("0 failed, 2 skipped"),
+        "{}",
+        stdout(&table)
+    );
+
+    // nvcc could be installed, so its absence is an error (exit 2), or with --keep-going an
+    // incomplete build (exit 1), as before.
+    let missing = run(&["build"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("no toolchain for kernel `k`: nvcc"),
+        "{}",
+        stderr(&missing)
+    );
+    assert!(!stderr(&missing).contains("scale"), "{}", stderr(&missing));
+    let keep_going = run(&["build", "--keep-going", "--json"]);
+    assert_eq!(keep_going.status.code(), Some(1));
+    assert!(pair_statuses(&keep_going).contains(&(
+        "k sm_80".to_string(),
+        "skipped".to_string(),
+        None
+    )));
+}
+
+/// The README's CI recipe on the bundled example exits 0 on Linux: Metal is skipped, clang
+/// builds the rest.
+#[test]
+fn the_bundled_example_builds_with_keep_going_on_linux() {
+    if cfg!(target_os = "macos") || !have_clang() {
+        return;
+    }
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels");
+    let project = Project::new("");
+    let output = project
+        .command_with_manifest(
+            &example.join("kernels.toml"),
+            &["build", "--keep-going", "--json"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    for (pair, status, reason) in pair_statuses(&output) {
+        if pair.starts_with("scale_metal ") {
+            assert_eq!(
+                (status.as_str(), reason.as_deref()),
+                ("skipped", Some("Metal needs macOS")),
+                "{pair}"
+            );
+        } else {
+            assert_eq!(status, "built", "{pair}");
+        }
+    }
+}
+
+/// A scripted nvcc that says which one it is.
+fn fake_nvcc(dir: &Path, release: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let nvcc = dir.join("nvcc");
+    std::fs::write(
+        &nvcc,
+        format!("#!/bin/sh\necho 'Cuda compilation tools, release {release}'\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn nvcc_is_found_through_cuda_home_then_cuda_path_then_path() {
+    let project = Project::new("");
+    let root = project.dir.path();
+    fake_nvcc(&root.join("home/bin"), "1.0");
+    fake_nvcc(&root.join("cuda-path/bin"), "2.0");
+    fake_nvcc(&root.join("bin"), "3.0");
+    let nvcc = |vars: &[(&str, &Path)]| {
+        let mut command = project.command(&["toolchains", "--json"]);
+        command.env("PATH", root.join("bin"));
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        let found: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|err| panic!("{err}: {}", stderr(&output)));
+        found[0]["toolchain"]["program"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let program = |dir: &str| root.join(dir).join("nvcc").display().to_string();
+    let (home, cuda_path) = (root.join("home"), root.join("cuda-path"));
+    assert_eq!(
+        nvcc(&[("CUDA_HOME", &home), ("CUDA_PATH", &cuda_path)]),
+        program("home/bin")
+    );
+    assert_eq!(nvcc(&[("CUDA_PATH", &cuda_path)]), program("cuda-path/bin"));
+    // A CUDA_HOME without nvcc is passed over.
+    assert_eq!(nvcc(&[("CUDA_HOME", &root.join("empty"))]), program("bin"));
+    assert_eq!(nvcc(&[]), program("bin"));
+
+    let help = project.run(&["build", "--help"]);
+    assert!(
+        stdout(&help).contains("$CUDA_HOME/bin/nvcc, else $CUDA_PATH/bin/nvcc, else nvcc on"),
+        "{}",
+        stdout(&help)
+    );
+}
+
+/// The CUDA_HOME `.ci/cuda.sh` leaves in `$HEADROOM_CUDA_ENV` (by default
+/// `~/.cache/headroom-ci`), or why there is none.
+fn real_cuda_home() -> Result<PathBuf, String> {
+    let dir = std::env::var_os("HEADROOM_CUDA_ENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/headroom-ci"))
+        })
+        .ok_or("neither HEADROOM_CUDA_ENV nor HOME is set")?;
+    let home = dir.join("cuda-home");
+    if home.join("bin/nvcc").exists() {
+        Ok(home)
+    } else {
+        Err(format!("no nvcc in {}", home.join("bin").display()))
+    }
+}
+
+#[test]
+fn the_real_nvcc_builds_through_cuda_home() {
+    let home = match real_cuda_home() {
+        Ok(home) => home,
+        Err(why) => {
+            eprintln!("skipping: {why} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)");
+            return;
+        }
+    };
+    let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\"]\ntoolchain = [\"nvcc\"]\n");
+    // nvcc needs the host compiler from PATH, but nvcc itself comes from CUDA_HOME.
+    let run = |args: &[&str]| {
+        project
+            .command(args)
+            .env("PATH", "/usr/bin:/bin")
+            .env("CUDA_HOME", &home)
+            .output()
+            .unwrap()
+    };
+    let toolchains = run(&["toolchains", "--json"]);
+    let found: serde_json::Value = serde_json::from_slice(&toolchains.stdout).unwrap();
+    assert_eq!(
+        found[0]["toolchain"]["program"].as_str(),
+        Some(home.join("bin/nvcc").to_str().unwrap())
+    );
+    let output = run(&["build", "--json"]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let cubin = std::fs::read(project.cache_dir().join("cuda/k/sm_80.cubin")).unwrap();
+    assert!(cubin.starts_with(b"\x7fELF"));
 }

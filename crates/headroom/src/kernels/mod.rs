@@ -4,7 +4,8 @@
 
 mod render;
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -14,12 +15,12 @@ use headroom_kernels::exec::Launcher;
 use crate::config::BuildOverrides;
 use headroom_kernels::bundle;
 use headroom_kernels::cache::Cache;
-use headroom_kernels::manifest::Manifest;
+use headroom_kernels::manifest::{Manifest, UnknownKernel};
 use headroom_kernels::resolve::{Device, PtxIsa, ResolveOptions};
-use headroom_kernels::toolchain::{ToolchainKind, Toolchains};
+use headroom_kernels::toolchain::{ToolchainKind, Toolchains, LOOKUP};
 
-/// Exit code when the work ran but did not succeed: a pair failed or was skipped, or no
-/// artifact runs on the device.
+/// Exit code when the work ran but did not succeed: a pair failed or lacks a toolchain this
+/// machine could have, or no artifact runs on the device.
 const EXIT_INCOMPLETE: u8 = 1;
 
 /// Arguments of `headroom kernels`.
@@ -46,6 +47,7 @@ pub struct KernelsArgs {
 #[derive(Subcommand)]
 enum KernelsCommand {
     /// Build every (kernel, target) pair of the manifest that is not already cached.
+    #[command(after_help = LOOKUP)]
     Build(BuildArgs),
     /// Pick the artifact of KERNEL that runs best on a device.
     Resolve(ResolveArgs),
@@ -58,6 +60,7 @@ enum KernelsCommand {
     /// Verify a bundle and add its artifacts to the cache.
     Import(ImportArgs),
     /// Show which toolchains this machine has.
+    #[command(after_help = LOOKUP)]
     Toolchains,
 }
 
@@ -137,7 +140,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
             run_build(&args.manifest, open_cache()?, build_args, args.json)
         }
         KernelsCommand::Resolve(resolve_args) => {
-            run_resolve(&open_cache()?, resolve_args, args.json)
+            run_resolve(&open_cache()?, &args.manifest, resolve_args, args.json)
         }
         KernelsCommand::Ls => {
             let entries = open_cache()?.entries()?;
@@ -214,7 +217,7 @@ fn print_output<T: serde::Serialize>(
 }
 
 fn run_build(
-    manifest_path: &std::path::Path,
+    manifest_path: &Path,
     cache: Cache,
     args: BuildArgs,
     json: bool,
@@ -255,7 +258,42 @@ fn run_build(
     Ok(if succeeded { 0 } else { EXIT_INCOMPLETE })
 }
 
-fn run_resolve(cache: &Cache, args: ResolveArgs, json: bool) -> anyhow::Result<u8> {
+/// Fails when no kernel of the cache or the manifest (where it can be read) is named `name`.
+fn check_kernel_exists(cache: &Cache, manifest_path: &Path, name: &str) -> anyhow::Result<()> {
+    let mut known: BTreeSet<String> = cache
+        .entries()?
+        .into_iter()
+        .map(|entry| entry.kernel)
+        .collect();
+    let mut place = format!("the cache {}", cache.root().display());
+    // `resolve` needs no manifest (a user's machine imports a bundle), so one that cannot be
+    // read only leaves its names out.
+    if let Ok(manifest) = Manifest::load(manifest_path) {
+        known.extend(manifest.names());
+        place.push_str(&format!(" or the manifest {}", manifest.path.display()));
+    }
+    if known.contains(name) {
+        return Ok(());
+    }
+    Err(UnknownKernel {
+        wanted: vec![name.to_string()],
+        place,
+        advice: if known.is_empty() {
+            "run `headroom kernels build` or `headroom kernels import` first"
+        } else {
+            "check the name"
+        },
+        known: known.into_iter().collect(),
+    }
+    .into())
+}
+
+fn run_resolve(
+    cache: &Cache,
+    manifest_path: &Path,
+    args: ResolveArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
     let device: Device = args.device.parse().context("in --device")?;
     let driver_ptx = args
         .driver_ptx
@@ -265,6 +303,9 @@ fn run_resolve(cache: &Cache, args: ResolveArgs, json: bool) -> anyhow::Result<u
         .context("in --driver-ptx")?;
     let (entries, explanation) =
         cache.resolve(&args.kernel, &device, &ResolveOptions { driver_ptx })?;
+    if entries.is_empty() {
+        check_kernel_exists(cache, manifest_path, &args.kernel)?;
+    }
     let chosen = explanation.chosen.map(|index| &entries[index]);
     if json {
         let candidates: Vec<_> = entries

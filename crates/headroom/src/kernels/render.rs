@@ -40,7 +40,15 @@ fn status_word(status: &PairStatus) -> &'static str {
         PairStatus::Reused => "reused",
         PairStatus::Built => "built",
         PairStatus::Failed { .. } => "FAILED",
-        PairStatus::Skipped { .. } => "skipped",
+        PairStatus::Skipped { .. } | PairStatus::Unsupported { .. } => "skipped",
+    }
+}
+
+/// The status column: the word, and why for a pair this operating system cannot build.
+fn status_cell(status: &PairStatus) -> String {
+    match status {
+        PairStatus::Unsupported { reason } => format!("skipped ({reason})"),
+        other => status_word(other).to_string(),
     }
 }
 
@@ -54,7 +62,7 @@ pub fn build(report: &BuildReport, elapsed: Duration) -> String {
             vec![
                 pair.kernel.clone(),
                 pair.target.to_string(),
-                status_word(&pair.status).to_string(),
+                status_cell(&pair.status),
                 pair.artifact
                     .as_ref()
                     .map(|path| path.display().to_string())
@@ -263,6 +271,15 @@ mod tests {
                         error: "no toolchain".into(),
                     },
                 ),
+                PairReport {
+                    kernel: "scale".into(),
+                    ..pair(
+                        "apple7",
+                        PairStatus::Unsupported {
+                            reason: "Metal needs macOS".into(),
+                        },
+                    )
+                },
             ],
             evicted_blobs: 0,
         };
