@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 use headroom_diagnose::Diagnosis;
 use headroom_size::format_size;
-use headroom_store::chart::{Band, Limit, Series, Timeline};
+use headroom_store::chart::{Band, Event, Level, Limit, Series, Timeline};
+use headroom_store::html::{self, escape, Cell, Table};
 use serde::Serialize;
 
 use super::stages::StageSummary;
@@ -96,6 +97,30 @@ pub struct StagedDiagnosis {
 }
 
 impl RungReport {
+    /// Each peak the rung has, named as the table and the page name it: sampled first, then the
+    /// kernel's own counts, then devices and the machine.
+    fn peak_facts(&self) -> Vec<(String, String)> {
+        let peak = &self.peak;
+        let named =
+            |name: &str, bytes: Option<u64>| bytes.map(|b| (name.to_string(), format_size(b)));
+        let mut facts = vec![(
+            "tree RSS".to_string(),
+            format!("{} at {:.2}s", format_size(peak.rss), peak.rss_at_s),
+        )];
+        facts.extend(named("PSS", peak.pss));
+        // getrusage(RUSAGE_CHILDREN) only ever grows: after the first rung it spans all rungs.
+        let scope = if self.rung == 0 { "" } else { " so far" };
+        facts.extend(named(
+            &format!("largest process{scope} (kernel)"),
+            Some(peak.kernel.largest_process),
+        ));
+        facts.extend(named("cgroup (kernel)", peak.kernel.cgroup));
+        facts.extend(named("GPU", peak.gpu));
+        facts.extend(named("Neuron", peak.neuron));
+        facts.extend(named("lowest MemAvailable", peak.min_mem_available));
+        facts
+    }
+
     fn outcome(&self) -> String {
         match (self.succeeded, self.exit_code, self.signal) {
             (true, _, _) => "succeeded".to_string(),
@@ -185,31 +210,12 @@ pub fn render_table(report: &Report) -> String {
                 device_column(neuron, stage.neuron_peak_bytes),
             );
         }
-        let peak = &rung.peak;
-        let mut facts = vec![format!(
-            "tree RSS {} at {:.2}s",
-            format_size(peak.rss),
-            peak.rss_at_s
-        )];
-        facts.extend(peak.pss.map(|b| format!("PSS {}", format_size(b))));
-        // getrusage(RUSAGE_CHILDREN) only ever grows: after the first rung it spans all rungs.
-        let scope = if rung.rung == 0 { "" } else { " so far" };
-        facts.push(format!(
-            "largest process{scope} (kernel) {}",
-            format_size(peak.kernel.largest_process)
-        ));
-        facts.extend(
-            peak.kernel
-                .cgroup
-                .map(|b| format!("cgroup (kernel) {}", format_size(b))),
-        );
-        facts.extend(peak.gpu.map(|b| format!("GPU {}", format_size(b))));
-        facts.extend(peak.neuron.map(|b| format!("Neuron {}", format_size(b))));
-        facts.extend(
-            peak.min_mem_available
-                .map(|b| format!("lowest MemAvailable {}", format_size(b))),
-        );
-        let _ = writeln!(out, "  peak: {}", facts.join(" · "));
+        let peaks: Vec<String> = rung
+            .peak_facts()
+            .into_iter()
+            .map(|(name, value)| format!("{name} {value}"))
+            .collect();
+        let _ = writeln!(out, "  peak: {}", peaks.join(" · "));
         if !rung.largest_processes.is_empty() {
             let largest: Vec<String> = rung
                 .largest_processes
@@ -285,8 +291,36 @@ fn truncate(text: &str, max: usize) -> String {
 /// At most this many commands get their own layer in the chart; the rest are summed.
 const CHART_COMMANDS: usize = 7;
 
-/// The HTML timeline: memory by command, rungs one after another on one time axis, stages as
-/// bands, and the `--memory-limit` line.
+/// What the page says each peak measures, so a sampled peak that differs from the kernel's is
+/// not read as a contradiction.
+fn peaks_explained(report: &Report) -> String {
+    let mut text = format!(
+        "<p><strong>tree RSS</strong> is sampled every {} s: the resident memory of the \
+         command's processes, summed, so it misses spikes shorter than that and counts memory \
+         that processes share once per process. <strong>largest process (kernel)</strong> is \
+         the largest max RSS the kernel recorded for one finished process.",
+        report.interval_s
+    );
+    if report
+        .rungs
+        .iter()
+        .any(|rung| rung.peak.kernel.cgroup.is_some())
+    {
+        text.push_str(
+            " <strong>cgroup (kernel)</strong> is the kernel's high-water mark of the rung's own \
+             cgroup, which <code>--memory-limit</code> holds and the OOM killer acts on: it counts \
+             page cache, kernel memory and spikes between samples, and shared memory once, so it \
+             can be above or below the sampled peak. The chart draws it as a dotted level.",
+        );
+    }
+    text.push_str(" A memory failure is the vertical line where its rung ended.</p>\n");
+    text
+}
+
+/// The HTML page: memory by command, rungs one after another on one time axis, stages as
+/// bands, the `--memory-limit` line, the kernel's cgroup peak of each rung as a level and each
+/// memory failure where it ended its rung; under the chart, each rung's command, outcome,
+/// diagnosis and peaks, and its stages.
 pub fn timeline(report: &Report) -> Timeline {
     let mut totals: Vec<(String, u64)> = Vec::new();
     for sample in report.rungs.iter().flat_map(|r| &r.samples) {
@@ -303,29 +337,25 @@ pub fn timeline(report: &Report) -> Timeline {
         .take(CHART_COMMANDS)
         .map(|(n, _)| n.clone())
         .collect();
-    let mut series: Vec<Series> = named
-        .iter()
-        .map(|n| Series {
-            name: n.clone(),
-            points: Vec::new(),
-        })
-        .collect();
-    let mut other = Series {
-        name: "other processes".into(),
-        points: Vec::new(),
-    };
+    let mut layers: Vec<(String, Vec<(f64, u64)>)> =
+        named.iter().map(|n| (n.clone(), Vec::new())).collect();
+    let mut other = Vec::new();
     let mut bands = Vec::new();
+    let mut events = Vec::new();
+    let mut levels = Vec::new();
+    let mut sections = vec![peaks_explained(report)];
+    let ladder = report.rungs.len() > 1;
     let mut offset = 0.0;
     for rung in &report.rungs {
         for sample in &rung.samples {
             let t = offset + sample.t;
-            for layer in series.iter_mut() {
+            for (name, points) in layers.iter_mut() {
                 let bytes = sample
                     .by_command
                     .iter()
-                    .find(|(n, _)| *n == layer.name)
+                    .find(|(n, _)| n == name)
                     .map_or(0, |(_, b)| *b);
-                layer.points.push((t, bytes));
+                points.push((t, bytes));
             }
             let rest: u64 = sample
                 .by_command
@@ -333,34 +363,155 @@ pub fn timeline(report: &Report) -> Timeline {
                 .filter(|(n, _)| !named.contains(n))
                 .map(|(_, b)| b)
                 .sum();
-            other.points.push((t, rest));
+            other.push((t, rest));
         }
-        for stage in &rung.stages {
-            let label = if report.rungs.len() > 1 {
-                format!("rung {} · {}", rung.rung, stage.name)
+        let of_rung = |what: &str| {
+            if ladder {
+                format!("rung {} · {what}", rung.rung)
             } else {
-                stage.name.clone()
-            };
+                what.to_string()
+            }
+        };
+        for stage in &rung.stages {
             bands.push(Band {
-                label,
+                label: of_rung(&stage.name),
                 start: offset + stage.start_s,
                 end: offset + stage.end_s,
             });
         }
-        offset += rung.duration_s;
+        let end = offset + rung.duration_s;
+        if let Some(bytes) = rung.peak.kernel.cgroup {
+            levels.push(Level {
+                label: of_rung("cgroup peak (kernel)"),
+                bytes,
+                start: offset,
+                end,
+            });
+        }
+        if let Some(staged) = rung.diagnosis.as_ref().filter(|staged| staged.is_memory) {
+            events.push(Event {
+                label: of_rung(staged.diagnosis.kind.label()),
+                t: end,
+            });
+        }
+        sections.push(rung_section(rung));
+        offset = end;
     }
-    if other.points.iter().any(|p| p.1 > 0) {
-        series.push(other);
+    let mut series: Vec<Series> = layers
+        .into_iter()
+        .map(|(name, points)| Series::sampled(name, points))
+        .collect();
+    if other.iter().any(|p| p.1 > 0) {
+        series.push(Series::sampled("other processes".into(), other));
     }
+    let result = match (report.succeeded_rung, report.interrupted) {
+        (_, true) => "interrupted (Ctrl-C): the page covers what ran until then".to_string(),
+        (Some(rung), false) => format!("rung {rung} succeeded"),
+        (None, false) => "no rung succeeded".to_string(),
+    };
     Timeline {
         title: format!("headroom run: {}", report.command.join(" ")),
+        facts: vec![
+            ("command".into(), report.command.join(" ")),
+            ("result".into(), result),
+            (
+                "--memory-limit".into(),
+                report.memory_limit.map_or("none".to_string(), format_size),
+            ),
+            ("sampled every".into(), format!("{} s", report.interval_s)),
+            (
+                "headroom's own CPU".into(),
+                format!("{:.2} s", report.headroom_cpu_s),
+            ),
+        ],
         series,
         limit: report.memory_limit.map(|bytes| Limit {
             label: "--memory-limit".into(),
             bytes,
         }),
         bands,
+        events,
+        levels,
+        end: offset,
+        sections,
     }
+}
+
+/// One rung under the chart: its command, outcome, diagnosis and peaks, then its stages.
+fn rung_section(rung: &RungReport) -> String {
+    let env: String = rung.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    let mut facts = vec![
+        (
+            "command".to_string(),
+            format!("{env}{}", rung.command.join(" ")),
+        ),
+        (
+            "outcome".to_string(),
+            format!("{} after {:.2}s", rung.outcome(), rung.duration_s),
+        ),
+    ];
+    if let Some(staged) = &rung.diagnosis {
+        let memory = if staged.is_memory {
+            "memory"
+        } else {
+            "not memory"
+        };
+        facts.extend([
+            (
+                "diagnosis".to_string(),
+                format!(
+                    "{} in stage `{}` ({memory})",
+                    staged.diagnosis.kind.label(),
+                    staged.stage
+                ),
+            ),
+            ("evidence".to_string(), staged.diagnosis.evidence.clone()),
+            ("advice".to_string(), staged.diagnosis.advice.clone()),
+        ]);
+    }
+    facts.extend(rung.peak_facts());
+    facts.push(("tracking".to_string(), rung.tracking.clone()));
+    facts.extend(
+        rung.notes
+            .iter()
+            .map(|note| ("note".to_string(), note.clone())),
+    );
+    let seconds = |s: f64| Cell::number(&format!("{s:.2}"), s);
+    let bytes = |b: u64| Cell::number(&format_size(b), b as f64);
+    let stages = Table {
+        class: "stages",
+        columns: vec![
+            "stage",
+            "start (s)",
+            "end (s)",
+            "duration (s)",
+            "entry",
+            "peak",
+            "exit",
+        ],
+        rows: rung
+            .stages
+            .iter()
+            .map(|stage| {
+                vec![
+                    Cell::text(&stage.name),
+                    seconds(stage.start_s),
+                    seconds(stage.end_s),
+                    seconds(stage.duration_s),
+                    bytes(stage.entry_bytes),
+                    bytes(stage.peak_bytes),
+                    bytes(stage.exit_bytes),
+                ]
+            })
+            .collect(),
+    };
+    format!(
+        "<h2 class=\"rung\">Rung {}: {}</h2>\n{}{}",
+        rung.rung,
+        escape(&rung.outcome()),
+        html::facts(&facts),
+        stages.render()
+    )
 }
 
 /// The `.dat` format of memory_profiler's `mprof`: `CMDLINE`, one `MEM <MiB> <unix time>` per
@@ -570,6 +721,33 @@ mod tests {
         assert_eq!(timeline.bands[2].label, "rung 1 · (start)");
         assert!((timeline.bands[2].start - 1.1).abs() < 1e-9);
         assert_eq!(timeline.limit.as_ref().map(|l| l.bytes), Some(1024 * MIB));
+    }
+
+    #[test]
+    fn the_page_marks_the_failure_and_names_both_peaks_of_each_rung() {
+        let timeline = timeline(&ladder());
+        assert_eq!(timeline.events.len(), 1, "only rung 0 ran out of memory");
+        assert!(
+            (timeline.events[0].t - 1.1).abs() < 1e-9,
+            "where rung 0 ended"
+        );
+        let levels: Vec<u64> = timeline.levels.iter().map(|level| level.bytes).collect();
+        assert_eq!(levels, [930 * MIB, 520 * MIB]);
+        let html = headroom_store::chart::render_html(&timeline);
+        for text in [
+            "rung 0 · compiler process killed (out of memory)</text>",
+            "rung 0 · cgroup peak (kernel) 930.0 MiB</text>",
+            "<dt>command</dt><dd>MAX_JOBS=1 python3 build.py</dd>",
+            "<dt>outcome</dt><dd>failed (exit 1) after 1.10s</dd>",
+            "<dt>diagnosis</dt><dd>compiler process killed (out of memory) in stage `compile kernels` (memory)</dd>",
+            "<dt>tree RSS</dt><dd>900.0 MiB at 1.00s</dd>",
+            "<dt>cgroup (kernel)</dt><dd>930.0 MiB</dd>",
+            "<dt>largest process so far (kernel)</dt><dd>300.0 MiB</dd>",
+            "<h2 class=\"rung\">Rung 1: succeeded</h2>",
+            "--memory-limit 1.00 GiB</text>",
+        ] {
+            assert!(html.contains(text), "{text} is not in {html}");
+        }
     }
 
     #[test]

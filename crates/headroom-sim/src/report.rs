@@ -115,14 +115,27 @@ fn escape(text: &str) -> String {
 }
 
 const BAR_HEIGHT: f64 = 18.0;
-const HEADROOM_COLOR: &str = "#2b6cb0";
-const REFERENCE_COLOR: &str = "#805ad5";
 const LABEL_WIDTH: f64 = 230.0;
 const CHART_WIDTH: f64 = 900.0;
+/// The machine's memory and headroom's budget on the memory chart.
+const MACHINE_COLOR: &str = "#b2182b";
 
-/// One SVG bar chart of makespans for one machine: headroom in blue, zero-OOM baselines in
-/// grey, baselines with OOM events in red, the clairvoyant reference in purple, and the lower
-/// bound as a dashed line.
+/// How a policy is drawn on both charts, in a qualitative palette (Okabe and Ito's, which
+/// colour-blind readers tell apart): headroom warm in blue and cold in green, the clairvoyant
+/// reference in reddish purple, baselines in grey, or in vermillion where they ran out of
+/// memory or stalled. Each has its own dash on the memory chart, for greyscale prints.
+fn style(outcome: &Outcome) -> (&'static str, &'static str) {
+    match (outcome.policy.as_str(), outcome.family.as_str()) {
+        _ if !outcome.completed() || outcome.oom_events > 0 => ("#d55e00", "1 0"),
+        ("headroom (warm)", _) => ("#0072b2", "1 0"),
+        ("headroom (cold)", _) => ("#009e73", "8 4"),
+        (_, "reference") => ("#cc79a7", "2 3"),
+        _ => ("#595959", "10 3 2 3"),
+    }
+}
+
+/// One SVG bar chart of makespans for one machine, coloured by [`style`], with a time axis and
+/// the lower bound as a dashed line.
 fn chart(comparison: &Comparison) -> String {
     let outcomes = comparison.summary();
     let longest = outcomes
@@ -131,19 +144,15 @@ fn chart(comparison: &Comparison) -> String {
         .fold(comparison.lower_bound.seconds, f64::max);
     let plot = CHART_WIDTH - LABEL_WIDTH - 160.0;
     let x = |seconds: f64| LABEL_WIDTH + plot * seconds / longest;
-    let height = (outcomes.len() as f64 + 1.5) * BAR_HEIGHT * 1.4;
+    let bars = (outcomes.len() as f64 + 0.5) * BAR_HEIGHT * 1.4;
+    let height = bars + 64.0;
     let mut svg = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height:.0}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height:.0}" font-family="sans-serif" font-size="12"><text x="{:.1}" y="12" text-anchor="end" font-weight="600">policy</text>"#,
+        LABEL_WIDTH - 6.0
     );
     for (row, outcome) in outcomes.iter().enumerate() {
-        let y = (row as f64 + 0.5) * BAR_HEIGHT * 1.4;
-        let color = match (outcome.family.as_str(), outcome.oom_events) {
-            _ if !outcome.completed() => "#e53e3e",
-            ("headroom", _) => HEADROOM_COLOR,
-            ("reference", _) => REFERENCE_COLOR,
-            (_, 0) => "#a0aec0",
-            _ => "#e53e3e",
-        };
+        let y = (row as f64 + 0.5) * BAR_HEIGHT * 1.4 + 8.0;
+        let (color, _) = style(outcome);
         let note = if !outcome.completed() {
             " (stalled)".to_string()
         } else if outcome.oom_events > 0 {
@@ -164,66 +173,122 @@ fn chart(comparison: &Comparison) -> String {
             note
         );
     }
+    let axis = bars + 14.0;
+    let _ = write!(
+        svg,
+        r##"<line x1="{LABEL_WIDTH}" y1="{axis:.1}" x2="{:.1}" y2="{axis:.1}" stroke="#888"/>"##,
+        x(longest)
+    );
+    for seconds in second_ticks(longest) {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{seconds:.0}</text>"#,
+            x(seconds),
+            axis + 15.0
+        );
+    }
     let bound = x(comparison.lower_bound.seconds);
     let _ = write!(
         svg,
-        r##"<line x1="{bound:.1}" y1="0" x2="{bound:.1}" y2="{:.1}" stroke="#000" stroke-dasharray="4 3"/><text x="{bound:.1}" y="{:.1}">lower bound {:.0}s</text></svg>"##,
-        height - BAR_HEIGHT,
-        height - 4.0,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-weight="600">makespan, time (s)</text><line x1="{bound:.1}" y1="8" x2="{bound:.1}" y2="{axis:.1}" stroke="#000" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}">lower bound {:.0}s</text></svg>"##,
+        x(longest / 2.0),
+        axis + 34.0,
+        bound + 4.0,
+        axis - 4.0,
         comparison.lower_bound.seconds
     );
     svg
 }
 
-const TIMELINE_HEIGHT: f64 = 200.0;
+const TIMELINE_HEIGHT: f64 = 260.0;
+
+/// Ticks of a time axis from 0 to `longest` seconds: about four, a whole number of seconds
+/// apart.
+fn second_ticks(longest: f64) -> impl Iterator<Item = f64> {
+    let step = (longest / 4.0).ceil().max(1.0);
+    (0..)
+        .map(move |tick| f64::from(tick) * step)
+        .take_while(move |&t| t <= longest + 1e-9)
+}
 
 /// One SVG chart of the jobs' total memory over time (the highest use in each of 64 slices of
 /// a run) for headroom cold and warm, the best zero-OOM baseline and the clairvoyant reference,
-/// against the machine's memory (dashed red): waves of jobs that peak together, and how close
-/// each policy runs to the machine, show here.
+/// against the machine's memory and headroom's budget: waves of jobs that peak together, and
+/// how close each policy runs to the machine, show here.
 fn timeline(comparison: &Comparison) -> String {
-    let best = comparison.best_zero_oom_baseline();
-    let lines: Vec<(&Outcome, &Profile, &str)> = [
-        (comparison.outcome("headroom (warm)"), HEADROOM_COLOR),
-        (comparison.outcome("headroom (cold)"), "#90cdf4"),
-        (best, "#718096"),
-        (
-            comparison
-                .outcomes
-                .iter()
-                .find(|outcome| outcome.family == "reference"),
-            REFERENCE_COLOR,
-        ),
+    let lines: Vec<(&Outcome, &Profile)> = [
+        comparison.outcome("headroom (warm)"),
+        comparison.outcome("headroom (cold)"),
+        comparison.best_zero_oom_baseline(),
+        comparison
+            .outcomes
+            .iter()
+            .find(|outcome| outcome.family == "reference"),
     ]
     .into_iter()
-    .filter_map(|(outcome, color)| {
+    .filter_map(|outcome| {
         let outcome = outcome?;
-        Some((outcome, outcome.memory_over_time.as_ref()?, color))
+        Some((outcome, outcome.memory_over_time.as_ref()?))
     })
     .collect();
     let longest = lines
         .iter()
-        .map(|(outcome, _, _)| outcome.makespan)
+        .map(|(outcome, _)| outcome.makespan)
         .fold(0.0, f64::max)
         .max(f64::MIN_POSITIVE);
     let memory = comparison.machine_memory.max(1) as f64;
-    let (left, top, width, height) = (60.0, 10.0, CHART_WIDTH - 330.0, TIMELINE_HEIGHT - 40.0);
+    let (left, top, width, height) = (90.0, 12.0, CHART_WIDTH - 360.0, TIMELINE_HEIGHT - 60.0);
     let x = |seconds: f64| left + width * seconds / longest;
     let y = |bytes: f64| top + height * (1.0 - bytes / memory);
+    let bottom = top + height;
     let mut svg = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{TIMELINE_HEIGHT}" font-family="sans-serif" font-size="12"><line x1="{left}" y1="{top:.1}" x2="{:.1}" y2="{top:.1}" stroke="#e53e3e" stroke-dasharray="4 3"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#a0aec0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text><text x="{left}" y="{:.1}">0 s</text><text x="{:.1}" y="{:.1}" text-anchor="end">{longest:.0} s</text>"##,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{TIMELINE_HEIGHT}" font-family="sans-serif" font-size="12"><line x1="{left}" y1="{bottom:.1}" x2="{:.1}" y2="{bottom:.1}" stroke="#888"/><line x1="{left}" y1="{top:.1}" x2="{left}" y2="{bottom:.1}" stroke="#888"/>"##,
         left + width,
-        top + height,
-        left + width,
-        top + height,
-        left - 4.0,
-        top + 4.0,
-        format_size(comparison.machine_memory),
-        TIMELINE_HEIGHT - 14.0,
-        left + width,
-        TIMELINE_HEIGHT - 14.0,
     );
-    for (row, (outcome, profile, color)) in lines.iter().enumerate() {
+    for tick in 0..=4 {
+        let bytes = memory * f64::from(tick) / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left + width,
+            left - 6.0,
+            y(bytes) + 4.0,
+            format_size(bytes as u64),
+            py = y(bytes),
+        );
+    }
+    for seconds in second_ticks(longest) {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{seconds:.0}</text>"#,
+            x(seconds),
+            bottom + 16.0,
+        );
+    }
+    let budget = y(comparison.headroom_budget as f64);
+    let _ = write!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-weight="600">time (s)</text><text transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle" font-weight="600">memory</text><line x1="{left}" y1="{top:.1}" x2="{:.1}" y2="{top:.1}" stroke="{MACHINE_COLOR}" stroke-width="1.5"/><line x1="{left}" y1="{budget:.1}" x2="{:.1}" y2="{budget:.1}" stroke="{MACHINE_COLOR}" stroke-width="1.5" stroke-dasharray="6 4"/>"##,
+        left + width / 2.0,
+        bottom + 36.0,
+        top + height / 2.0,
+        left + width,
+        left + width,
+    );
+    let legend = |svg: &mut String, row: usize, color: &str, dash: &str, label: &str| {
+        let legend_y = top + 8.0 + row as f64 * 18.0;
+        let _ = write!(
+            svg,
+            r#"<line x1="{:.1}" y1="{legend_y:.1}" x2="{:.1}" y2="{legend_y:.1}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            left + width + 12.0,
+            left + width + 40.0,
+            left + width + 46.0,
+            legend_y + 4.0,
+            escape(label)
+        );
+    };
+    for (row, (outcome, profile)) in lines.iter().enumerate() {
+        let (color, dash) = style(outcome);
         let slice = outcome.makespan / profile.shape().len() as f64;
         let points: Vec<String> = profile
             .shape()
@@ -235,18 +300,31 @@ fn timeline(comparison: &Comparison) -> String {
                     .map(|edge| format!("{:.1},{:.1}", x(edge as f64 * slice), y(bytes)))
             })
             .collect();
-        let legend_y = top + 14.0 + row as f64 * 18.0;
         let _ = write!(
             svg,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/><rect x="{:.1}" y="{:.1}" width="12" height="3" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}" points="{}"/>"#,
             points.join(" "),
-            left + width + 12.0,
-            legend_y - 4.0,
-            left + width + 28.0,
-            legend_y,
-            escape(&outcome.policy)
         );
+        legend(&mut svg, row, color, dash, &outcome.policy);
     }
+    let row = lines.len();
+    legend(
+        &mut svg,
+        row,
+        MACHINE_COLOR,
+        "1 0",
+        &format!("machine {}", format_size(comparison.machine_memory)),
+    );
+    legend(
+        &mut svg,
+        row + 1,
+        MACHINE_COLOR,
+        "6 4",
+        &format!(
+            "headroom's budget {}",
+            format_size(comparison.headroom_budget)
+        ),
+    );
     svg.push_str("</svg>");
     svg
 }

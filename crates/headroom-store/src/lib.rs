@@ -3,8 +3,10 @@
 //! The history is what lets `headroom build` predict a job's peak before it runs; the same
 //! records, loaded back as a [`BuildReport`], feed the terminal summary, JSON and HTML reports.
 
+pub mod build_page;
 pub mod chart;
 pub mod history;
+pub mod html;
 pub mod projects;
 pub mod summary;
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use headroom_store::chart::{Limit, Series, Timeline};
+use headroom_store::chart::Timeline;
 use headroom_store::{summary, BuildReport, History};
 
 use crate::build::write_json_report;
@@ -85,34 +85,10 @@ fn last_real_build(history: &History) -> Result<i64> {
     })
 }
 
-/// One stacked series per job, with the budget as the limit line.
+/// The page: the build's facts, a stacked series per job against the budget, the job table
+/// (`headroom_store::build_page`, beside the summary whose figures it prints).
 fn timeline(report: &BuildReport) -> Timeline {
-    let series = report
-        .jobs
-        .iter()
-        .map(|job| Series {
-            name: job.label.clone(),
-            points: report
-                .samples
-                .iter()
-                .filter(|s| s.job_id == job.job_id)
-                .map(|s| (s.t_ms as f64 / 1000.0, s.bytes))
-                .collect(),
-        })
-        .filter(|series| !series.points.is_empty())
-        .collect();
-    Timeline {
-        title: format!(
-            "headroom build {}: {}",
-            report.build.id, report.build.command
-        ),
-        series,
-        limit: Some(Limit {
-            label: "budget".into(),
-            bytes: report.build.budget,
-        }),
-        bands: Vec::new(),
-    }
+    headroom_store::build_page::timeline(report)
 }
 
 #[cfg(test)]
