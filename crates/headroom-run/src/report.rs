@@ -138,16 +138,30 @@ const TABLE_LAST_STAGES: usize = 20;
 /// The human table printed at the end of a run.
 pub fn render_table(report: &Report) -> String {
     let mut out = String::new();
+    // Notes every rung shares (NVML missing, say) are said once, at the end.
+    let shared_notes: Vec<&String> = report.rungs.first().map_or(Vec::new(), |first| {
+        first
+            .notes
+            .iter()
+            .filter(|note| report.rungs.iter().all(|rung| rung.notes.contains(note)))
+            .collect()
+    });
+    let ladder = report.rungs.len() > 1;
     for rung in &report.rungs {
         let env = rung
             .env
             .iter()
             .map(|(k, v)| format!("{k}={v} "))
             .collect::<String>();
+        // Without a fallback there is one run, not a ladder of rungs.
+        let which = if ladder {
+            format!(" · rung {}", rung.rung)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "headroom run · rung {} · `{env}{}` · {} after {:.2}s",
-            rung.rung,
+            "headroom run{which} · `{env}{}` · {} after {:.2}s",
             rung.command.join(" "),
             rung.outcome(),
             rung.duration_s
@@ -244,11 +258,18 @@ pub fn render_table(report: &Report) -> String {
             );
             let _ = writeln!(out, "    advice: {}", staged.diagnosis.advice);
         }
-        for note in &rung.notes {
+        for note in rung
+            .notes
+            .iter()
+            .filter(|note| !shared_notes.contains(note))
+        {
             let _ = writeln!(out, "  note: {note}");
         }
     }
-    if report.rungs.len() > 1 || report.interrupted {
+    for note in shared_notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    if ladder || report.interrupted {
         let ladder: Vec<String> = report
             .rungs
             .iter()
@@ -701,6 +722,22 @@ mod tests {
                 && table.contains("step99 ")
         );
         assert!(table.contains("… 70 more stages"), "{table}");
+    }
+
+    #[test]
+    fn one_run_is_not_called_a_rung_and_a_note_every_rung_shares_is_said_once() {
+        let mut report = ladder();
+        let nvml = "NVML is not available (test); GPU memory is not recorded".to_string();
+        for rung in &mut report.rungs {
+            rung.notes = vec![nvml.clone()];
+        }
+        let table = render_table(&report);
+        assert_eq!(table.matches("NVML is not available").count(), 1, "{table}");
+        assert!(table.contains("headroom run · rung 1 · "), "{table}");
+        report.rungs.truncate(1);
+        let table = render_table(&report);
+        assert!(!table.contains("rung 0"), "{table}");
+        assert!(table.starts_with("headroom run · `"), "{table}");
     }
 
     #[test]
