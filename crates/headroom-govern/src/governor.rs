@@ -21,7 +21,7 @@ use headroom_sched::{
     Action, AfterAttempt, Driver, Ended, Finished, JobId, JobState, Limits, Offer, OutsideAction,
     Profile, Reading,
 };
-use headroom_store::{BuildRecord, History, JobRecord, Sample};
+use headroom_store::{BuildRecord, History, JobEvent, JobEventKind, JobRecord, Room, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +75,9 @@ struct State {
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
     samples: Vec<Sample>,
+    /// What was done to jobs, and the machine's room, since the last flush.
+    events: Vec<JobEvent>,
+    room: Vec<Room>,
     /// Finished jobs not yet in the history: each is written right after its shim has its
     /// answer, so no compiler call waits for SQLite; the build's end writes any left.
     unwritten_jobs: Vec<(JobRecord, Option<Profile>)>,
@@ -110,6 +113,8 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             build_id: past.build_id,
             waiting_seconds: past.waiting_seconds,
             samples: Vec::new(),
+            events: Vec::new(),
+            room: Vec::new(),
             unwritten_jobs: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
@@ -434,6 +439,18 @@ impl Governor {
             cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
             max_rss: attempt.max_rss,
         };
+        let killed_by_us = state
+            .driver
+            .job(id)
+            .is_some_and(|job| job.state == JobState::Killed);
+        if ended.out_of_memory && !killed_by_us {
+            let t_ms = self.now_ms();
+            state.events.push(JobEvent {
+                t_ms,
+                job_id: id,
+                kind: JobEventKind::OutOfMemory,
+            });
+        }
         let (after, decide_now) = state.driver.attempt_ended(id, ended, self.now());
         let reply = match after {
             AfterAttempt::Retry => Reply::Retry,
@@ -505,11 +522,25 @@ impl Governor {
         if state.shutting_down {
             return;
         }
+        let t_ms = self.now_ms();
         for action in state.driver.decide(machine_left, self.now()) {
             let (Action::Start { id, .. }
             | Action::Suspend(id)
             | Action::Resume(id)
             | Action::Kill(id)) = action;
+            let kind = match action {
+                Action::Start { .. } => None,
+                Action::Suspend(_) => Some(JobEventKind::Suspend),
+                Action::Resume(_) => Some(JobEventKind::Resume),
+                Action::Kill(_) => Some(JobEventKind::Kill),
+            };
+            if let Some(kind) = kind {
+                state.events.push(JobEvent {
+                    t_ms,
+                    job_id: id,
+                    kind,
+                });
+            }
             let pgid = state.jobs.get_mut(&id).and_then(|job| match action {
                 Action::Kill(_) => job.pgid.take(),
                 _ => job.pgid,
@@ -580,6 +611,9 @@ impl Governor {
                 })
                 .collect();
             state.driver.sample(&readings, outside, self.now());
+            if let Some(bytes) = machine_left {
+                state.room.push(Room { t_ms, bytes });
+            }
             let mut total = outside;
             for reading in &readings {
                 total += reading.bytes;
@@ -658,8 +692,10 @@ fn write_jobs(state: &mut State) {
 fn flush_samples(state: &mut State) {
     state.last_flush = Instant::now();
     let samples = std::mem::take(&mut state.samples);
+    let events = std::mem::take(&mut state.events);
+    let room = std::mem::take(&mut state.room);
     if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
-        if let Err(err) = history.record_samples(build_id, &samples) {
+        if let Err(err) = history.record_samples(build_id, &samples, &events, &room) {
             eprintln!("headroom: warning: {err}");
         }
     }

@@ -86,8 +86,10 @@ fn metadata(kind: &str, tid: u32, name: &str) -> Value {
     })
 }
 
-/// A build as a trace: each job a slice on a slot track, the jobs' total memory and the budget
-/// as counters, and the build record (command, budget and its source, slots) as `otherData`.
+/// A build as a trace: each job a slice on a slot track with its suspensions, resumptions,
+/// kills and OOMs as instants, the jobs' total memory, the budget and what the machine could
+/// still hand out as counters, and the build record (command, budget and its source, slots)
+/// as `otherData`.
 pub fn build_trace(report: &BuildReport) -> Value {
     let build = &report.build;
     let mut trace = Trace::new(&format!("headroom build {}: {}", build.id, build.command));
@@ -98,6 +100,14 @@ pub fn build_trace(report: &BuildReport) -> Value {
     for (job, &track) in report.jobs.iter().zip(&tracks) {
         let (start, end) = (micros(job.start_ms), micros(job.end_ms));
         trace.slice(track, "job", &job.label, start, end, job_args(job));
+        for event in report.events.iter().filter(|e| e.job_id == job.job_id) {
+            trace.instant(
+                track,
+                event.kind.name(),
+                micros(event.t_ms),
+                json!({"job": job.job_id, "label": job.label}),
+            );
+        }
         if let Some(signal) = job.signal {
             trace.instant(
                 track,
@@ -125,6 +135,15 @@ pub fn build_trace(report: &BuildReport) -> Value {
         "budget",
         [(0, build.budget), (micros(last_ms), build.budget)],
     );
+    if !report.room.is_empty() {
+        trace.counter(
+            "MemAvailable",
+            report
+                .room
+                .iter()
+                .map(|room| (micros(room.t_ms), room.bytes)),
+        );
+    }
     trace.finish(json!({"headroom": "build", "build": build}))
 }
 
@@ -241,6 +260,8 @@ mod tests {
             jobs,
             samples,
             outside: Vec::new(),
+            events: Vec::new(),
+            room: Vec::new(),
         }
     }
 

@@ -109,6 +109,53 @@ pub struct Sample {
     pub bytes: u64,
 }
 
+/// What the governor did to a job at one moment, or what happened to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub t_ms: u64,
+    pub job_id: u64,
+    pub kind: JobEventKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobEventKind {
+    /// Stopped (SIGSTOP) near the budget.
+    Suspend,
+    Resume,
+    /// Killed past the budget and queued again.
+    Kill,
+    /// Ran out of memory on its own (the kernel's OOM killer, or an OOM message).
+    OutOfMemory,
+}
+
+impl JobEventKind {
+    pub const ALL: [JobEventKind; 4] = [
+        JobEventKind::Suspend,
+        JobEventKind::Resume,
+        JobEventKind::Kill,
+        JobEventKind::OutOfMemory,
+    ];
+
+    /// As the history stores it and traces name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobEventKind::Suspend => "suspend",
+            JobEventKind::Resume => "resume",
+            JobEventKind::Kill => "kill",
+            JobEventKind::OutOfMemory => "out of memory",
+        }
+    }
+}
+
+/// What the machine, or the cgroup the build runs in, could still hand out at one moment
+/// (MemAvailable, or the cgroup's room, whichever is less).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Room {
+    pub t_ms: u64,
+    pub bytes: u64,
+}
+
 /// Everything known about one build: what `--report` writes and `headroom report` reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuildReport {
@@ -120,6 +167,12 @@ pub struct BuildReport {
     /// headroom followed them.
     #[serde(default)]
     pub outside: Vec<OutsideProcess>,
+    /// Suspensions, resumptions, kills and OOMs, in time order; empty in older reports.
+    #[serde(default)]
+    pub events: Vec<JobEvent>,
+    /// What the machine could still hand out, at each sampling tick; empty in older reports.
+    #[serde(default)]
+    pub room: Vec<Room>,
 }
 
 impl BuildReport {

@@ -10,7 +10,9 @@ use std::process::Command;
 
 use clap::Parser;
 use headroom_store::model::chrome_trace::build_trace;
-use headroom_store::model::{BuildRecord, BuildReport, JobRecord, Sample, REPORT_SCHEMA};
+use headroom_store::model::{
+    BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, Room, Sample, REPORT_SCHEMA,
+};
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
@@ -256,6 +258,28 @@ fn a_build_reads_back_as_slot_tracks_a_kill_and_memory_counters() {
         ],
         samples,
         outside: Vec::new(),
+        events: vec![
+            JobEvent {
+                t_ms: 1200,
+                job_id: 2,
+                kind: JobEventKind::Suspend,
+            },
+            JobEvent {
+                t_ms: 1400,
+                job_id: 2,
+                kind: JobEventKind::Resume,
+            },
+        ],
+        room: vec![
+            Room {
+                t_ms: 500,
+                bytes: 700 * MIB,
+            },
+            Room {
+                t_ms: 1500,
+                bytes: 600 * MIB,
+            },
+        ],
     };
     let path = scratch("build.trace");
     std::fs::write(&path, serde_json::to_vec(&build_trace(&report)).unwrap()).unwrap();
@@ -270,7 +294,7 @@ fn a_build_reads_back_as_slot_tracks_a_kill_and_memory_counters() {
     assert_eq!(tracerbench["process"], "headroom build 7: make -j2");
     assert_eq!(
         tracerbench["instants"]["slot 1"],
-        json!(["killed by signal 9"])
+        json!(["suspend", "resume", "killed by signal 9"])
     );
     let counters: BTreeMap<String, Vec<(u64, u64)>> =
         serde_json::from_value(tracerbench["counters"].clone()).unwrap();
@@ -287,6 +311,10 @@ fn a_build_reads_back_as_slot_tracks_a_kill_and_memory_counters() {
                 points(&[(500, 300), (900, 100), (1000, 0), (1500, 300), (2000, 0)])
             ),
             ("budget".to_string(), points(&[(0, 1024), (2500, 1024)])),
+            (
+                "MemAvailable".to_string(),
+                points(&[(500, 700), (1500, 600)])
+            ),
         ])
     );
 }

@@ -275,6 +275,8 @@ mod tests {
             jobs,
             samples: Vec::new(),
             outside: Vec::new(),
+            events: Vec::new(),
+            room: Vec::new(),
         }
     }
 

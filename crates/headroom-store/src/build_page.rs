@@ -288,6 +288,8 @@ mod tests {
                 last_seen_ms: 900,
                 reason: "ran before the governor was listening".into(),
             }],
+            events: Vec::new(),
+            room: Vec::new(),
         }
     }
 

@@ -8,7 +8,10 @@ use headroom_sched::{PastRun, Profile, Ran};
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
-use crate::model::{BuildRecord, BuildReport, JobRecord, OutsideProcess, Sample, REPORT_SCHEMA};
+use crate::model::{
+    BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, OutsideProcess, Room, Sample,
+    REPORT_SCHEMA,
+};
 
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
 /// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
@@ -70,6 +73,19 @@ CREATE TABLE IF NOT EXISTS samples (
     bytes INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS samples_by_build ON samples(build_id);
+CREATE TABLE IF NOT EXISTS job_events (
+    build_id INTEGER NOT NULL,
+    t_ms INTEGER NOT NULL,
+    job_id INTEGER NOT NULL,
+    kind TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_events_by_build ON job_events(build_id);
+CREATE TABLE IF NOT EXISTS room (
+    build_id INTEGER NOT NULL,
+    t_ms INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS room_by_build ON room(build_id);
 CREATE TABLE IF NOT EXISTS peaks (
     key TEXT PRIMARY KEY,
     peak INTEGER NOT NULL,
@@ -293,8 +309,15 @@ impl History {
         })
     }
 
-    /// Appends memory samples of a running build.
-    pub fn record_samples(&mut self, build_id: i64, samples: &[Sample]) -> Result<(), StoreError> {
+    /// Appends what a running build's sampler saw: the jobs' memory, what was done to them,
+    /// and the machine's room.
+    pub fn record_samples(
+        &mut self,
+        build_id: i64,
+        samples: &[Sample],
+        events: &[JobEvent],
+        room: &[Room],
+    ) -> Result<(), StoreError> {
         self.in_transaction(|tx| {
             let mut insert = tx.prepare_cached("INSERT INTO samples VALUES (?1, ?2, ?3, ?4)")?;
             for sample in samples {
@@ -304,6 +327,19 @@ impl History {
                     sample.job_id as i64,
                     sample.bytes as i64
                 ])?;
+            }
+            let mut insert = tx.prepare_cached("INSERT INTO job_events VALUES (?1, ?2, ?3, ?4)")?;
+            for event in events {
+                insert.execute(params![
+                    build_id,
+                    event.t_ms as i64,
+                    event.job_id as i64,
+                    event.kind.name()
+                ])?;
+            }
+            let mut insert = tx.prepare_cached("INSERT INTO room VALUES (?1, ?2, ?3)")?;
+            for reading in room {
+                insert.execute(params![build_id, reading.t_ms as i64, reading.bytes as i64])?;
             }
             Ok(())
         })
@@ -354,12 +390,19 @@ impl History {
                 params![build_id, duration_ms as i64, exit_code, peak_total as i64],
             )
             .and_then(|_| {
-                self.conn.execute(
-                    "DELETE FROM samples WHERE build_id <= (SELECT MAX(id) FROM builds) - ?1",
-                    params![BUILDS_WITH_SAMPLES],
-                )
+                ["samples", "job_events", "room"]
+                    .iter()
+                    .try_for_each(|table| {
+                        self.conn
+                            .execute(
+                                &format!(
+                                    "DELETE FROM {table} WHERE build_id <= (SELECT MAX(id) FROM builds) - ?1"
+                                ),
+                                params![BUILDS_WITH_SAMPLES],
+                            )
+                            .map(drop)
+                    })
             })
-            .map(drop)
             .map_err(|e| self.sqlite(e))
     }
 
@@ -453,13 +496,53 @@ impl History {
         let jobs = self.load_jobs(id).map_err(|e| self.sqlite(e))?;
         let samples = self.load_samples(id).map_err(|e| self.sqlite(e))?;
         let outside = self.load_outside(id).map_err(|e| self.sqlite(e))?;
+        let events = self.load_events(id).map_err(|e| self.sqlite(e))?;
+        let room = self.load_room(id).map_err(|e| self.sqlite(e))?;
         Ok(BuildReport {
             schema: REPORT_SCHEMA,
             build,
             jobs,
             samples,
             outside,
+            events,
+            room,
         })
+    }
+
+    fn load_events(&self, id: i64) -> rusqlite::Result<Vec<JobEvent>> {
+        let mut query = self.conn.prepare(
+            "SELECT t_ms, job_id, kind FROM job_events WHERE build_id = ?1 ORDER BY t_ms, rowid",
+        )?;
+        let rows = query.query_map([id], |row| {
+            let kind: String = row.get(2)?;
+            Ok((
+                row.get::<_, i64>(0)? as u64,
+                row.get::<_, i64>(1)? as u64,
+                kind,
+            ))
+        })?;
+        // A kind this version does not know (written by a newer one) is left out.
+        Ok(rows
+            .collect::<rusqlite::Result<Vec<_>>>()?
+            .into_iter()
+            .filter_map(|(t_ms, job_id, kind)| {
+                let kind = JobEventKind::ALL.into_iter().find(|k| k.name() == kind)?;
+                Some(JobEvent { t_ms, job_id, kind })
+            })
+            .collect())
+    }
+
+    fn load_room(&self, id: i64) -> rusqlite::Result<Vec<Room>> {
+        let mut query = self
+            .conn
+            .prepare("SELECT t_ms, bytes FROM room WHERE build_id = ?1 ORDER BY t_ms")?;
+        let rows = query.query_map([id], |row| {
+            Ok(Room {
+                t_ms: row.get::<_, i64>(0)? as u64,
+                bytes: row.get::<_, i64>(1)? as u64,
+            })
+        })?;
+        rows.collect()
     }
 
     fn load_jobs(&self, id: i64) -> rusqlite::Result<Vec<JobRecord>> {
@@ -743,6 +826,15 @@ mod tests {
                     job_id: 0,
                     bytes: 50,
                 }],
+                &[JobEvent {
+                    t_ms: 6,
+                    job_id: 0,
+                    kind: JobEventKind::OutOfMemory,
+                }],
+                &[Room {
+                    t_ms: 5,
+                    bytes: 900,
+                }],
             )
             .unwrap();
         history.finish_build(id, 1234, Some(0), 100).unwrap();
@@ -764,6 +856,14 @@ mod tests {
         let report = history.load_build(id).unwrap();
         assert_eq!(report.jobs, vec![job(0, "a", 100), failed]);
         assert_eq!(report.samples.len(), 1);
+        assert_eq!(report.events[0].kind, JobEventKind::OutOfMemory);
+        assert_eq!(
+            report.room,
+            [Room {
+                t_ms: 5,
+                bytes: 900
+            }]
+        );
         assert_eq!(report.build.duration_ms, Some(1234));
         assert_eq!(report.build.parallelism_set, build().parallelism_set);
         assert!(report.outside.is_empty());

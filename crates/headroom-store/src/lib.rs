@@ -12,5 +12,7 @@ pub mod summary;
 
 /// The report model lives in a crate of its own, without SQLite, for readers of reports.
 pub use headroom_report as model;
-pub use headroom_report::{BuildRecord, BuildReport, JobRecord, OutsideProcess, Sample};
+pub use headroom_report::{
+    BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, OutsideProcess, Room, Sample,
+};
 pub use history::{History, Opened, StoreError};

@@ -269,6 +269,8 @@ mod tests {
                     ..outside(88, "cicc", true, 900 * MIB)
                 },
             ],
+            events: Vec::new(),
+            room: Vec::new(),
         }
     }
 

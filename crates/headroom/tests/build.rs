@@ -350,6 +350,14 @@ fn suspends_and_requeues_jobs_that_outgrow_their_history() {
     assert!(output.status.success(), "{}", stderr(&output));
     let report = project.report();
     assert!(report.suspends() >= 1, "{:?}", report.jobs);
+    // Each suspension is in the report at its moment, for traces and timelines.
+    let suspended = report
+        .events
+        .iter()
+        .filter(|event| event.kind == headroom_store::JobEventKind::Suspend)
+        .count();
+    assert_eq!(suspended as u32, report.suspends(), "{:?}", report.events);
+    assert!(!report.room.is_empty(), "the machine's room is sampled");
     // `-v` says why, with the figures.
     let said = stderr(&output);
     assert!(
@@ -383,6 +391,13 @@ fn a_job_killed_for_memory_is_retried_alone_unseen_by_make() {
     let report = project.report();
     let a = report.jobs.iter().find(|j| j.label == "a.o").unwrap();
     assert_eq!((a.oom_retries, a.attempts), (1, 2), "{a:?}");
+    let out_of_memory: Vec<u64> = report
+        .events
+        .iter()
+        .filter(|event| event.kind == headroom_store::JobEventKind::OutOfMemory)
+        .map(|event| event.job_id)
+        .collect();
+    assert_eq!(out_of_memory, [a.job_id], "{:?}", report.events);
     assert!(
         stderr(&output).contains("a.o alone: it ran out of memory"),
         "{}",
