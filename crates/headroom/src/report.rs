@@ -1,5 +1,5 @@
 //! `headroom report`: the last build (or a given one, or a `--report` JSON file) as the
-//! terminal summary, JSON, or a self-contained HTML timeline of memory per job.
+//! terminal summary, JSON, a self-contained HTML page, or a Chrome trace.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use headroom_store::chart::Timeline;
 use headroom_store::{summary, BuildReport, History};
 
-use crate::build::write_json_report;
+use crate::build::{write_json_report, write_trace};
 use headroom_output as output;
 
 /// Arguments of `headroom report`.
@@ -23,18 +23,25 @@ pub struct ReportArgs {
     /// Write the report as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write the build as a Chrome trace, for ui.perfetto.dev or chrome://tracing.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 pub fn main(args: ReportArgs) -> Result<u8> {
     output::check_all([
         ("--json", args.json.as_deref()),
         ("--html", args.html.as_deref()),
+        ("--trace", args.trace.as_deref()),
     ])?;
     let report = load(args.build.as_deref())?;
     // The summary is this command's output: it goes to stdout, for `less` or a file.
     print!("{}", summary::render(&report));
     if let Some(path) = &args.json {
         write_json_report(&report, "--json", path)?;
+    }
+    if let Some(path) = &args.trace {
+        write_trace(&report, "--trace", path)?;
     }
     if let Some(path) = &args.html {
         let html = headroom_store::chart::render_html(&timeline(&report));

@@ -832,9 +832,15 @@ fn report_renders_the_last_build_as_html_and_json() {
     let output = project
         .command("report")
         .args(["--html", "timeline.html", "--json", "again.json"])
+        .args(["--trace", "report-trace.json"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read(project.path("report-trace.json")).unwrap(),
+        std::fs::read(project.path("build-trace.json")).unwrap(),
+        "`report --trace` writes the trace `build --trace` wrote"
+    );
     let summary = String::from_utf8_lossy(&output.stdout);
     assert!(
         summary.contains("a.o"),
