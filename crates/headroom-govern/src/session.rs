@@ -133,6 +133,11 @@ impl Session {
         })
     }
 
+    /// The governor process's id.
+    pub fn governor_pid(&self) -> u32 {
+        self.governor.id()
+    }
+
     /// `headroom-launch`: put it before a compiler's path to run that compiler governed.
     pub fn launcher(&self) -> PathBuf {
         self.shim_dir.join(LAUNCHER_NAME)

@@ -134,6 +134,11 @@ pub fn walk_build(
         if parent_starts_jobs && stat.pgrp == pid {
             continue;
         }
+        // A zombie runs nothing and holds no memory: a compiler killed with its job, whose
+        // parent died first, waits as one until the subreaper above the build reaps it.
+        if stat.state == 'Z' {
+            continue;
+        }
         let process = ProcStat::from_stat(stat);
         let starts = starts_jobs(&process);
         pending.extend(
@@ -200,6 +205,26 @@ pub fn rss_where(snapshot: &[ProcStat], belongs: impl Fn(&ProcStat) -> bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_is_not_a_process_outside_the_jobs() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let state = || {
+            procfs::process::Process::new(pid)
+                .and_then(|process| process.stat())
+                .map(|stat| stat.state)
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while state().ok() != Some('Z') {
+            assert!(std::time::Instant::now() < deadline, "`true` never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let tree = walk_build(std::process::id() as i32, 0, &[], |_| false);
+        let listed = tree.outside.iter().any(|process| process.pid == pid);
+        child.wait().unwrap();
+        assert!(!listed, "the unreaped `true` is not outside the jobs");
+    }
 
     #[test]
     fn a_build_walk_tells_jobs_from_processes_outside_them() {

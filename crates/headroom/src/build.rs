@@ -124,7 +124,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
             bail!("cannot run `{program}`: {err}");
         }
     };
-    let status = wait_for_build(&mut build, &interrupted)?;
+    let status = wait_for_build(&mut build, session.governor_pid(), &interrupted)?;
     let was_interrupted = interrupted.load(Ordering::Relaxed);
     let exit_code = exit_code_of(status);
 
@@ -222,14 +222,19 @@ fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
     BuildSettings::merge(overrides, &project, &user, cpus)
 }
 
-/// Waits for the build; on Ctrl-C (or SIGTERM, SIGHUP) passes the interrupt on and, after a
-/// grace period, kills it.
-fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitStatus> {
+/// Waits for the build, reaping the orphans it leaves to headroom as their subreaper; on
+/// Ctrl-C (or SIGTERM, SIGHUP) passes the interrupt on and, after a grace period, kills it.
+fn wait_for_build(
+    build: &mut Child,
+    governor: u32,
+    interrupted: &AtomicBool,
+) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
     loop {
         if let Some(status) = build.try_wait()? {
             return Ok(status);
         }
+        reap_orphans(&[build.id(), governor]);
         if interrupted.load(Ordering::Relaxed) {
             match interrupted_at {
                 None => {
@@ -243,6 +248,22 @@ fn wait_for_build(build: &mut Child, interrupted: &AtomicBool) -> Result<ExitSta
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reaps this process's children other than `own` (the build and the governor, which are
+/// waited for by their owners) that have exited: orphans of the build, reparented here (a
+/// compiler killed with its job after its driver), would otherwise stay zombies to the end.
+fn reap_orphans(own: &[u32]) {
+    let Some(children) = procs::children_of(std::process::id() as i32) else {
+        return;
+    };
+    for child in children
+        .into_iter()
+        .filter(|&pid| !own.contains(&(pid as u32)))
+    {
+        // SAFETY: waitpid on one of our own children, without blocking.
+        unsafe { libc::waitpid(child, std::ptr::null_mut(), libc::WNOHANG) };
     }
 }
 
