@@ -15,8 +15,9 @@ use crate::model::{
 
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
 /// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
-/// parallelism variables headroom set to `builds` and the `outside_processes` table.
-const SCHEMA_VERSION: i32 = 4;
+/// parallelism variables headroom set to `builds` and the `outside_processes` table, version 5
+/// the `job_events` and `room` tables.
+const SCHEMA_VERSION: i32 = 5;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
@@ -1022,6 +1023,34 @@ mod tests {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_history_from_before_job_events_gains_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        let (version_4, added) = SCHEMA
+            .split_once("CREATE TABLE IF NOT EXISTS job_events")
+            .unwrap();
+        let (_, rest) = added.split_once("CREATE TABLE IF NOT EXISTS peaks").unwrap();
+        let version_4 = format!("{version_4}CREATE TABLE IF NOT EXISTS peaks{rest}");
+        assert!(!version_4.contains("job_events") && !version_4.contains("room"));
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&format!("{version_4}\nPRAGMA user_version = 4;"))
+            .unwrap();
+        let mut history = History::open(&path).unwrap();
+        let id = history.begin_build(&build()).unwrap();
+        let event = JobEvent {
+            t_ms: 1,
+            job_id: 0,
+            kind: JobEventKind::Kill,
+        };
+        history
+            .record_samples(id, &[], &[event], &[Room { t_ms: 1, bytes: 2 }])
+            .unwrap();
+        let report = history.load_build(id).unwrap();
+        assert_eq!((report.events.len(), report.room.len()), (1, 1));
     }
 
     #[test]
