@@ -15,8 +15,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{self, Cache, CacheError, Entry};
-use crate::manifest::{is_valid_kernel_name, UnknownKernel};
+use crate::cache::{self, Cache, CacheError, Entry, SelectError};
 
 /// The first member of every bundle.
 pub const BUNDLE_MANIFEST: &str = "headroom-bundle.json";
@@ -49,7 +48,7 @@ pub enum BundleError {
     #[error("artifact {path} is missing or corrupt in the cache; run `headroom kernels build` again before exporting")]
     BadArtifact { path: PathBuf },
     #[error(transparent)]
-    UnknownKernel(#[from] UnknownKernel),
+    Select(#[from] SelectError),
     #[error("refusing bundle: {0}; it was not written by `headroom kernels export` or was changed since, so export it again")]
     Rejected(String),
 }
@@ -82,27 +81,8 @@ pub fn export(
         path: path.to_path_buf(),
         source,
     };
-    let entries = cache.entries()?;
-    let known: BTreeSet<&String> = entries.iter().map(|entry| &entry.kernel).collect();
-    let unknown: Vec<String> = kernels
-        .iter()
-        .filter(|name| !known.contains(name))
-        .cloned()
-        .collect();
-    if !unknown.is_empty() {
-        return Err(UnknownKernel {
-            wanted: unknown,
-            place: format!("the cache {}", cache.root().display()),
-            known: known.into_iter().cloned().collect(),
-            advice: "check --kernel",
-        }
-        .into());
-    }
     let mut members = Vec::new();
-    for entry in entries {
-        if !kernels.is_empty() && !kernels.contains(&entry.kernel) {
-            continue;
-        }
+    for entry in cache.selected_entries(kernels)? {
         let artifact_path = entry.artifact_path();
         let bytes =
             cache
@@ -254,8 +234,7 @@ pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> 
                     .replace('\\', "/");
                 if artifact.path != expected
                     || !is_plain_relative(Path::new(&artifact.path))
-                    || !is_valid_kernel_name(&artifact.entry.kernel)
-                    || artifact.entry.backend != artifact.entry.target.backend()
+                    || !artifact.entry.is_well_formed()
                     || artifact.blake3 != artifact.entry.record.blob
                 {
                     return Err(reject(format!(

@@ -13,6 +13,7 @@
 //! same artifact write the same bytes. A blob whose bytes no longer hash to its name is
 //! deleted and reported as a miss, so it is rebuilt.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::manifest::{is_valid_kernel_name, UnknownKernel};
 use crate::resolve::{explain, Candidate, Device, Explanation, Format, PtxIsa, ResolveOptions};
 use crate::target::{Backend, Target};
 
@@ -36,6 +38,15 @@ const LRU_RESOLUTION: Duration = Duration::from_secs(3600);
 
 /// Temp files older than this belong to a builder that died; `gc` removes them.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
+
+/// Why the entries of some named kernels could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    UnknownKernel(#[from] UnknownKernel),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -98,7 +109,8 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }
 
-fn is_hex_hash(name: &str) -> bool {
+/// Whether a name is a blake3 hash as this cache writes them: 64 lowercase hex digits.
+pub fn is_hash(name: &str) -> bool {
     name.len() == 64
         && name
             .bytes()
@@ -138,6 +150,16 @@ impl Entry {
 
     fn entry_path(&self) -> PathBuf {
         entry_path(self.backend, &self.kernel, &self.target)
+    }
+
+    /// Whether an entry from outside (a bundle, a shared store) is safe to publish: a valid
+    /// kernel name, a target of its own backend, and hashes as its key and blob, so that every
+    /// path made from it stays inside the cache.
+    pub fn is_well_formed(&self) -> bool {
+        is_valid_kernel_name(&self.kernel)
+            && self.backend == self.target.backend()
+            && is_hash(&self.key)
+            && is_hash(&self.record.blob)
     }
 
     pub fn candidate(&self) -> Candidate {
@@ -213,7 +235,7 @@ impl Cache {
 
     /// Checks a blob's bytes against its name; deletes it when they differ.
     pub fn check_blob(&self, hash: &str) -> Result<BlobCheck, CacheError> {
-        if !is_hex_hash(hash) {
+        if !is_hash(hash) {
             return Ok(BlobCheck::Missing);
         }
         let path = self.root.join(blob_path(hash));
@@ -250,7 +272,7 @@ impl Cache {
 
     /// Reads a blob and checks it; `None` when missing or corrupt.
     pub fn read_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, CacheError> {
-        if !is_hex_hash(hash) {
+        if !is_hash(hash) {
             return Ok(None);
         }
         let path = self.root.join(blob_path(hash));
@@ -300,7 +322,7 @@ impl Cache {
 
     /// The record a build key produced, if its blob is still there and intact.
     pub fn lookup_key(&self, key: &str) -> Result<Option<KeyRecord>, CacheError> {
-        if !is_hex_hash(key) {
+        if !is_hash(key) {
             return Ok(None);
         }
         let Some(record) = self.read_json::<KeyRecord>(&key_path(key))? else {
@@ -392,6 +414,29 @@ impl Cache {
         Ok(entries)
     }
 
+    /// The entries of the named kernels, or every entry when none is named; a name the cache
+    /// lacks is an error that lists the names it has.
+    pub fn selected_entries(&self, kernels: &[String]) -> Result<Vec<Entry>, SelectError> {
+        let mut entries = self.entries()?;
+        let known: BTreeSet<&String> = entries.iter().map(|entry| &entry.kernel).collect();
+        let unknown: Vec<String> = kernels
+            .iter()
+            .filter(|name| !known.contains(name))
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(UnknownKernel {
+                wanted: unknown,
+                place: format!("the cache {}", self.root.display()),
+                known: known.into_iter().cloned().collect(),
+                advice: "check --kernel",
+            }
+            .into());
+        }
+        entries.retain(|entry| kernels.is_empty() || kernels.contains(&entry.kernel));
+        Ok(entries)
+    }
+
     /// The entries of one kernel in one backend, sorted by target.
     pub fn kernel_entries(&self, backend: Backend, kernel: &str) -> Result<Vec<Entry>, CacheError> {
         let dir = layout_dir(backend, kernel);
@@ -452,7 +497,7 @@ impl Cache {
                 let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
                     continue;
                 };
-                if !is_hex_hash(name) {
+                if !is_hash(name) {
                     continue;
                 }
                 let Ok(metadata) = fs::metadata(&path) else {

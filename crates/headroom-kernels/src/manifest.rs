@@ -156,7 +156,9 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-pub(crate) fn is_valid_kernel_name(name: &str) -> bool {
+/// Kernel names become directory names in the cache and keys in shared stores: letters,
+/// digits, `_`, `-` and `.`, not leading `.`, at most 128 bytes.
+pub fn is_valid_kernel_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && name

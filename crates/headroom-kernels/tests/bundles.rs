@@ -294,3 +294,22 @@ fn import_rejects_a_manifest_whose_paths_do_not_match_its_entries() {
         "{err}"
     );
 }
+
+#[test]
+fn import_rejects_a_build_key_that_is_not_a_hash() {
+    // The key names the key record's file, `keys/<key[..2]>/<key>.json`: this one would land
+    // beside the cache.
+    let key = hash_bytes(b"key");
+    let manifest = String::from_utf8(manifest_for(b"good"))
+        .unwrap()
+        .replace(&key, "../outside");
+    let (err, _cache, dir) = import_error(&[
+        regular(BUNDLE_MANIFEST.as_bytes(), manifest.as_bytes()),
+        regular(b"cuda/add/sm_80.ptx", b"good"),
+    ]);
+    assert!(
+        err.contains("does not match its kernel and target"),
+        "{err}"
+    );
+    assert!(!dir.path().join("outside.json").exists());
+}

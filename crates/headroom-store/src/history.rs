@@ -1032,7 +1032,9 @@ mod tests {
         let (version_4, added) = SCHEMA
             .split_once("CREATE TABLE IF NOT EXISTS job_events")
             .unwrap();
-        let (_, rest) = added.split_once("CREATE TABLE IF NOT EXISTS peaks").unwrap();
+        let (_, rest) = added
+            .split_once("CREATE TABLE IF NOT EXISTS peaks")
+            .unwrap();
         let version_4 = format!("{version_4}CREATE TABLE IF NOT EXISTS peaks{rest}");
         assert!(!version_4.contains("job_events") && !version_4.contains("room"));
         Connection::open(&path)

@@ -20,6 +20,15 @@ pub const PROJECT_FILE: &str = "headroom.toml";
 pub struct FileConfig {
     #[serde(default)]
     pub build: BuildSection,
+    #[serde(default)]
+    pub kernels: KernelsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelsSection {
+    /// Like `headroom kernels --store`: the shared kernel store's URL.
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -47,6 +47,13 @@ Environment:
       clang-21, clang-18 and clang on PATH].
   CUDA_HOME, CUDA_PATH
       `kernels`: where nvcc is looked for before PATH.
+  HEADROOM_KERNEL_STORE, HEADROOM_KERNEL_STORE_READ_ONLY
+      `kernels`: the shared kernel store's URL, and read-only use of it (`push`, `pull`,
+      `resolve --fetch`).
+  HEADROOM_WEBDAV_USER, HEADROOM_WEBDAV_PASSWORD
+      `kernels`: WebDAV credentials when the store's URL has none.
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL
+      `kernels`: an s3:// store's credentials, region and endpoint.
   HEADROOM_SIM_MACHINES
       The default of `sim`'s --machine.
 ";

@@ -3,6 +3,7 @@
 //! The work lives in the `headroom-kernels` crate; this module parses flags and prints.
 
 mod render;
+mod store;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,25 @@ pub struct KernelsArgs {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// The shared kernel store: s3://bucket/prefix, redis://host[:port][/db],
+    /// webdav+http(s)://host/path or file:///absolute/path [default: `store` under [kernels] in
+    /// headroom.toml or the user's settings].
+    #[arg(
+        long,
+        global = true,
+        env = "HEADROOM_KERNEL_STORE",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    store: Option<String>,
+    /// Only read the kernel store: `push` is refused (as with `?read-only` in its URL).
+    #[arg(
+        long,
+        global = true,
+        env = "HEADROOM_KERNEL_STORE_READ_ONLY",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    read_only: bool,
     #[command(subcommand)]
     command: KernelsCommand,
 }
@@ -59,6 +79,11 @@ enum KernelsCommand {
     Export(ExportArgs),
     /// Verify a bundle and add its artifacts to the cache.
     Import(ImportArgs),
+    /// Copy cached artifacts to the shared kernel store (--store).
+    Push(PushArgs),
+    /// Copy artifacts from the shared kernel store (--store) into the cache: with --device, only
+    /// the one each kernel resolves to.
+    Pull(PullArgs),
     /// Show which toolchains this machine has.
     #[command(after_help = LOOKUP)]
     Toolchains,
@@ -101,6 +126,9 @@ struct ResolveArgs {
     /// Say why each candidate was taken or rejected.
     #[arg(long)]
     explain: bool,
+    /// First pull the artifact that runs best on the device from the kernel store (--store).
+    #[arg(long)]
+    fetch: bool,
 }
 
 #[derive(Args)]
@@ -130,6 +158,26 @@ struct ImportArgs {
     file: PathBuf,
 }
 
+#[derive(Args)]
+struct PushArgs {
+    /// Push only this kernel (repeatable).
+    #[arg(long = "kernel", value_name = "NAME")]
+    kernels: Vec<String>,
+}
+
+#[derive(Args)]
+struct PullArgs {
+    /// Pull this kernel (repeatable) [default: the manifest's kernels and the cache's].
+    #[arg(long = "kernel", value_name = "NAME")]
+    kernels: Vec<String>,
+    /// Pull only what runs best on this device: sm_89, gfx1100, gfx90a:xnack-, apple9.
+    #[arg(long)]
+    device: Option<String>,
+    /// With --device: the newest PTX ISA version the installed driver can JIT-compile.
+    #[arg(long, value_name = "VERSION", requires = "device")]
+    driver_ptx: Option<String>,
+}
+
 pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
     let root = Cache::default_root(args.cache.as_deref())?;
     let open_cache = || {
@@ -140,7 +188,27 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
             run_build(&args.manifest, open_cache()?, build_args, args.json)
         }
         KernelsCommand::Resolve(resolve_args) => {
-            run_resolve(&open_cache()?, &args.manifest, resolve_args, args.json)
+            let store = resolve_args
+                .fetch
+                .then(|| store::open_for_reading(args.store.as_deref(), args.read_only))
+                .transpose()?;
+            run_resolve(
+                &open_cache()?,
+                &args.manifest,
+                store.as_ref(),
+                resolve_args,
+                args.json,
+            )
+        }
+        KernelsCommand::Push(push_args) => store::push(
+            &store::open(args.store.as_deref(), args.read_only)?,
+            &open_cache()?,
+            &push_args.kernels,
+            args.json,
+        ),
+        KernelsCommand::Pull(pull_args) => {
+            let store = store::open_for_reading(args.store.as_deref(), args.read_only)?;
+            run_pull(&open_cache()?, &args.manifest, &store, pull_args, args.json)
         }
         KernelsCommand::Ls => {
             let entries = open_cache()?.entries()?;
@@ -258,21 +326,28 @@ fn run_build(
     Ok(if succeeded { 0 } else { EXIT_INCOMPLETE })
 }
 
-/// Fails when no kernel of the cache or the manifest (where it can be read) is named `name`.
-fn check_kernel_exists(cache: &Cache, manifest_path: &Path, name: &str) -> anyhow::Result<()> {
+/// The kernel names of the cache and of the manifest (where it can be read), and where they
+/// were looked for.
+fn known_kernels(cache: &Cache, manifest_path: &Path) -> anyhow::Result<(Vec<String>, String)> {
     let mut known: BTreeSet<String> = cache
         .entries()?
         .into_iter()
         .map(|entry| entry.kernel)
         .collect();
     let mut place = format!("the cache {}", cache.root().display());
-    // `resolve` needs no manifest (a user's machine imports a bundle), so one that cannot be
-    // read only leaves its names out.
+    // `resolve` and `pull` need no manifest (a user's machine imports a bundle), so one that
+    // cannot be read only leaves its names out.
     if let Ok(manifest) = Manifest::load(manifest_path) {
         known.extend(manifest.names());
         place.push_str(&format!(" or the manifest {}", manifest.path.display()));
     }
-    if known.contains(name) {
+    Ok((known.into_iter().collect(), place))
+}
+
+/// Fails when no kernel of the cache or the manifest (where it can be read) is named `name`.
+fn check_kernel_exists(cache: &Cache, manifest_path: &Path, name: &str) -> anyhow::Result<()> {
+    let (known, place) = known_kernels(cache, manifest_path)?;
+    if known.iter().any(|known| known == name) {
         return Ok(());
     }
     Err(UnknownKernel {
@@ -283,26 +358,68 @@ fn check_kernel_exists(cache: &Cache, manifest_path: &Path, name: &str) -> anyho
         } else {
             "check the name"
         },
-        known: known.into_iter().collect(),
+        known,
     }
     .into())
 }
 
+fn resolve_options(driver_ptx: Option<&str>) -> anyhow::Result<ResolveOptions> {
+    let driver_ptx = driver_ptx
+        .map(str::parse::<PtxIsa>)
+        .transpose()
+        .context("in --driver-ptx")?;
+    Ok(ResolveOptions { driver_ptx })
+}
+
+/// Pulls the named kernels, else those of the manifest and the cache.
+fn run_pull(
+    cache: &Cache,
+    manifest_path: &Path,
+    store: &store::Reading,
+    args: PullArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let kernels = if args.kernels.is_empty() {
+        known_kernels(cache, manifest_path)?.0
+    } else {
+        args.kernels
+    };
+    anyhow::ensure!(
+        !kernels.is_empty(),
+        "nothing to pull: name kernels with --kernel (there is no manifest {} and the cache {} is empty)",
+        manifest_path.display(),
+        cache.root().display()
+    );
+    let options = resolve_options(args.driver_ptx.as_deref())?;
+    let device = args
+        .device
+        .as_deref()
+        .map(str::parse::<Device>)
+        .transpose()
+        .context("in --device")?;
+    store::pull(
+        store,
+        cache,
+        &kernels,
+        device.as_ref().map(|device| (device, &options)),
+        json,
+    )
+}
+
+/// Resolves against the cache, after pulling from `store` with `--fetch`.
 fn run_resolve(
     cache: &Cache,
     manifest_path: &Path,
+    store: Option<&store::Reading>,
     args: ResolveArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
     let device: Device = args.device.parse().context("in --device")?;
-    let driver_ptx = args
-        .driver_ptx
-        .as_deref()
-        .map(str::parse::<PtxIsa>)
-        .transpose()
-        .context("in --driver-ptx")?;
-    let (entries, explanation) =
-        cache.resolve(&args.kernel, &device, &ResolveOptions { driver_ptx })?;
+    let options = resolve_options(args.driver_ptx.as_deref())?;
+    if let Some(store) = store {
+        store::fetch(store, cache, &args.kernel, &device, &options)?;
+    }
+    let (entries, explanation) = cache.resolve(&args.kernel, &device, &options)?;
     if entries.is_empty() {
         check_kernel_exists(cache, manifest_path, &args.kernel)?;
     }

@@ -1,0 +1,782 @@
+//! `headroom kernels push`, `pull` and `resolve --fetch` through the real binary, against real
+//! servers on loopback: moto's S3 server, redis-server, the wsgidav WebDAV server, and a plain
+//! directory. Each test starts its server on a free port and stops it after; a test whose
+//! server is not installed says so and passes (`bash .ci/stores.sh` installs them all).
+//!
+//! The artifacts are published straight into a cache with the cache's own API: the store is
+//! what is tested here, and builds are tested elsewhere.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_kernels::cache::{hash_bytes, Cache, Entry, KeyRecord};
+use headroom_kernels::resolve::Format;
+use headroom_remote::store::blob_key;
+use headroom_remote::Store;
+
+const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
+
+/// Passwords the servers ask for; no output may ever contain them.
+const REDIS_PASSWORD: &str = "redis-s3cr3t/p@ss";
+const DAV_PASSWORD: &str = "dav-s3cr3t";
+const AWS_SECRET: &str = "aws-s3cr3t-key";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    S3,
+    Redis,
+    Webdav,
+    Directory,
+}
+
+/// The virtual environment `.ci/stores.sh` installs moto and wsgidav into.
+fn stores_venv_bin() -> PathBuf {
+    let env = std::env::var_os("HEADROOM_STORES_ENV").map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/headroom-stores"),
+        PathBuf::from,
+    );
+    env.join("venv/bin")
+}
+
+/// A program from the stores' venv, else from PATH.
+fn program(name: &str) -> Option<PathBuf> {
+    let in_venv = stores_venv_bin().join(name);
+    if in_venv.is_file() {
+        return Some(in_venv);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Creates a bucket on moto's S3 server that anyone may read and write, so that the test
+/// itself reaches it without credentials; returns the status line.
+fn create_public_bucket(port: u16, bucket: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-amz-acl: public-read-write\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.lines().next().unwrap_or_default().to_string()
+}
+
+/// A store for one test: its server (none for a directory) and its URL.
+struct Server {
+    child: Option<Child>,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Server {
+    /// Starts the server of a kind, or says why it cannot and returns `None`.
+    fn start(kind: Kind) -> Option<Server> {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let (program_name, args): (&str, Vec<String>) = match kind {
+            Kind::Directory => {
+                let url = format!("file://{}/store", dir.path().display());
+                return Some(Server {
+                    child: None,
+                    url,
+                    dir,
+                });
+            }
+            Kind::S3 => (
+                "moto_server",
+                vec![
+                    "-H".into(),
+                    "127.0.0.1".into(),
+                    "-p".into(),
+                    port.to_string(),
+                ],
+            ),
+            Kind::Redis => (
+                "redis-server",
+                [
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--requirepass",
+                    REDIS_PASSWORD,
+                    "--dir",
+                ]
+                .iter()
+                .map(|arg| arg.to_string())
+                .chain([dir.path().display().to_string()])
+                .collect(),
+            ),
+            Kind::Webdav => {
+                let root = dir.path().join("dav");
+                std::fs::create_dir(&root).unwrap();
+                let config = serde_json::json!({
+                    "host": "127.0.0.1",
+                    "port": port,
+                    "provider_mapping": { "/": root },
+                    "simple_dc": { "user_mapping": { "*": { "ci": { "password": DAV_PASSWORD } } } },
+                    "http_authenticator": { "domain_controller": null, "accept_basic": true, "accept_digest": false, "default_to_digest": false },
+                    "verbose": 0,
+                    "logging": { "enable": false },
+                });
+                let config_path = dir.path().join("wsgidav.json");
+                std::fs::write(&config_path, config.to_string()).unwrap();
+                (
+                    "wsgidav",
+                    vec!["--config".into(), config_path.display().to_string()],
+                )
+            }
+        };
+        let Some(program) = program(program_name) else {
+            eprintln!("skipping: {program_name} is not installed (bash .ci/stores.sh installs it)");
+            return None;
+        };
+        let child = Command::new(program)
+            .args(&args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server {
+            child: Some(child),
+            url: String::new(),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{program_name} did not listen on port {port} within a minute"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.url = match kind {
+            Kind::S3 => {
+                let status = create_public_bucket(port, "kernels");
+                assert!(status.contains(" 200 "), "creating the bucket: {status}");
+                format!("s3://kernels/team/ci?endpoint=http://127.0.0.1:{port}")
+            }
+            Kind::Redis => redis_url(REDIS_PASSWORD, port),
+            Kind::Webdav => format!("webdav+http://ci:{DAV_PASSWORD}@127.0.0.1:{port}/store"),
+            Kind::Directory => unreachable!("returned above"),
+        };
+        Some(server)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn redis_url(password: &str, port: u16) -> String {
+    let encoded = password.replace('/', "%2F").replace('@', "%40");
+    format!("redis://:{encoded}@127.0.0.1:{port}/0")
+}
+
+/// A URL of the kind whose server is down: nothing listens on its port, or its directory
+/// cannot exist.
+fn down_url(kind: Kind, dir: &Path) -> String {
+    let port = free_port();
+    match kind {
+        Kind::S3 => format!("s3://kernels/ci?endpoint=http://127.0.0.1:{port}"),
+        Kind::Redis => redis_url(REDIS_PASSWORD, port),
+        Kind::Webdav => format!("webdav+http://ci:{DAV_PASSWORD}@127.0.0.1:{port}/store"),
+        Kind::Directory => {
+            std::fs::write(dir.join("a-file"), "").unwrap();
+            format!("file://{}/a-file/store", dir.display())
+        }
+    }
+}
+
+/// `headroom kernels` with a cache, a store and nothing from this machine's settings.
+fn command(cache: &Path, store: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let dir = cache.parent().unwrap();
+    let mut command = Command::new(HEADROOM);
+    command
+        .current_dir(dir)
+        .arg("kernels")
+        .arg("--cache")
+        .arg(cache)
+        .arg("--manifest")
+        .arg(dir.join("no-kernels.toml"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env_remove("HEADROOM_KERNEL_STORE")
+        .env_remove("HEADROOM_KERNEL_STORE_READ_ONLY")
+        .env_remove("HEADROOM_KERNEL_CACHE")
+        .env("HEADROOM_CONFIG", dir.join("no-config.toml"))
+        .env("AWS_ACCESS_KEY_ID", "headroom-test")
+        .env("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+        .env("AWS_CONFIG_FILE", dir.join("no-aws-config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            dir.join("no-aws-credentials"),
+        )
+        .env("HEADROOM_LOG", "trace")
+        .envs(env.iter().copied());
+    command
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Stderr less headroom's own tracing (the commands run with `HEADROOM_LOG=trace`, so that
+/// the secrets check sees everything the libraries log).
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| line.starts_with("headroom"))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// Asserts that no password or key is anywhere in an output, the logs included.
+fn assert_no_secret(output: &Output) {
+    for stream in [&output.stdout, &output.stderr] {
+        let text = String::from_utf8_lossy(stream);
+        for secret in [REDIS_PASSWORD, "s3cr3t%2Fp%40ss", DAV_PASSWORD, AWS_SECRET] {
+            assert!(!text.contains(secret), "`{secret}` leaked: {text}");
+        }
+    }
+}
+
+/// Runs, checks that nothing leaked, and checks the exit code.
+fn run(cache: &Path, store: &str, args: &[&str], env: &[(&str, &str)], code: i32) -> Output {
+    let output = command(cache, store, args, env).output().unwrap();
+    assert_no_secret(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{args:?}: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    output
+}
+
+/// What CI built: a CUDA kernel for four targets and PTX, a HIP kernel for three targets.
+const ARTIFACTS: &[(&str, &str, Format)] = &[
+    ("vector_add", "sm_75", Format::Cubin),
+    ("vector_add", "sm_80", Format::Cubin),
+    ("vector_add", "sm_86", Format::Cubin),
+    ("vector_add", "sm_90a", Format::Cubin),
+    ("vector_add", "compute_80", Format::Ptx),
+    ("vector_add_hip", "gfx90a:xnack-", Format::CodeObject),
+    ("vector_add_hip", "gfx1100", Format::CodeObject),
+    ("vector_add_hip", "gfx11-generic", Format::CodeObject),
+];
+
+fn artifact_bytes(kernel: &str, target: &str) -> Vec<u8> {
+    format!("{kernel} built for {target}\n")
+        .repeat(200)
+        .into_bytes()
+}
+
+/// Publishes one artifact into a cache.
+fn publish(cache: &Cache, kernel: &str, target: &str, format: Format) -> Entry {
+    let target: headroom_kernels::target::Target = target.parse().unwrap();
+    let bytes = artifact_bytes(kernel, &target.to_string());
+    cache
+        .publish(&Entry {
+            kernel: kernel.into(),
+            backend: target.backend(),
+            key: hash_bytes(format!("{kernel} {target}").as_bytes()),
+            target,
+            record: KeyRecord {
+                blob: cache.store_blob(&bytes).unwrap(),
+                size: bytes.len() as u64,
+                format,
+                ptx_isa: None,
+                toolchain: "scripted".into(),
+            },
+        })
+        .unwrap()
+}
+
+/// A cache at `dir` holding [`ARTIFACTS`].
+fn built_cache(dir: &Path) -> PathBuf {
+    let cache = Cache::open(dir).unwrap();
+    for (kernel, target, format) in ARTIFACTS {
+        publish(&cache, kernel, target, *format);
+    }
+    dir.to_path_buf()
+}
+
+fn targets_in(cache: &Path) -> Vec<String> {
+    Cache::open(cache)
+        .unwrap()
+        .entries()
+        .unwrap()
+        .iter()
+        .map(|entry| format!("{}/{}", entry.kernel, entry.target))
+        .collect()
+}
+
+fn push_pull_and_resolve_fetch(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let store = server.url.as_str();
+    let built = built_cache(&server.path("built"));
+    let pushed = run(&built, store, &["push"], &[], 0);
+    assert!(
+        stdout(&pushed).starts_with("pushed 8 artifacts to ")
+            && stdout(&pushed).contains("(8 new,"),
+        "{}",
+        stdout(&pushed)
+    );
+    let again = run(&built, store, &["push", "--json"], &[], 0);
+    let summary: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        (
+            summary["summary"]["new"].as_u64(),
+            summary["summary"]["bytes_sent"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "a second push sends nothing: {summary}"
+    );
+
+    // Pull for one device fetches the one artifact the resolver picks, nothing else.
+    let user = server.path("user");
+    let pulled = run(
+        &user,
+        store,
+        &["pull", "--kernel", "vector_add", "--device", "sm_89"],
+        &[],
+        0,
+    );
+    assert_eq!(
+        targets_in(&user),
+        ["vector_add/sm_86"],
+        "{}",
+        stdout(&pulled)
+    );
+
+    // resolve --fetch, cold then warm, prints a ready file with the pushed bytes.
+    let fresh = server.path("fresh");
+    for _ in 0..2 {
+        let resolved = run(
+            &fresh,
+            store,
+            &[
+                "resolve",
+                "vector_add_hip",
+                "--device",
+                "gfx1102",
+                "--fetch",
+            ],
+            &[],
+            0,
+        );
+        assert_eq!(stderr(&resolved), "");
+        let path = stdout(&resolved).trim().to_string();
+        assert!(
+            path.ends_with("hip/vector_add_hip/gfx11-generic.hsaco"),
+            "{path}"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            artifact_bytes("vector_add_hip", "gfx11-generic")
+        );
+    }
+    assert_eq!(targets_in(&fresh), ["vector_add_hip/gfx11-generic"]);
+
+    // Without a device, every target; nothing that runs is exit 1.
+    run(
+        &user,
+        store,
+        &["pull", "--kernel", "vector_add_hip"],
+        &[],
+        0,
+    );
+    assert_eq!(targets_in(&user).len(), 4);
+    let none = run(
+        &user,
+        store,
+        &["resolve", "vector_add", "--device", "sm_70", "--fetch"],
+        &[],
+        1,
+    );
+    assert!(stderr(&none).contains("none of the"), "{}", stderr(&none));
+
+    // Read-only, three ways: pulls work, pushes are refused.
+    let separator = if store.contains('?') { '&' } else { '?' };
+    let read_only_url = format!("{store}{separator}read-only");
+    for (url, args, env) in [
+        (store, &["--read-only", "push"][..], &[][..]),
+        (
+            store,
+            &["push"],
+            &[("HEADROOM_KERNEL_STORE_READ_ONLY", "1")],
+        ),
+        (read_only_url.as_str(), &["push"], &[]),
+    ] {
+        let refused = run(&built, url, args, env, 2);
+        assert!(
+            stderr(&refused).contains("is read-only"),
+            "{}",
+            stderr(&refused)
+        );
+        run(&fresh, url, &["pull", "--kernel", "vector_add"], env, 0);
+    }
+}
+
+fn concurrent_pushers(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let store = server.url.as_str();
+    // Eight pushers of the same kernel: the same artifacts, and one target of each one's own.
+    let pushers: Vec<Child> = (0..8)
+        .map(|pusher| {
+            let cache_dir = built_cache(&server.path(&format!("built-{pusher}")));
+            let own = format!("sm_5{pusher}");
+            publish(
+                &Cache::open(&cache_dir).unwrap(),
+                "vector_add",
+                &own,
+                Format::Cubin,
+            );
+            command(&cache_dir, store, &["push"], &[("HEADROOM_LOG", "")])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut pusher in pushers {
+        assert!(pusher.wait().unwrap().success());
+    }
+    // Every reader resolves correctly, and the index lost no pusher's target.
+    let readers: Vec<(PathBuf, Child)> = (0..4)
+        .map(|reader| {
+            let cache_dir = server.path(&format!("reader-{reader}"));
+            let child = Command::new(HEADROOM)
+                .args(["kernels", "--cache"])
+                .arg(&cache_dir)
+                .args([
+                    "--store",
+                    store,
+                    "resolve",
+                    "vector_add",
+                    "--device",
+                    "sm_89",
+                    "--fetch",
+                ])
+                .env("HEADROOM_CONFIG", server.path("no-config.toml"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (cache_dir, child)
+        })
+        .collect();
+    for (cache_dir, reader) in readers {
+        let output = reader.wait_with_output().unwrap();
+        assert!(output.status.success());
+        let path = stdout(&output).trim().to_string();
+        assert!(path.ends_with("cuda/vector_add/sm_86.cubin"), "{path}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            artifact_bytes("vector_add", "sm_86")
+        );
+        assert_eq!(targets_in(&cache_dir), ["vector_add/sm_86"]);
+    }
+    let everything = server.path("everything");
+    run(
+        &everything,
+        store,
+        &["pull", "--kernel", "vector_add"],
+        &[],
+        0,
+    );
+    assert_eq!(targets_in(&everything).len(), 5 + 8);
+}
+
+fn a_flipped_byte_is_a_miss(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let store_url = server.url.as_str();
+    let built = built_cache(&server.path("built"));
+    run(&built, store_url, &["push"], &[], 0);
+    let best = Cache::open(&built)
+        .unwrap()
+        .entry(
+            headroom_kernels::target::Backend::Cuda,
+            "vector_add",
+            &"sm_86".parse().unwrap(),
+        )
+        .unwrap()
+        .unwrap();
+    let key = blob_key(&best.record.blob);
+    let store = Store::open(store_url, false).unwrap();
+    let good = store.get(&key).unwrap().unwrap();
+    let mut flipped = good.clone();
+    flipped[100] ^= 0x01;
+    for bad in [flipped, good[..good.len() / 2].to_vec()] {
+        store.put(&key, &bad).unwrap();
+        let user = server.path("user");
+        let resolved = run(
+            &user,
+            store_url,
+            &["resolve", "vector_add", "--device", "sm_89", "--fetch"],
+            &[],
+            0,
+        );
+        // The next best artifact serves, the bad blob is named, and it never entered the cache.
+        assert!(
+            stdout(&resolved)
+                .trim()
+                .ends_with("cuda/vector_add/sm_80.cubin"),
+            "{}",
+            stdout(&resolved)
+        );
+        let warnings = stderr(&resolved);
+        assert_eq!(warnings.lines().count(), 1, "{warnings}");
+        assert!(
+            warnings.contains(&key) && warnings.contains("blake3"),
+            "{warnings}"
+        );
+        assert!(!user.join(&key).exists());
+        assert_eq!(targets_in(&user), ["vector_add/sm_80"]);
+        std::fs::remove_dir_all(&user).unwrap();
+    }
+    // Pulling every target skips that one and names it.
+    let every = server.path("every");
+    let pulled = run(
+        &every,
+        store_url,
+        &["pull", "--kernel", "vector_add"],
+        &[],
+        0,
+    );
+    assert!(stderr(&pulled).contains(&key), "{}", stderr(&pulled));
+    assert_eq!(targets_in(&every).len(), 4);
+}
+
+fn a_store_that_is_down_warns_once_and_resolves_locally(kind: Kind) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = down_url(kind, dir.path());
+    let user = dir.path().join("user");
+    publish(
+        &Cache::open(&user).unwrap(),
+        "vector_add",
+        "sm_80",
+        Format::Cubin,
+    );
+
+    let started = Instant::now();
+    let resolved = run(
+        &user,
+        &store,
+        &["resolve", "vector_add", "--device", "sm_89", "--fetch"],
+        &[],
+        0,
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(stdout(&resolved)
+        .trim()
+        .ends_with("cuda/vector_add/sm_80.cubin"));
+    let warning = stderr(&resolved);
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    assert!(
+        warning.starts_with("headroom: warning: the store ")
+            && warning
+                .trim_end()
+                .ends_with("going on with the local cache"),
+        "{warning}"
+    );
+    // As if the store had nothing: what the cache has is there, what it lacks is exit 1.
+    run(
+        &user,
+        &store,
+        &["pull", "--kernel", "vector_add", "--device", "sm_89"],
+        &[],
+        0,
+    );
+    let lacking = run(&user, &store, &["pull", "--kernel", "softmax"], &[], 1);
+    assert_eq!(stderr(&lacking).lines().count(), 2, "{}", stderr(&lacking));
+
+    // A push is an error that names the store, without its password, and what to check.
+    let pushed = run(&user, &store, &["push"], &[], 2);
+    let error = stderr(&pushed);
+    assert!(
+        error.starts_with("headroom: error: ") && error.contains("check "),
+        "{error}"
+    );
+    let shown = store.split('@').next_back().unwrap();
+    assert!(error.contains(shown.split('?').next().unwrap()), "{error}");
+}
+
+/// Wrong credentials are the same warning and error, and do not show either password.
+fn wrong_credentials_are_never_shown(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let wrong = server
+        .url
+        .replace(DAV_PASSWORD, "dav-s3cr3t-wrong")
+        .replace(
+            &REDIS_PASSWORD.replace('/', "%2F").replace('@', "%40"),
+            "redis-s3cr3t-wrong",
+        );
+    let user = server.path("user");
+    publish(
+        &Cache::open(&user).unwrap(),
+        "vector_add",
+        "sm_80",
+        Format::Cubin,
+    );
+    let resolved = run(
+        &user,
+        &wrong,
+        &["resolve", "vector_add", "--device", "sm_89", "--fetch"],
+        &[],
+        0,
+    );
+    assert!(
+        stderr(&resolved).starts_with("headroom: warning: "),
+        "{}",
+        stderr(&resolved)
+    );
+    let pushed = run(
+        &built_cache(&server.path("built")),
+        &wrong,
+        &["push"],
+        &[],
+        2,
+    );
+    assert!(stderr(&pushed).contains("check"), "{}", stderr(&pushed));
+    for output in [&resolved, &pushed] {
+        assert!(!String::from_utf8_lossy(&output.stderr).contains("s3cr3t-wrong"));
+    }
+}
+
+macro_rules! each_store {
+    ($($kind:ident: $value:expr;)*) => {$(
+        mod $kind {
+            use super::*;
+
+            #[test]
+            fn push_pull_and_resolve_fetch() {
+                super::push_pull_and_resolve_fetch($value);
+            }
+
+            #[test]
+            fn eight_concurrent_pushers_leave_a_store_every_reader_resolves() {
+                super::concurrent_pushers($value);
+            }
+
+            #[test]
+            fn a_flipped_or_truncated_blob_is_a_miss_and_never_cached() {
+                super::a_flipped_byte_is_a_miss($value);
+            }
+
+            #[test]
+            fn a_store_that_is_down_warns_once_and_resolves_locally() {
+                super::a_store_that_is_down_warns_once_and_resolves_locally($value);
+            }
+        }
+    )*};
+}
+
+each_store! {
+    s3: Kind::S3;
+    redis: Kind::Redis;
+    webdav: Kind::Webdav;
+    directory: Kind::Directory;
+}
+
+#[test]
+fn redis_wrong_credentials_are_never_shown() {
+    wrong_credentials_are_never_shown(Kind::Redis);
+}
+
+#[test]
+fn webdav_wrong_credentials_are_never_shown() {
+    wrong_credentials_are_never_shown(Kind::Webdav);
+}
+
+#[test]
+fn the_store_comes_from_the_flag_the_variable_headroom_toml_or_the_user_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = built_cache(&dir.path().join("built"));
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let user_settings = dir.path().join("config.toml");
+    let push = |env: &[(&str, &str)]| {
+        Command::new(HEADROOM)
+            .current_dir(&project)
+            .args(["kernels", "--cache"])
+            .arg(&built)
+            .arg("push")
+            .env_remove("HEADROOM_KERNEL_STORE")
+            .env("HEADROOM_CONFIG", &user_settings)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let pushed_to = |name: &str| {
+        dir.path()
+            .join(name)
+            .join("kernels/v2/cuda/vector_add.json")
+            .is_file()
+    };
+    let none = push(&[]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        stderr(&none).contains("no kernel store"),
+        "{}",
+        stderr(&none)
+    );
+
+    let setting = |name: &str| {
+        let url = format!("file://{}", dir.path().join(name).display());
+        format!("[kernels]\nstore = \"{url}\"\n")
+    };
+    std::fs::write(&user_settings, setting("from-user")).unwrap();
+    assert!(push(&[]).status.success() && pushed_to("from-user"));
+    std::fs::write(project.join("headroom.toml"), setting("from-project")).unwrap();
+    assert!(push(&[]).status.success() && pushed_to("from-project"));
+    let url = format!("file://{}", dir.path().join("from-variable").display());
+    assert!(push(&[("HEADROOM_KERNEL_STORE", &url)]).status.success());
+    assert!(pushed_to("from-variable"));
+
+    std::fs::write(project.join("headroom.toml"), "[kernels]\nstor = \"x\"\n").unwrap();
+    let typo = String::from_utf8_lossy(&push(&[]).stderr).into_owned();
+    assert!(typo.contains("unknown field `stor`"), "{typo}");
+}
