@@ -201,14 +201,6 @@ impl Driver {
         self.jobs.get(&id)
     }
 
-    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &Job)> {
-        self.jobs.iter().map(|(&id, job)| (id, job))
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.scheduler.limits()
-    }
-
     /// Registers and queues a job the build system just started. Returns its id, and whether
     /// to decide now: a job that came first in its burst waits, at most until the next tick,
     /// for the longer jobs its burst brought last time, so that the queue's order and not the
@@ -289,11 +281,6 @@ impl Driver {
                 .observe(reading.id, reading.bytes, reading.cpu_seconds);
         }
         self.last_sample = now;
-    }
-
-    /// Bytes the running jobs and the processes outside them used at the last sample.
-    pub fn used(&self) -> u64 {
-        self.scheduler.used()
     }
 
     /// Decides what to do now, and returns what the caller must do to processes: `Start` (the
