@@ -51,11 +51,11 @@ pub struct BuildArgs {
     trace: Option<PathBuf>,
     /// Let jobs that run out of memory even alone be rebuilt with lower-memory flags
     /// (`-g0`, then `-O1`, then `-O0` and small GC parameters); the report lists them.
-    #[arg(long, env = "HEADROOM_LOWER_FLAGS")]
+    #[arg(long, env = "HEADROOM_LOWER_FLAGS", value_parser = clap::builder::BoolishValueParser::new())]
     lower_flags: bool,
     /// Run every job at the normal CPU priority, instead of starting jobs off the build's
     /// longest path nicer (`nice`) so that the jobs the build waits on get the cores first.
-    #[arg(long, env = "HEADROOM_NO_PRIORITIES")]
+    #[arg(long, env = "HEADROOM_NO_PRIORITIES", value_parser = clap::builder::BoolishValueParser::new())]
     no_priorities: bool,
     /// Memory sampling interval of running jobs, in milliseconds.
     #[arg(

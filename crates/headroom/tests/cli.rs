@@ -120,3 +120,28 @@ fn completions_and_the_man_page_come_from_the_parser() {
         "the environment is in the man page"
     );
 }
+
+#[test]
+fn switches_set_by_variables_take_1_and_0_like_true_and_false() {
+    let state = tempfile::tempdir().unwrap();
+    for (variable, value) in [
+        ("HEADROOM_NO_PRIORITIES", "1"),
+        ("HEADROOM_NO_PRIORITIES", "0"),
+        ("HEADROOM_LOWER_FLAGS", "yes"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["build", "--no-history", "true"])
+            .env(variable, value)
+            .env(
+                "HEADROOM_STATE_DIR",
+                std::env::temp_dir().join("headroom-cli-test-state"),
+            )
+            .output()
+            .expect("run headroom");
+        assert!(
+            output.status.success(),
+            "{variable}={value}: {}",
+            text(&output.stderr)
+        );
+    }
+}
