@@ -132,10 +132,7 @@ fn switches_set_by_variables_take_1_and_0_like_true_and_false() {
         let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
             .args(["build", "--no-history", "true"])
             .env(variable, value)
-            .env(
-                "HEADROOM_STATE_DIR",
-                std::env::temp_dir().join("headroom-cli-test-state"),
-            )
+            .env("HEADROOM_STATE_DIR", state.path())
             .output()
             .expect("run headroom");
         assert!(
