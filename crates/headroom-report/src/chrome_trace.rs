@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::{BuildReport, JobRecord};
+use crate::{BuildReport, JobEvent, JobRecord};
 
 /// The one process of a trace; its tracks are its threads.
 const PID: u32 = 1;
@@ -97,10 +97,15 @@ pub fn build_trace(report: &BuildReport) -> Value {
     for track in 1..=tracks.iter().copied().max().unwrap_or(0) {
         trace.track(track, &format!("slot {track}"));
     }
+    // Each job's events, in time order, found once rather than by scanning all events per job.
+    let mut events_of: BTreeMap<u64, Vec<&JobEvent>> = BTreeMap::new();
+    for event in &report.events {
+        events_of.entry(event.job_id).or_default().push(event);
+    }
     for (job, &track) in report.jobs.iter().zip(&tracks) {
         let (start, end) = (micros(job.start_ms), micros(job.end_ms));
         trace.slice(track, "job", &job.label, start, end, job_args(job));
-        for event in report.events.iter().filter(|e| e.job_id == job.job_id) {
+        for event in events_of.remove(&job.job_id).unwrap_or_default() {
             trace.instant(
                 track,
                 event.kind.name(),
