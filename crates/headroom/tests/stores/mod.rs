@@ -1,0 +1,210 @@
+//! Real store servers on loopback for the tests of shared stores: moto's S3 server,
+//! redis-server, the wsgidav WebDAV server, and a plain directory. Each test starts its server
+//! on a free port and stops it after; where a server is not installed, `Server::start` says
+//! so and returns `None`, and the test passes (`bash .ci/stores.sh` installs them all).
+// Each test binary uses only part of this module.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Passwords the servers ask for; no output may ever contain them.
+pub const REDIS_PASSWORD: &str = "redis-s3cr3t/p@ss";
+pub const DAV_PASSWORD: &str = "dav-s3cr3t";
+pub const AWS_SECRET: &str = "aws-s3cr3t-key";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    S3,
+    Redis,
+    Webdav,
+    Directory,
+}
+
+/// The virtual environment `.ci/stores.sh` installs moto and wsgidav into.
+pub fn stores_venv_bin() -> PathBuf {
+    let env = std::env::var_os("HEADROOM_STORES_ENV").map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/headroom-stores"),
+        PathBuf::from,
+    );
+    env.join("venv/bin")
+}
+
+/// A program from the stores' venv, else from PATH.
+pub fn program(name: &str) -> Option<PathBuf> {
+    let in_venv = stores_venv_bin().join(name);
+    if in_venv.is_file() {
+        return Some(in_venv);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Creates a bucket on moto's S3 server that anyone may read and write, so that the test
+/// itself reaches it without credentials; returns the status line.
+pub fn create_public_bucket(port: u16, bucket: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-amz-acl: public-read-write\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.lines().next().unwrap_or_default().to_string()
+}
+
+/// A store for one test: its server (none for a directory) and its URL.
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Server {
+    /// Starts the server of a kind, or says why it cannot and returns `None`.
+    pub fn start(kind: Kind) -> Option<Server> {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let (program_name, args): (&str, Vec<String>) = match kind {
+            Kind::Directory => {
+                let url = format!("file://{}/store", dir.path().display());
+                return Some(Server {
+                    child: None,
+                    url,
+                    dir,
+                });
+            }
+            Kind::S3 => (
+                "moto_server",
+                vec![
+                    "-H".into(),
+                    "127.0.0.1".into(),
+                    "-p".into(),
+                    port.to_string(),
+                ],
+            ),
+            Kind::Redis => (
+                "redis-server",
+                [
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--requirepass",
+                    REDIS_PASSWORD,
+                    "--dir",
+                ]
+                .iter()
+                .map(|arg| arg.to_string())
+                .chain([dir.path().display().to_string()])
+                .collect(),
+            ),
+            Kind::Webdav => {
+                let root = dir.path().join("dav");
+                std::fs::create_dir(&root).unwrap();
+                let config = serde_json::json!({
+                    "host": "127.0.0.1",
+                    "port": port,
+                    "provider_mapping": { "/": root },
+                    "simple_dc": { "user_mapping": { "*": { "ci": { "password": DAV_PASSWORD } } } },
+                    "http_authenticator": { "domain_controller": null, "accept_basic": true, "accept_digest": false, "default_to_digest": false },
+                    "verbose": 0,
+                    "logging": { "enable": false },
+                });
+                let config_path = dir.path().join("wsgidav.json");
+                std::fs::write(&config_path, config.to_string()).unwrap();
+                (
+                    "wsgidav",
+                    vec!["--config".into(), config_path.display().to_string()],
+                )
+            }
+        };
+        let Some(program) = program(program_name) else {
+            eprintln!("skipping: {program_name} is not installed (bash .ci/stores.sh installs it)");
+            return None;
+        };
+        let child = Command::new(program)
+            .args(&args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server {
+            child: Some(child),
+            url: String::new(),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{program_name} did not listen on port {port} within a minute"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.url = match kind {
+            Kind::S3 => {
+                let status = create_public_bucket(port, "kernels");
+                assert!(status.contains(" 200 "), "creating the bucket: {status}");
+                format!("s3://kernels/team/ci?endpoint=http://127.0.0.1:{port}")
+            }
+            Kind::Redis => redis_url(REDIS_PASSWORD, port),
+            Kind::Webdav => format!("webdav+http://ci:{DAV_PASSWORD}@127.0.0.1:{port}/store"),
+            Kind::Directory => unreachable!("returned above"),
+        };
+        Some(server)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+pub fn redis_url(password: &str, port: u16) -> String {
+    let encoded = password.replace('/', "%2F").replace('@', "%40");
+    format!("redis://:{encoded}@127.0.0.1:{port}/0")
+}
+
+/// A URL of the kind whose server is down: nothing listens on its port, or its directory
+/// cannot exist.
+pub fn down_url(kind: Kind, dir: &Path) -> String {
+    let port = free_port();
+    match kind {
+        Kind::S3 => format!("s3://kernels/ci?endpoint=http://127.0.0.1:{port}"),
+        Kind::Redis => redis_url(REDIS_PASSWORD, port),
+        Kind::Webdav => format!("webdav+http://ci:{DAV_PASSWORD}@127.0.0.1:{port}/store"),
+        Kind::Directory => {
+            std::fs::write(dir.join("a-file"), "").unwrap();
+            format!("file://{}/a-file/store", dir.display())
+        }
+    }
+}
