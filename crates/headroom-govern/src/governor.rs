@@ -31,6 +31,7 @@ use crate::ladder::{speaks_gcc_flags, Rung};
 use crate::last_build;
 use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
+use crate::portable::{self, Places};
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 
 /// Samples are written to the history at least this often.
@@ -54,11 +55,15 @@ pub struct GovernorConfig {
     pub priorities: bool,
     /// The parallelism variables headroom set for the build (`MAX_JOBS=4`), for the report.
     pub parallelism_set: Vec<String>,
+    /// The project's root, which portable keys name `$ROOT` ([`crate::portable`]).
+    pub project_root: String,
 }
 
 /// What the governor keeps of a job beside the driver's record: what its I/O needs.
 struct JobIo {
     identity: JobIdentity,
+    /// The key other machines know the job by, for shared history.
+    portable_key: String,
     compiler: String,
     cwd: String,
     offered_ms: u64,
@@ -80,7 +85,7 @@ struct State {
     room: Vec<Room>,
     /// Finished jobs not yet in the history: each is written right after its shim has its
     /// answer, so no compiler call waits for SQLite; the build's end writes any left.
-    unwritten_jobs: Vec<(JobRecord, Option<Profile>)>,
+    unwritten_jobs: Vec<Unwritten>,
     last_flush: Instant,
     peak_total: u64,
     /// The build's processes outside every job.
@@ -88,8 +93,20 @@ struct State {
     shutting_down: bool,
 }
 
+/// A finished job for the history: its row, its portable key and its profile.
+struct Unwritten {
+    record: JobRecord,
+    portable_key: String,
+    profile: Option<Profile>,
+}
+
 struct Governor {
     config: GovernorConfig,
+    /// This machine's places, which portable keys name instead of spelling out.
+    places: Places,
+    /// Each compiler's name and version, by the path the build called it by: asked once per
+    /// build, outside the state's lock.
+    compiler_ids: Mutex<HashMap<String, String>>,
     start: Instant,
     state: Mutex<State>,
     /// Signalled whenever a job is admitted or the governor shuts down.
@@ -122,6 +139,8 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             shutting_down: false,
         }),
         admitted: Condvar::new(),
+        places: Places::new(&config.project_root, std::env::var("HOME").ok().as_deref()),
+        compiler_ids: Mutex::new(HashMap::new()),
         config,
     });
     {
@@ -279,10 +298,7 @@ pub fn driver_for(config: &GovernorConfig, past: &Past) -> Driver {
 
 impl Governor {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panicking connection thread must not take the whole build down: keep going.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock_ignoring_poison(&self.state)
     }
 
     fn now_ms(&self) -> u64 {
@@ -318,11 +334,12 @@ impl Governor {
     /// Registers a job the build system just started, and queues it.
     fn offer(&self, compiler: String, args: &[String], cwd: String) -> JobId {
         let identity = JobIdentity::new(&compiler, args, &cwd);
+        let portable_key = identity.portable_key(&self.compiler_id(&compiler), &cwd, &self.places);
         let mut state = self.lock();
         let past = state
             .history
             .as_ref()
-            .and_then(|h| h.past_run(&identity.key).ok().flatten());
+            .and_then(|h| h.past_run(&identity.key, &portable_key).ok().flatten());
         let offer = Offer {
             key: identity.key.clone(),
             label: identity.label.clone(),
@@ -344,6 +361,7 @@ impl Governor {
             id,
             JobIo {
                 identity,
+                portable_key,
                 compiler,
                 cwd,
                 offered_ms: self.now_ms(),
@@ -353,6 +371,16 @@ impl Governor {
         if decide_now {
             self.decide(&mut state, None);
         }
+        id
+    }
+
+    /// The name and version of the compiler at `path`, asked the first time a build calls it.
+    fn compiler_id(&self, path: &str) -> String {
+        if let Some(id) = lock_ignoring_poison(&self.compiler_ids).get(path) {
+            return id.clone();
+        }
+        let id = portable::compiler_id(path);
+        lock_ignoring_poison(&self.compiler_ids).insert(path.to_string(), id.clone());
         id
     }
 
@@ -459,8 +487,13 @@ impl Governor {
                     .jobs
                     .remove(&id)
                     .expect("a supervised job stays registered");
+                let portable_key = io.portable_key.clone();
                 let record = self.record(id, io, &finished, &attempt);
-                state.unwritten_jobs.push((record, finished.profile));
+                state.unwritten_jobs.push(Unwritten {
+                    record,
+                    portable_key,
+                    profile: finished.profile,
+                });
                 Reply::Done
             }
         };
@@ -681,8 +714,13 @@ impl Governor {
 fn write_jobs(state: &mut State) {
     let jobs = std::mem::take(&mut state.unwritten_jobs);
     if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
-        for (record, profile) in &jobs {
-            if let Err(err) = history.record_job(build_id, record, profile.as_ref()) {
+        for job in &jobs {
+            if let Err(err) = history.record_job(
+                build_id,
+                &job.record,
+                &job.portable_key,
+                job.profile.as_ref(),
+            ) {
                 eprintln!("headroom: warning: {err}");
             }
         }
@@ -699,6 +737,14 @@ fn flush_samples(state: &mut State) {
             eprintln!("headroom: warning: {err}");
         }
     }
+}
+
+/// Locks `mutex`, poisoned or not: a panicking connection thread must not take the whole build
+/// down.
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn signal_group(pgid: i32, signal: Signal) {

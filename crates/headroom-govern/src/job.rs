@@ -1,8 +1,12 @@
 //! What makes two compiler invocations "the same job": the real compiler, the output (or
 //! source), the flags with per-file noise removed, and the directory. Jobs with the same
-//! compiler and flags form a group whose peaks predict each other's.
+//! compiler and flags form a group whose peaks predict each other's. The same ingredients,
+//! with this machine's paths taken out, make the portable key that other machines know the
+//! job by ([`crate::portable`]).
 
 use xxhash_rust::xxh3::xxh3_64;
+
+use crate::portable::Places;
 
 /// A job's names for history, prediction and reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +21,8 @@ pub struct JobIdentity {
     pub command: String,
     /// The file `-o` names, as given.
     pub output: Option<String>,
+    /// The normalised flags, as the key hashes them.
+    flags: Vec<String>,
 }
 
 /// Flags followed by a per-file value that says nothing about the job's memory.
@@ -58,22 +64,43 @@ impl JobIdentity {
             .or(first_input)
             .unwrap_or(compiler)
             .to_string();
-        let flags_text = flags.join("\u{1f}");
-        let group = xxh3_64(format!("{compiler}\u{1e}{flags_text}").as_bytes());
-        let key =
-            xxh3_64(format!("{compiler}\u{1e}{label}\u{1e}{flags_text}\u{1e}{cwd}").as_bytes());
+        let flags: Vec<String> = flags.into_iter().map(String::from).collect();
+        let group = xxh3_64(format!("{compiler}\u{1e}{}", flags.join("\u{1f}")).as_bytes());
+        let key = hash_key(compiler, &label, &flags, cwd);
         let command = std::iter::once(compiler)
             .chain(args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" ");
         JobIdentity {
-            key: format!("{key:016x}"),
+            key,
             group,
             label,
             command,
             output: output.map(String::from),
+            flags,
         }
     }
+
+    /// The key another machine knows this job by: the compiler by name and version
+    /// (`compiler_id`, from [`crate::portable::compiler_id`]) instead of its path, and the
+    /// label, flags and directory with this machine's places (`places`) named instead of
+    /// spelled out.
+    pub fn portable_key(&self, compiler_id: &str, cwd: &str, places: &Places) -> String {
+        let flags: Vec<String> = self.flags.iter().map(|f| places.portable(f)).collect();
+        hash_key(
+            compiler_id,
+            &places.portable(&self.label),
+            &flags,
+            &places.portable(cwd),
+        )
+    }
+}
+
+/// The key of the job `compiler` runs with `flags` in `cwd` to make `label`.
+fn hash_key(compiler: &str, label: &str, flags: &[String], cwd: &str) -> String {
+    let flags_text = flags.join("\u{1f}");
+    let key = xxh3_64(format!("{compiler}\u{1e}{label}\u{1e}{flags_text}\u{1e}{cwd}").as_bytes());
+    format!("{key:016x}")
 }
 
 fn is_input(arg: &str) -> bool {
@@ -112,6 +139,34 @@ mod tests {
             base.key,
             identity("-O2 -c a.cpp -o a.o", "/src").key,
             "stable across calls"
+        );
+    }
+
+    #[test]
+    fn the_portable_key_is_the_same_for_the_same_job_in_another_checkout() {
+        let here = Places::new("/home/ana/proj", Some("/home/ana"));
+        let there = Places::new("/builds/ci/proj", Some("/root"));
+        let job = |root: &str, site: &str| {
+            let args = format!(
+                "-O2 -I{root}/include -isystem {site}/lib/python3.11/site-packages/torch/include -c {root}/src/a.cpp -o src/a.o"
+            );
+            let args: Vec<String> = args.split(' ').map(String::from).collect();
+            JobIdentity::new("/usr/bin/c++", &args, &format!("{root}/build"))
+        };
+        let mine = job("/home/ana/proj", "/home/ana/.venv");
+        let theirs = job("/builds/ci/proj", "/opt/venv");
+        assert_ne!(mine.key, theirs.key, "local keys name this machine's paths");
+        let portable = |identity: &JobIdentity, root: &str, places: &Places| {
+            identity.portable_key("g++ 12.2.0", &format!("{root}/build"), places)
+        };
+        assert_eq!(
+            portable(&mine, "/home/ana/proj", &here),
+            portable(&theirs, "/builds/ci/proj", &there)
+        );
+        assert_ne!(
+            mine.portable_key("g++ 12.2.0", "/home/ana/proj/build", &here),
+            mine.portable_key("g++ 13.1.0", "/home/ana/proj/build", &here),
+            "another compiler version is another job"
         );
     }
 

@@ -16,6 +16,7 @@ pub mod ladder;
 pub mod last_build;
 pub mod oom;
 pub mod outside;
+pub mod portable;
 pub mod protocol;
 pub mod session;
 pub mod shim;

@@ -54,6 +54,7 @@ fn governor_config(budget: u64, slots: usize) -> GovernorConfig {
         sample_interval_ms: 100,
         priorities: true,
         parallelism_set: Vec::new(),
+        project_root: "/src".into(),
     }
 }
 

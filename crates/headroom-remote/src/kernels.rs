@@ -27,9 +27,9 @@ use headroom_kernels::target::Backend;
 use crate::store::{blob_key, BlobRead, Store, StoreError};
 
 /// How often a pusher writes an index whose entries a concurrent pusher overwrote.
-const PUBLISH_ATTEMPTS: usize = 5;
+pub(crate) const PUBLISH_ATTEMPTS: usize = 5;
 /// The least wait between writing indexes and checking that they kept our entries.
-const SETTLE: Duration = Duration::from_millis(50);
+pub(crate) const SETTLE: Duration = Duration::from_millis(50);
 
 /// The store's record of one kernel in one backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

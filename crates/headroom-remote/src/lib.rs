@@ -3,9 +3,10 @@
 //!
 //! [`store`] is the generic part: content-addressed blobs and namespaced entries, checked keys,
 //! whole writes, redacted messages. [`kernels`] keeps the kernel cache in the `kernels/`
-//! namespace; other namespaces (a shared build history) can sit beside it.
+//! namespace, [`history`] the measured peaks of builds in the `history/` namespace.
 
 pub mod address;
+pub mod history;
 pub mod kernels;
 pub mod store;
 

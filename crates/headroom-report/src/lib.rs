@@ -54,7 +54,7 @@ pub struct JobRecord {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub predicted: u64,
-    /// `history`, `group` or `default`.
+    /// `history`, `shared` (history another machine measured), `group` or `default`.
     pub prediction_source: String,
     pub attempts: u32,
     pub suspends: u32,

@@ -407,6 +407,7 @@ impl Driver {
             let run = PastRun {
                 peak: job.peak,
                 profile: profile.clone(),
+                shared: false,
             };
             for (other, prediction) in self.predictor.learn(id, job.group, run) {
                 if let Some(waiting) = self.jobs.get_mut(&other) {
@@ -535,6 +536,7 @@ mod tests {
             past: Some(PastRun {
                 peak,
                 profile: None,
+                shared: false,
             }),
             ..offer(key, 0)
         }
@@ -726,7 +728,11 @@ mod tests {
             );
             let profile = Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]);
             let long = Offer {
-                past: Some(PastRun { peak: GIB, profile }),
+                past: Some(PastRun {
+                    peak: GIB,
+                    profile,
+                    shared: false,
+                }),
                 ..offer("long.o", 1)
             };
             driver.offer(long);

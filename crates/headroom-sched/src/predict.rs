@@ -1,5 +1,5 @@
 //! Predicting a job's peak memory before it runs: from its own history when this exact job has
-//! run before, else from jobs of the same group (same compiler and flags) finished in this
+//! run before (on this machine, or on another that shared its history), else from jobs of the same group (same compiler and flags) finished in this
 //! build, else from a conservative default. The first two come with the profile of the run
 //! they came from, when one was recorded. A job's own peak gets a margin that follows how far
 //! peaks moved between the last two runs of recently built jobs ([`crate::strays`]). When the
@@ -19,6 +19,8 @@ use crate::JobId;
 pub enum PredictionSource {
     /// This job's own recorded peak.
     History,
+    /// This job's own peak as another machine measured it (shared history).
+    Shared,
     /// The largest peak of finished jobs in the same group during this build, with that job's
     /// profile.
     Group,
@@ -27,10 +29,11 @@ pub enum PredictionSource {
 }
 
 impl PredictionSource {
-    /// As reports and logs name it: `history`, `group`, `default`.
+    /// As reports and logs name it: `history`, `shared`, `group`, `default`.
     pub fn name(self) -> &'static str {
         match self {
             PredictionSource::History => "history",
+            PredictionSource::Shared => "shared",
             PredictionSource::Group => "group",
             PredictionSource::Default => "default",
         }
@@ -48,6 +51,9 @@ pub struct Prediction {
 pub struct PastRun {
     pub peak: u64,
     pub profile: Option<Profile>,
+    /// Measured on another machine and pulled from a shared store (`headroom history pull`),
+    /// not by this one.
+    pub shared: bool,
 }
 
 /// Learns peaks per group as jobs finish, and passes what it learns on to the jobs of that
@@ -150,7 +156,11 @@ impl Predictor {
                 waiting_seconds: 0.0,
                 borrowed_profile: false,
             },
-            source: PredictionSource::History,
+            source: if past.shared {
+                PredictionSource::Shared
+            } else {
+                PredictionSource::History
+            },
         }
     }
 
@@ -163,6 +173,7 @@ impl Predictor {
         let largest = self.groups.entry(group).or_insert(PastRun {
             peak: 0,
             profile: None,
+            shared: false,
         });
         if run.peak >= largest.peak {
             *largest = run;
@@ -227,6 +238,7 @@ mod tests {
         PastRun {
             peak: 1000 * MIB,
             profile: None,
+            shared: false,
         }
     }
 
@@ -245,6 +257,7 @@ mod tests {
         let run = |peak| PastRun {
             peak,
             profile: None,
+            shared: false,
         };
         let from_group = Prediction {
             estimate: Estimate::flat(230),
@@ -268,6 +281,7 @@ mod tests {
         let past = PastRun {
             peak: 400,
             profile: profile.clone(),
+            shared: false,
         };
         assert_eq!(
             predictor.predict(5, Some(&past), 7),
@@ -294,6 +308,21 @@ mod tests {
                 borrowed_profile: true,
             }
         );
+    }
+
+    #[test]
+    fn a_peak_another_machine_measured_predicts_like_our_own_and_says_so() {
+        let mut predictor = Predictor::new(1000);
+        let own = predictor.predict(1, Some(&peak_of_1000_mib()), 7);
+        let shared = PastRun {
+            shared: true,
+            ..peak_of_1000_mib()
+        };
+        let from_shared = predictor.predict(2, Some(&shared), 7);
+        assert_eq!(from_shared.estimate, own.estimate);
+        assert_eq!(own.source, PredictionSource::History);
+        assert_eq!(from_shared.source, PredictionSource::Shared);
+        assert_eq!(from_shared.source.name(), "shared");
     }
 
     #[test]
@@ -331,6 +360,7 @@ mod tests {
             let run = PastRun {
                 peak,
                 profile: None,
+                shared: false,
             };
             assert_eq!(predictor.learn(id, 0, run), vec![], "job {id}");
         }
@@ -340,6 +370,7 @@ mod tests {
         let grown_run = || PastRun {
             peak: 1100 * MIB,
             profile: None,
+            shared: false,
         };
         assert_eq!(predictor.learn(8, 0, grown_run()), vec![]);
         let better = predictor.learn(9, 0, grown_run());

@@ -16,8 +16,9 @@ use crate::model::{
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
 /// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
 /// parallelism variables headroom set to `builds` and the `outside_processes` table, version 5
-/// the `job_events` and `room` tables.
-const SCHEMA_VERSION: i32 = 5;
+/// the `job_events` and `room` tables, version 6 each peak's portable key and time to `peaks`
+/// and the `shared_peaks` table ([`crate::shared`]).
+const SCHEMA_VERSION: i32 = 6;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
@@ -25,7 +26,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The layout. `builds.parallelism_set` holds the parallelism variables headroom set as a JSON
 /// array of `NAME=value` strings (`["MAX_JOBS=4","MAKEFLAGS=-j4"]`), NULL for builds recorded
-/// before version 4.
+/// before version 4. `peaks.portable_key` names the job as another machine would (no paths of
+/// this one) and `peaks.measured_unix_ms` says when its peak was measured, both NULL for peaks
+/// recorded before version 6. `shared_peaks` holds what other machines measured, by portable
+/// key, as `headroom history pull` fetched it.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS builds (
     id INTEGER PRIMARY KEY,
@@ -93,7 +97,17 @@ CREATE TABLE IF NOT EXISTS peaks (
     runs INTEGER NOT NULL,
     profile_cpu_ms INTEGER,
     profile_wall_ms INTEGER,
-    profile TEXT
+    profile TEXT,
+    portable_key TEXT,
+    measured_unix_ms INTEGER
+);
+CREATE TABLE IF NOT EXISTS shared_peaks (
+    portable_key TEXT PRIMARY KEY,
+    peak INTEGER NOT NULL,
+    profile_cpu_ms INTEGER,
+    profile_wall_ms INTEGER,
+    profile TEXT,
+    measured_unix_ms INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS outside_processes (
     build_id INTEGER NOT NULL REFERENCES builds(id),
@@ -130,7 +144,7 @@ pub enum StoreError {
 
 /// The history, open.
 pub struct History {
-    conn: Connection,
+    pub(crate) conn: Connection,
     path: PathBuf,
 }
 
@@ -207,7 +221,7 @@ impl History {
         &self.path
     }
 
-    fn sqlite(&self, source: rusqlite::Error) -> StoreError {
+    pub(crate) fn sqlite(&self, source: rusqlite::Error) -> StoreError {
         StoreError::Sqlite {
             path: self.path.clone(),
             source,
@@ -215,7 +229,7 @@ impl History {
     }
 
     /// Runs `work` in one transaction: all of it is recorded, or none.
-    fn in_transaction(
+    pub(crate) fn in_transaction(
         &mut self,
         work: impl FnOnce(&Transaction) -> rusqlite::Result<()>,
     ) -> Result<(), StoreError> {
@@ -252,10 +266,13 @@ impl History {
 
     /// Records a finished job and remembers its peak, and the profile of its memory over time
     /// when one was recorded, for the next build.
+    /// Records a finished job; a clean run also becomes its peak, under its key and, for
+    /// sharing, its `portable_key`.
     pub fn record_job(
         &mut self,
         build_id: i64,
         job: &JobRecord,
+        portable_key: &str,
         profile: Option<&Profile>,
     ) -> Result<(), StoreError> {
         self.in_transaction(|tx| {
@@ -292,17 +309,22 @@ impl History {
             // Only a clean run tells the job's real peak; lowered flags change it too.
             if job.exit_code == Some(0) && job.lowered_flags.is_none() && job.peak > 0 {
                 tx.execute(
-                    "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile)
-                     VALUES (?1, ?2, 1, ?3, ?4, ?5)
+                    "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile,
+                         portable_key, measured_unix_ms)
+                     VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
                      ON CONFLICT(key) DO UPDATE SET peak = excluded.peak, runs = runs + 1,
                          profile_cpu_ms = excluded.profile_cpu_ms,
-                         profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile",
+                         profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile,
+                         portable_key = excluded.portable_key,
+                         measured_unix_ms = excluded.measured_unix_ms",
                     params![
                         job.key,
                         job.peak as i64,
                         profile.map(|p| millis(p.cpu_seconds())),
                         profile.map(|p| millis(p.wall_seconds())),
                         profile.map(encode_shape),
+                        portable_key,
+                        unix_ms_now(),
                     ],
                 )?;
             }
@@ -407,34 +429,54 @@ impl History {
             .map_err(|e| self.sqlite(e))
     }
 
-    /// The peak and profile of job `key`'s last clean run.
-    pub fn past_run(&self, key: &str) -> Result<Option<PastRun>, StoreError> {
-        // Asked once per job while the governor holds its lock: the statement is parsed once.
-        self.conn
-            .prepare_cached(
-                "SELECT peak, profile_cpu_ms, profile_wall_ms, profile FROM peaks WHERE key = ?1",
-            )
-            .and_then(|mut statement| {
-                statement
-                    .query_row([key], |row| {
-                        let peak: i64 = row.get(0)?;
-                        let cpu_ms: Option<i64> = row.get(1)?;
-                        let wall_ms: Option<i64> = row.get(2)?;
-                        let shape: Option<String> = row.get(3)?;
-                        let ran = cpu_ms.zip(wall_ms).map(|(cpu, wall)| Ran {
-                            cpu_seconds: cpu as f64 / 1000.0,
-                            wall_seconds: wall as f64 / 1000.0,
-                        });
-                        Ok(PastRun {
+    /// The peak and profile of job `key`'s last clean run, here or, by its `portable_key`, on
+    /// another machine that shared its history: this machine's own measurement wins unless
+    /// the shared one is newer.
+    pub fn past_run(&self, key: &str, portable_key: &str) -> Result<Option<PastRun>, StoreError> {
+        // Asked once per job while the governor holds its lock: the statements are parsed once.
+        let read = |sql: &str, key: &str| -> rusqlite::Result<Option<(PastRun, Option<i64>)>> {
+            self.conn
+                .prepare_cached(sql)?
+                .query_row([key], |row| {
+                    let peak: i64 = row.get(0)?;
+                    let cpu_ms: Option<i64> = row.get(1)?;
+                    let wall_ms: Option<i64> = row.get(2)?;
+                    let shape: Option<String> = row.get(3)?;
+                    Ok((
+                        PastRun {
                             peak: peak as u64,
-                            profile: ran
-                                .zip(shape)
-                                .and_then(|(ran, shape)| decode_shape(ran, peak as u64, &shape)),
-                        })
-                    })
-                    .optional()
-            })
-            .map_err(|e| self.sqlite(e))
+                            profile: profile_of(peak, cpu_ms, wall_ms, shape.as_deref()),
+                            shared: false,
+                        },
+                        row.get(4)?,
+                    ))
+                })
+                .optional()
+        };
+        let columns = "peak, profile_cpu_ms, profile_wall_ms, profile, measured_unix_ms";
+        let own = read(&format!("SELECT {columns} FROM peaks WHERE key = ?1"), key)
+            .map_err(|e| self.sqlite(e))?;
+        let shared = read(
+            &format!("SELECT {columns} FROM shared_peaks WHERE portable_key = ?1"),
+            portable_key,
+        )
+        .map_err(|e| self.sqlite(e))?;
+        Ok(match (own, shared) {
+            (Some((_, Some(measured))), Some((shared, Some(shared_measured))))
+                if shared_measured > measured =>
+            {
+                Some(PastRun {
+                    shared: true,
+                    ..shared
+                })
+            }
+            (Some((own, _)), _) => Some(own),
+            (None, Some((shared, _))) => Some(PastRun {
+                shared: true,
+                ..shared
+            }),
+            (None, None) => None,
+        })
     }
 
     /// The id of the most recent build.
@@ -643,6 +685,27 @@ fn millis(seconds: f64) -> i64 {
     (seconds * 1000.0).round() as i64
 }
 
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The profile a peak's row holds, when it holds a whole one.
+pub(crate) fn profile_of(
+    peak: i64,
+    cpu_ms: Option<i64>,
+    wall_ms: Option<i64>,
+    shape: Option<&str>,
+) -> Option<Profile> {
+    let ran = cpu_ms.zip(wall_ms).map(|(cpu, wall)| Ran {
+        cpu_seconds: cpu as f64 / 1000.0,
+        wall_seconds: wall as f64 / 1000.0,
+    })?;
+    decode_shape(ran, peak as u64, shape?)
+}
+
 /// The profile that [`encode_shape`] wrote; `None` if the text is not one.
 fn decode_shape(ran: Ran, peak: u64, text: &str) -> Option<Profile> {
     let slices: Option<Vec<u64>> = text
@@ -682,6 +745,8 @@ fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.execute_batch(SCHEMA)?;
         add_missing_column(&tx, "jobs", "nice", "INTEGER NOT NULL DEFAULT 0")?;
         add_missing_column(&tx, "builds", "parallelism_set", "TEXT")?;
+        add_missing_column(&tx, "peaks", "portable_key", "TEXT")?;
+        add_missing_column(&tx, "peaks", "measured_unix_ms", "INTEGER")?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     tx.commit()
@@ -744,7 +809,7 @@ fn aside_path(path: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn job(job_id: u64, key: &str, peak: u64) -> JobRecord {
@@ -775,7 +840,7 @@ mod tests {
         }
     }
 
-    fn build() -> BuildRecord {
+    pub(crate) fn build() -> BuildRecord {
         BuildRecord {
             id: 0,
             started_unix_ms: 1_700_000_000_000,
@@ -814,11 +879,11 @@ mod tests {
         };
         let profile = Profile::new(ran, &[10, 100, 50]).unwrap();
         history
-            .record_job(id, &job(0, "a", 100), Some(&profile))
+            .record_job(id, &job(0, "a", 100), "portable", Some(&profile))
             .unwrap();
         let mut failed = job(1, "b", 999);
         failed.exit_code = Some(1);
-        history.record_job(id, &failed, None).unwrap();
+        history.record_job(id, &failed, "portable", None).unwrap();
         history
             .record_samples(
                 id,
@@ -840,13 +905,13 @@ mod tests {
             .unwrap();
         history.finish_build(id, 1234, Some(0), 100).unwrap();
 
-        let past = history.past_run("a").unwrap().unwrap();
+        let past = history.past_run("a", "-").unwrap().unwrap();
         assert_eq!(past.peak, 100);
         let learnt = past.profile.unwrap();
         assert_eq!((learnt.cpu_seconds(), learnt.wall_seconds()), (12.5, 25.0));
         assert_eq!(learnt.shape(), &[0.1, 1.0, 0.5]);
         assert_eq!(
-            history.past_run("b").unwrap(),
+            history.past_run("b", "-").unwrap(),
             None,
             "a failed run teaches nothing"
         );
@@ -916,7 +981,9 @@ mod tests {
         assert!(history.recent_builds_jobs(5).unwrap().is_empty());
         for key in ["first", "second"] {
             let id = history.begin_build(&build()).unwrap();
-            history.record_job(id, &job(0, key, 1), None).unwrap();
+            history
+                .record_job(id, &job(0, key, 1), "portable", None)
+                .unwrap();
         }
         let keys = |count| -> Vec<String> {
             history
@@ -943,7 +1010,7 @@ mod tests {
         .unwrap();
         drop(old);
         let mut history = History::open(&path).unwrap();
-        let past = history.past_run("a").unwrap().unwrap();
+        let past = history.past_run("a", "-").unwrap().unwrap();
         assert_eq!((past.peak, past.profile), (100, None));
         let ran = Ran {
             cpu_seconds: 2.0,
@@ -952,10 +1019,10 @@ mod tests {
         let profile = Profile::new(ran, &[50, 120]).unwrap();
         let id = history.begin_build(&build()).unwrap();
         history
-            .record_job(id, &job(0, "a", 120), Some(&profile))
+            .record_job(id, &job(0, "a", 120), "portable", Some(&profile))
             .unwrap();
         assert_eq!(
-            history.past_run("a").unwrap().unwrap().profile,
+            history.past_run("a", "-").unwrap().unwrap().profile,
             Some(profile)
         );
     }
@@ -984,7 +1051,7 @@ mod tests {
             nice: 7,
             ..job(0, "new", 1)
         };
-        history.record_job(id, &nicer, None).unwrap();
+        history.record_job(id, &nicer, "portable", None).unwrap();
         assert_eq!(history.load_build(id).unwrap().jobs[0].nice, 7);
     }
 

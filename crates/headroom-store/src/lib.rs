@@ -8,6 +8,7 @@ pub mod chart;
 pub mod history;
 pub mod html;
 pub mod projects;
+pub mod shared;
 pub mod summary;
 
 /// The report model lives in a crate of its own, without SQLite, for readers of reports.
@@ -16,3 +17,4 @@ pub use headroom_report::{
     BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, OutsideProcess, Room, Sample,
 };
 pub use history::{History, Opened, StoreError};
+pub use shared::{SharedPeak, Taken};

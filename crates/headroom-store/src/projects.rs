@@ -144,13 +144,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
         let torch = history.begin_build(&build("/src/torch-ext", 1)).unwrap();
-        history.record_job(torch, &job(1, 2 * GIB), None).unwrap();
+        history
+            .record_job(torch, &job(1, 2 * GIB), "portable", None)
+            .unwrap();
         history.finish_build(torch, 10, Some(0), 7 * GIB).unwrap();
         let again = history.begin_build(&build("/src/torch-ext", 5)).unwrap();
-        history.record_job(again, &job(1, 3 * GIB), None).unwrap();
+        history
+            .record_job(again, &job(1, 3 * GIB), "portable", None)
+            .unwrap();
         history.finish_build(again, 10, Some(0), 5 * GIB).unwrap();
         let small = history.begin_build(&build("/src/tiny", 3)).unwrap();
-        history.record_job(small, &job(1, GIB / 4), None).unwrap();
+        history
+            .record_job(small, &job(1, GIB / 4), "portable", None)
+            .unwrap();
         history.finish_build(small, 10, Some(0), GIB / 2).unwrap();
 
         let projects = project_peaks(&history).unwrap();
@@ -171,7 +177,7 @@ mod tests {
         let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
         let governed = history.begin_build(&build("/src/bazel", 1)).unwrap();
         history
-            .record_job(governed, &job(1, 2 * GIB), None)
+            .record_job(governed, &job(1, 2 * GIB), "portable", None)
             .unwrap();
         let compiler = |pid, compiler_like| OutsideProcess {
             pid,

@@ -42,6 +42,18 @@ pub fn render(report: &BuildReport) -> String {
         report.oom_retries(),
         report.lowered().count()
     );
+    let shared = report
+        .jobs
+        .iter()
+        .filter(|job| job.prediction_source == "shared")
+        .count();
+    if shared > 0 {
+        let _ = writeln!(
+            out,
+            "  {shared} of {} jobs were predicted from shared history (peaks other machines measured)",
+            report.jobs.len()
+        );
+    }
     if !build.parallelism_set.is_empty() {
         let _ = writeln!(
             out,
@@ -237,6 +249,7 @@ mod tests {
             job(2, "huge.o", 3 << 30),
         ];
         jobs[1].suspends = 2;
+        jobs[1].prediction_source = "shared".into();
         jobs[2].oom_retries = 1;
         jobs[2].over_budget = true;
         jobs[2].lowered_flags = Some("-g0 -O1".into());

@@ -198,6 +198,9 @@ pub fn start_session(
         } else {
             Vec::new()
         },
+        project_root: crate::config::project_root(&cwd)
+            .to_string_lossy()
+            .into_owned(),
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     let session = Session::start(&exe, &config, state.dir())?;

@@ -24,6 +24,57 @@ pub struct FileConfig {
     pub kernels: KernelsSection,
 }
 
+/// Where a command finds its shared store's URL: its `--store` flag or variable (clap has
+/// merged those), else `store` under its section of the project's `headroom.toml`, else of
+/// the user's settings.
+pub struct StoreSetting {
+    /// What the store holds, for messages: `kernel`, `history`.
+    what: &'static str,
+    variable: &'static str,
+    section: &'static str,
+    in_section: fn(FileConfig) -> Option<String>,
+}
+
+/// `headroom kernels`' store.
+pub const KERNEL_STORE: StoreSetting = StoreSetting {
+    what: "kernel",
+    variable: "HEADROOM_KERNEL_STORE",
+    section: "kernels",
+    in_section: |config| config.kernels.store,
+};
+
+/// `headroom history`'s store.
+pub const HISTORY_STORE: StoreSetting = StoreSetting {
+    what: "history",
+    variable: "HEADROOM_HISTORY_STORE",
+    section: "build",
+    in_section: |config| config.build.store,
+};
+
+impl StoreSetting {
+    /// The store's URL; none anywhere is an error that says where to set one.
+    pub fn url(&self, flag: Option<&str>) -> Result<String> {
+        if let Some(url) = flag {
+            return Ok(url.to_string());
+        }
+        let project = FileConfig::find_project(&std::env::current_dir()?);
+        for path in [project, headroom_paths::config_file()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(url) = (self.in_section)(FileConfig::load(&path)?) {
+                return Ok(url);
+            }
+        }
+        anyhow::bail!(
+            "no {} store: give --store URL, set {}, or set `store` under [{}] in headroom.toml (s3://bucket/prefix, redis://host:port/db, webdav+https://host/path, file:///absolute/path)",
+            self.what,
+            self.variable,
+            self.section
+        )
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelsSection {
@@ -43,6 +94,9 @@ pub struct BuildSection {
     /// when false.
     pub priorities: Option<bool>,
     pub ladder: Option<LadderSection>,
+    /// Like `headroom history --store`: the store that shares measured peaks between
+    /// machines.
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -71,6 +125,17 @@ impl FileConfig {
             .map(|d| d.join(PROJECT_FILE))
             .find(|p| p.is_file())
     }
+}
+
+/// The project's root: the nearest directory at or above `dir` that holds a `headroom.toml` or
+/// a `.git`, else `dir` itself. Shared history writes paths under it as `$ROOT/…`, so that a
+/// checkout elsewhere, on another machine, has the same keys; `headroom history` names the
+/// project after it.
+pub fn project_root(dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .find(|d| d.join(PROJECT_FILE).is_file() || d.join(".git").exists())
+        .unwrap_or(dir)
+        .to_path_buf()
 }
 
 /// What flags and environment variables said (clap has already merged those two).

@@ -7,7 +7,9 @@
 mod build;
 mod config;
 mod diagnose;
+mod history;
 mod kernels;
+mod output;
 mod report;
 mod sim;
 
@@ -50,10 +52,12 @@ Environment:
   HEADROOM_KERNEL_STORE, HEADROOM_KERNEL_STORE_READ_ONLY
       `kernels`: the shared kernel store's URL, and read-only use of it (`push`, `pull`,
       `resolve --fetch`).
+  HEADROOM_HISTORY_STORE
+      `history`: the store that shares measured peaks between machines (`push`, `pull`).
   HEADROOM_WEBDAV_USER, HEADROOM_WEBDAV_PASSWORD
-      `kernels`: WebDAV credentials when the store's URL has none.
+      `kernels`, `history`: WebDAV credentials when the store's URL has none.
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL
-      `kernels`: an s3:// store's credentials, region and endpoint.
+      `kernels`, `history`: an s3:// store's credentials, region and endpoint.
   HEADROOM_SIM_MACHINES
       The default of `sim`'s --machine.
 ";
@@ -82,6 +86,9 @@ enum Command {
     Build(build::BuildArgs),
     /// Render the last build, or a given report, as a summary, JSON or an HTML timeline.
     Report(report::ReportArgs),
+    /// Share measured peaks between machines through a store, so that a first build is
+    /// predicted from what others measured.
+    History(history::HistoryArgs),
     /// Record memory per stage of a command, classify its failure, walk a fallback ladder.
     Run(headroom_run::RunArgs),
     /// Check this machine before a big build.
@@ -138,6 +145,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Build(args) => build::main(args),
         Command::Report(args) => report::main(args),
+        Command::History(args) => history::main(args),
         Command::Governor => headroom_govern::session::governor_main()
             .map(|()| 0)
             .map_err(Into::into),

@@ -300,7 +300,7 @@ fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
     let history = headroom_store::History::open(&project.path("state/history.sqlite")).unwrap();
     for job in project.report().jobs {
         let past = history
-            .past_run(&job.key)
+            .past_run(&job.key, "-")
             .unwrap()
             .expect("a clean run is remembered");
         let profile = past.profile.expect("a profile was recorded");

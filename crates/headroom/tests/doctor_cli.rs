@@ -57,7 +57,7 @@ fn seed(path: &std::path::Path) {
         attempts: 1,
         ..JobRecord::default()
     };
-    history.record_job(id, &job, None).unwrap();
+    history.record_job(id, &job, "portable", None).unwrap();
     history.finish_build(id, 1, Some(0), 2 * TIB).unwrap();
 }
 

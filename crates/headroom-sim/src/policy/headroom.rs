@@ -88,6 +88,7 @@ impl Headroom {
                 Some(PastRun {
                     peak: job.history_peak,
                     profile: job.history_profile.clone(),
+                    shared: false,
                 }),
                 waiting_seconds[job.id as usize],
             ),

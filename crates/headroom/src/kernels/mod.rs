@@ -212,13 +212,13 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
         }
         KernelsCommand::Ls => {
             let entries = open_cache()?.entries()?;
-            print_output(args.json, &entries, || render::entries(&entries))?;
+            crate::output::print(args.json, &entries, || render::entries(&entries))?;
             Ok(0)
         }
         KernelsCommand::Gc(gc_args) => {
             let max = parse_size_flag(&gc_args.max_size)?;
             let report = open_cache()?.gc(max)?;
-            print_output(args.json, &report, || render::gc(&report))?;
+            crate::output::print(args.json, &report, || render::gc(&report))?;
             Ok(0)
         }
         KernelsCommand::Export(export_args) => {
@@ -226,7 +226,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
             let summary =
                 bundle::export(&open_cache()?, &export_args.file, &export_args.kernels)
                     .with_context(|| format!("exporting to {}", export_args.file.display()))?;
-            print_output(args.json, &summary, || {
+            crate::output::print(args.json, &summary, || {
                 format!(
                     "exported {} artifacts ({} bytes) to {}\n",
                     summary.artifacts,
@@ -239,7 +239,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
         KernelsCommand::Import(import_args) => {
             let summary = bundle::import(&open_cache()?, &import_args.file)
                 .with_context(|| format!("importing {}", import_args.file.display()))?;
-            print_output(args.json, &summary, || {
+            crate::output::print(args.json, &summary, || {
                 format!(
                     "imported {} artifacts ({} bytes) into {}\n",
                     summary.artifacts,
@@ -261,7 +261,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
                     |(kind, toolchain)| serde_json::json!({ "kind": kind, "toolchain": toolchain }),
                 )
                 .collect();
-            print_output(args.json, &json, || render::toolchains(&found))?;
+            crate::output::print(args.json, &json, || render::toolchains(&found))?;
             Ok(0)
         }
     }
@@ -269,19 +269,6 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
 
 fn parse_size_flag(text: &str) -> anyhow::Result<u64> {
     headroom_size::parse_size(text).context("in --max-size (or HEADROOM_KERNEL_CACHE_MAX)")
-}
-
-fn print_output<T: serde::Serialize>(
-    json: bool,
-    value: &T,
-    human: impl FnOnce() -> String,
-) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
-    } else {
-        print!("{}", human());
-    }
-    Ok(())
 }
 
 fn run_build(
@@ -322,7 +309,7 @@ fn run_build(
         .session
         .finish(Some(if succeeded { 0 } else { 1 }), false);
     let report = built?;
-    print_output(json, &report, || render::build(&report, started.elapsed()))?;
+    crate::output::print(json, &report, || render::build(&report, started.elapsed()))?;
     Ok(if succeeded { 0 } else { EXIT_INCOMPLETE })
 }
 

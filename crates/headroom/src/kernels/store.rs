@@ -1,6 +1,6 @@
 //! `headroom kernels push`, `pull` and `resolve --fetch`: which shared store to use (`--store`,
 //! `HEADROOM_KERNEL_STORE`, then `[kernels] store` in the project's `headroom.toml` or the
-//! user's settings) and what users see of it. The work is `headroom_remote::kernels`; a store
+//! user's settings: [`KERNEL_STORE`]) and what users see of it. The work is `headroom_remote::kernels`; a store
 //! that cannot be reached while reading is one warning, and the local cache carries on.
 
 use std::path::PathBuf;
@@ -11,35 +11,11 @@ use headroom_kernels::resolve::{Device, ResolveOptions};
 use headroom_remote::kernels::{self as remote, PullSummary};
 use headroom_remote::{Store, StoreError};
 
-use crate::config::FileConfig;
-
-/// The store flags and variables say, else the project's settings, else the user's.
-fn store_url(flag: Option<&str>) -> anyhow::Result<Option<String>> {
-    if let Some(url) = flag {
-        return Ok(Some(url.to_string()));
-    }
-    let project = FileConfig::find_project(&std::env::current_dir()?);
-    for path in [project, headroom_paths::config_file()]
-        .into_iter()
-        .flatten()
-    {
-        if let Some(url) = FileConfig::load(&path)?.kernels.store {
-            return Ok(Some(url));
-        }
-    }
-    Ok(None)
-}
-
-/// The configured store's URL; none anywhere is an error that says where to set one.
-fn configured(flag: Option<&str>) -> anyhow::Result<String> {
-    store_url(flag)?.context(
-        "no kernel store: give --store URL, set HEADROOM_KERNEL_STORE, or set `store` under [kernels] in headroom.toml (s3://bucket/prefix, redis://host:port/db, webdav+https://host/path, file:///absolute/path)",
-    )
-}
+use crate::config::KERNEL_STORE;
 
 /// Opens the configured store to write to it.
 pub fn open(flag: Option<&str>, read_only: bool) -> anyhow::Result<Store> {
-    Ok(Store::open(&configured(flag)?, read_only)?)
+    Ok(Store::open(&KERNEL_STORE.url(flag)?, read_only)?)
 }
 
 /// A store opened to read from, or why it cannot be reached (the caller then goes on with
@@ -48,7 +24,7 @@ pub type Reading = Result<Store, String>;
 
 /// Opens the configured store to read from it.
 pub fn open_for_reading(flag: Option<&str>, read_only: bool) -> anyhow::Result<Reading> {
-    match Store::open(&configured(flag)?, read_only) {
+    match Store::open(&KERNEL_STORE.url(flag)?, read_only) {
         Ok(store) => Ok(Ok(store)),
         Err(err @ StoreError::Service { .. }) => Ok(Err(err.to_string())),
         Err(err) => Err(err.into()),
@@ -101,7 +77,7 @@ pub fn fetch(
 pub fn push(store: &Store, cache: &Cache, kernels: &[String], json: bool) -> anyhow::Result<u8> {
     let summary = remote::push(store, cache, kernels)
         .with_context(|| format!("pushing to the kernel store {}", store.shown()))?;
-    super::print_output(
+    crate::output::print(
         json,
         &serde_json::json!({ "store": store.shown(), "summary": summary }),
         || {
@@ -146,7 +122,7 @@ pub fn pull(
         .iter()
         .map(|entry| serde_json::json!({ "kernel": entry.kernel, "target": entry.target, "format": entry.record.format, "artifact": artifact(entry) }))
         .collect();
-    super::print_output(
+    crate::output::print(
         json,
         &serde_json::json!({ "store": shown, "fetched": fetched, "cached": summary.cached, "bytes": summary.bytes, "corrupt": summary.corrupt, "refused": summary.refused, "unreachable": summary.unreachable, "lacking": lacking }),
         || {
