@@ -79,6 +79,8 @@ struct State {
     build_id: Option<i64>,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
+    /// The same as another machine saw it, by portable key (shared history).
+    shared_waiting_seconds: HashMap<String, f64>,
     samples: Vec<Sample>,
     /// What was done to jobs, and the machine's room, since the last flush.
     events: Vec<JobEvent>,
@@ -129,6 +131,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             history: past.history,
             build_id: past.build_id,
             waiting_seconds: past.waiting_seconds,
+            shared_waiting_seconds: past.shared_waiting_seconds,
             samples: Vec::new(),
             events: Vec::new(),
             room: Vec::new(),
@@ -217,6 +220,8 @@ pub struct Past {
     build_id: Option<i64>,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
+    /// The same from shared history, by portable key: for jobs this machine has not run.
+    shared_waiting_seconds: HashMap<String, f64>,
     /// Each job's two newest clean runs, for the timing slack and the margin on peaks
     /// (`last_build::reruns`).
     reruns: Vec<(last_build::CleanRun, last_build::CleanRun)>,
@@ -265,11 +270,16 @@ fn open_history(config: &GovernorConfig) -> Past {
         peak_total: None,
         parallelism_set: config.parallelism_set.clone(),
     };
+    let shared_waiting_seconds = history.shared_waiting_seconds().unwrap_or_else(|err| {
+        eprintln!("headroom: warning: {err}; jobs predicted from shared history queue by their own length only");
+        HashMap::new()
+    });
     match history.begin_build(&build) {
         Ok(id) => Past {
             history: Some(history),
             build_id: Some(id),
             waiting_seconds,
+            shared_waiting_seconds,
             reruns,
             bursts,
         },
@@ -348,6 +358,7 @@ impl Governor {
             waiting_seconds: state
                 .waiting_seconds
                 .get(&identity.key)
+                .or_else(|| state.shared_waiting_seconds.get(&portable_key))
                 .copied()
                 .unwrap_or(0.0),
             lower_rungs: if speaks_gcc_flags(compiler.as_ref()) {

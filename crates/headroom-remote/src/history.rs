@@ -113,8 +113,13 @@ pub fn project_name(text: &str) -> String {
     }
 }
 
-/// Publishes this machine's peaks for `project`, merged into what the store has.
-pub fn push(store: &Store, history: &History, project: &str) -> Result<PushSummary, HistoryError> {
+/// Publishes this machine's peaks for `project` (`History::shareable_peaks`), merged into what
+/// the store has.
+pub fn push(
+    store: &Store,
+    local: &BTreeMap<String, SharedPeak>,
+    project: &str,
+) -> Result<PushSummary, HistoryError> {
     let key = index_key(project)?;
     if store.read_only() {
         return Err(StoreError::ReadOnly {
@@ -122,7 +127,6 @@ pub fn push(store: &Store, history: &History, project: &str) -> Result<PushSumma
         }
         .into());
     }
-    let local = history.shareable_peaks()?;
     let mut summary = PushSummary {
         local: local.len(),
         ..PushSummary::default()
@@ -137,7 +141,7 @@ pub fn push(store: &Store, history: &History, project: &str) -> Result<PushSumma
             }
         };
         let mut merged = there.clone();
-        let published = merge(&mut merged.entries, &local);
+        let published = merge(&mut merged.entries, local);
         if attempt == 0 {
             summary.published = published;
         }
@@ -257,6 +261,7 @@ fn read(store: &Store, key: &str) -> Result<Read, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn peak(bytes: u64, measured_unix_ms: i64) -> SharedPeak {
         SharedPeak {
@@ -265,6 +270,7 @@ mod tests {
             wall_ms: None,
             profile: None,
             measured_unix_ms,
+            waiting_ms: None,
         }
     }
 
@@ -311,7 +317,8 @@ mod tests {
             .take_shared(&BTreeMap::from([(key.clone(), peak(300, 5))]))
             .unwrap();
         // `there` has only pulled entries, nothing of its own: nothing to share.
-        let empty = push(&store, &there, "p").unwrap();
+        let shareable = |history: &History| history.shareable_peaks(&HashMap::new()).unwrap();
+        let empty = push(&store, &shareable(&there), "p").unwrap();
         assert_eq!((empty.local, empty.published), (0, 0));
         let absent = pull(&store, &mut here, "p").unwrap();
         assert!(absent.unusable.unwrap().contains("no shared history"));
@@ -356,7 +363,7 @@ mod tests {
             nice: 0,
         };
         there.record_job(id, &job, &key, None).unwrap();
-        let pushed = push(&store, &there, "p").unwrap();
+        let pushed = push(&store, &shareable(&there), "p").unwrap();
         assert_eq!((pushed.local, pushed.published, pushed.entries), (1, 1, 1));
         let pulled = pull(&store, &mut here, "p").unwrap();
         assert_eq!((pulled.entries, pulled.taken.new), (1, 1));

@@ -29,7 +29,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// before version 4. `peaks.portable_key` names the job as another machine would (no paths of
 /// this one) and `peaks.measured_unix_ms` says when its peak was measured, both NULL for peaks
 /// recorded before version 6. `shared_peaks` holds what other machines measured, by portable
-/// key, as `headroom history pull` fetched it.
+/// key, as `headroom history pull` fetched it, with the seconds of work that waited on each job
+/// there (`waiting_ms`), which set its CPU priority.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS builds (
     id INTEGER PRIMARY KEY,
@@ -107,7 +108,8 @@ CREATE TABLE IF NOT EXISTS shared_peaks (
     profile_cpu_ms INTEGER,
     profile_wall_ms INTEGER,
     profile TEXT,
-    measured_unix_ms INTEGER NOT NULL
+    measured_unix_ms INTEGER NOT NULL,
+    waiting_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS outside_processes (
     build_id INTEGER NOT NULL REFERENCES builds(id),
@@ -747,6 +749,7 @@ fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
         add_missing_column(&tx, "builds", "parallelism_set", "TEXT")?;
         add_missing_column(&tx, "peaks", "portable_key", "TEXT")?;
         add_missing_column(&tx, "peaks", "measured_unix_ms", "INTEGER")?;
+        add_missing_column(&tx, "shared_peaks", "waiting_ms", "INTEGER")?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     tx.commit()

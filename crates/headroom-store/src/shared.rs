@@ -1,9 +1,11 @@
 //! Measured peaks that travel between machines: what this history exports for `headroom
 //! history push`, and how it takes in what `headroom history pull` fetched. Entries are keyed
 //! by portable keys (no paths of the machine that measured them) and carry when they were
-//! measured, so that the newer of two measurements of one job wins everywhere.
+//! measured, so that the newer of two measurements of one job wins everywhere. Each also
+//! carries the seconds of build work that waited on the job, so a first build from shared
+//! history also starts the jobs on its longest path first, as a warm rebuild does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,9 @@ pub struct SharedPeak {
     pub wall_ms: Option<u64>,
     pub profile: Option<String>,
     pub measured_unix_ms: i64,
+    /// Milliseconds of the build's work that waited on the job when it last ran there.
+    #[serde(default)]
+    pub waiting_ms: Option<u64>,
 }
 
 /// What [`History::take_shared`] did with the entries it was given.
@@ -40,11 +45,15 @@ pub struct Taken {
 }
 
 impl History {
-    /// The newest clean peak of every job recorded with a portable key, by that key.
-    pub fn shareable_peaks(&self) -> Result<BTreeMap<String, SharedPeak>, StoreError> {
+    /// The newest clean peak of every job recorded with a portable key, by that key, with the
+    /// seconds that waited on it (`waiting_seconds`, by local key).
+    pub fn shareable_peaks(
+        &self,
+        waiting_seconds: &HashMap<String, f64>,
+    ) -> Result<BTreeMap<String, SharedPeak>, StoreError> {
         // SQLite takes the other columns from the row holding MAX().
         let sql = "SELECT portable_key, peak, profile_cpu_ms, profile_wall_ms, profile,
-                          MAX(measured_unix_ms)
+                          MAX(measured_unix_ms), key
                    FROM peaks WHERE portable_key IS NOT NULL AND measured_unix_ms IS NOT NULL
                    GROUP BY portable_key";
         let read = || -> rusqlite::Result<BTreeMap<String, SharedPeak>> {
@@ -58,6 +67,9 @@ impl History {
                         wall_ms: row.get::<_, Option<i64>>(3)?.map(|ms| ms as u64),
                         profile: row.get(4)?,
                         measured_unix_ms: row.get(5)?,
+                        waiting_ms: waiting_seconds
+                            .get(&row.get::<_, String>(6)?)
+                            .map(|seconds| (seconds * 1000.0).round() as u64),
                     },
                 ))
             })?;
@@ -78,11 +90,12 @@ impl History {
                 tx.prepare("SELECT measured_unix_ms FROM shared_peaks WHERE portable_key = ?1")?;
             let mut upsert = tx.prepare(
                 "INSERT INTO shared_peaks (portable_key, peak, profile_cpu_ms, profile_wall_ms,
-                     profile, measured_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     profile, measured_unix_ms, waiting_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT(portable_key) DO UPDATE SET peak = excluded.peak,
                      profile_cpu_ms = excluded.profile_cpu_ms,
                      profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile,
-                     measured_unix_ms = excluded.measured_unix_ms",
+                     measured_unix_ms = excluded.measured_unix_ms,
+                     waiting_ms = excluded.waiting_ms",
             )?;
             for (key, entry) in entries {
                 if !believable(key, entry) {
@@ -111,11 +124,27 @@ impl History {
                     entry.wall_ms.map(|ms| ms as i64),
                     entry.profile,
                     entry.measured_unix_ms,
+                    entry.waiting_ms.map(|ms| ms as i64),
                 ])?;
             }
             Ok(())
         })?;
         Ok(taken)
+    }
+
+    /// The seconds of work that waited on each job where it last ran on another machine, by
+    /// portable key.
+    pub fn shared_waiting_seconds(&self) -> Result<HashMap<String, f64>, StoreError> {
+        let read = || -> rusqlite::Result<HashMap<String, f64>> {
+            let mut statement = self.conn.prepare(
+                "SELECT portable_key, waiting_ms FROM shared_peaks WHERE waiting_ms IS NOT NULL",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok((row.get(0)?, row.get::<_, i64>(1)? as f64 / 1000.0))
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| self.sqlite(e))
     }
 }
 
@@ -152,6 +181,7 @@ mod tests {
             wall_ms: None,
             profile: None,
             measured_unix_ms,
+            waiting_ms: Some(2500),
         }
     }
 
@@ -168,9 +198,11 @@ mod tests {
         history
             .record_job(id, &failed, "ffffffffffffffff", None)
             .unwrap();
-        let shareable = history.shareable_peaks().unwrap();
+        let waiting = HashMap::from([("a".to_string(), 1.5)]);
+        let shareable = history.shareable_peaks(&waiting).unwrap();
         assert_eq!(shareable.keys().collect::<Vec<_>>(), vec![KEY]);
         assert_eq!(shareable[KEY].peak, 100);
+        assert_eq!(shareable[KEY].waiting_ms, Some(1500));
         assert!(shareable[KEY].measured_unix_ms > 1_700_000_000_000);
     }
 
@@ -184,6 +216,10 @@ mod tests {
         assert_eq!(taken.new, 1);
         let past = history.past_run("local", KEY).unwrap().unwrap();
         assert_eq!((past.peak, past.shared), (300, true));
+        assert_eq!(
+            history.shared_waiting_seconds().unwrap(),
+            HashMap::from([(KEY.to_string(), 2.5)])
+        );
         // An older entry is kept out; a newer one replaces it.
         let older = BTreeMap::from([(KEY.to_string(), entry(200, 999))]);
         assert_eq!(history.take_shared(&older).unwrap().kept, 1);

@@ -5,6 +5,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use headroom_govern::last_build;
 use headroom_remote::history::{self as remote, project_name};
 use headroom_remote::{Store, StoreError};
 use headroom_store::History;
@@ -60,7 +61,11 @@ pub fn main(args: HistoryArgs) -> anyhow::Result<u8> {
     match args.command {
         HistoryCommand::Push => {
             let store = Store::open(&url, false)?;
-            let summary = remote::push(&store, &history, &project).with_context(|| {
+            let waiting_seconds = last_build::waiting_seconds_by_key(
+                &history.recent_builds_jobs(last_build::BUILDS_TO_READ)?,
+            );
+            let local = history.shareable_peaks(&waiting_seconds)?;
+            let summary = remote::push(&store, &local, &project).with_context(|| {
                 format!("pushing the history of `{project}` to {}", store.shown())
             })?;
             if let Some(why) = &summary.replaced {
