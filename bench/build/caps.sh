@@ -16,6 +16,12 @@
 #                                       # examples/torch-cpp: a PyTorch C++ API project,
 #                                       # configured with CMake before any build runs, built
 #                                       # with `ninja -jJ` and `headroom build -- ninja`
+#   SHARED=1 CAPS=1.5G JOBS="1 2" bench/build/caps.sh
+#                                       # adds a row for a first build with shared history:
+#                                       # before each such run, the peaks headroom's own row
+#                                       # measured so far are pushed to a directory store,
+#                                       # and a second copy of the project, elsewhere, with
+#                                       # an empty state directory, pulls them and builds
 #   PROJECT=flash-attn CAPS=6.5G JOBS="1 2" REPEATS=2 bench/build/caps.sh
 #                                       # flash-attention's PyPI sdist: flash_api.cpp and four
 #                                       # sm_80 forward kernels (bench/build/flash_attn_subset_setup.py),
@@ -30,6 +36,7 @@
 #   HEADROOM=path         headroom binary (default target/release/headroom); rows are
 #                         skipped with a note when it is not there
 #   HEADROOM_ARGS="..."   extra arguments for `headroom build`, before `--`
+#   SHARED=1              also the first build with shared history (template-heavy, torch-cpp)
 #   RESULTS=prefix        output prefix (default bench/build/results/caps, or .../quick);
 #                         writes PREFIX.csv and PREFIX.md
 #   REPORT_ONLY=1         only re-render PREFIX.md from PREFIX.csv (e.g. after Ctrl-C)
@@ -67,6 +74,8 @@ fi
 JOBS=${JOBS:-1 2 N 8}
 HEADROOM=${HEADROOM:-target/release/headroom}
 HEADROOM_ARGS=${HEADROOM_ARGS:-}
+SHARED=${SHARED:-0}
+[[ $SHARED == 0 || $PROJECT != flash-attn ]] || die "SHARED=1 is for PROJECT=template-heavy or torch-cpp"
 headroom_shown=$HEADROOM
 [[ "$HEADROOM" == /* ]] || HEADROOM="$repo_root/$HEADROOM"
 
@@ -258,6 +267,7 @@ done
 headroom_note=""
 if [[ -x "$HEADROOM" ]]; then
   labels+=("headroom build -- $tool")
+  [[ $SHARED == 1 ]] && labels+=("headroom build -- $tool (first build from shared history)")
 else
   headroom_note="headroom rows skipped: no executable at $headroom_shown (build it with 'cargo build --release -p headroom' or set HEADROOM)"
   log "$headroom_note"
@@ -282,9 +292,14 @@ build_argv() {
   esac
 }
 
-# The builds run in a scratch copy, so the source tree stays clean.
+# The builds run in a scratch copy, so the source tree stays clean. With SHARED=1, a second
+# copy elsewhere is the "new machine" that builds with shared history.
 work_dir=$(mktemp -d "${TMPDIR:-/tmp}/headroom-caps.XXXXXX")
-cp "$example_dir"/Makefile "$example_dir"/*.hpp "$example_dir"/*.cpp "$work_dir"/
+other_dir=$work_dir/elsewhere/copy
+mkdir -p "$other_dir"
+for dir in "$work_dir" "$other_dir"; do
+  cp "$example_dir"/Makefile "$example_dir"/*.hpp "$example_dir"/*.cpp "$dir"/
+done
 if [[ $PROJECT == flash-attn ]]; then
   # flash-attention's own sdist from PyPI, with a setup.py that builds a subset of it.
   sdist_dir=$HOME/.cache/headroom-bench
@@ -304,11 +319,13 @@ fi
 if [[ $PROJECT == torch-cpp ]]; then
   # Configured once, before and outside any build, as users do: CMake records the compiler
   # by absolute path.
-  TORCH_CUDA_ARCH_LIST=8.0 cmake -S "$repo_root/examples/torch-cpp" -B "$work_dir/build" -G Ninja \
-    -DCMAKE_PREFIX_PATH="$("$torch_env/venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" \
-    -DCUDA_TOOLKIT_ROOT_DIR="$torch_env/cuda-home" -DCMAKE_CUDA_COMPILER="$torch_env/cuda-home/bin/nvcc" \
-    -DCMAKE_CUDA_ARCHITECTURES=80 $MAKE_VARS >"$work_dir/configure.log" 2>&1 ||
-    die "configuring examples/torch-cpp failed; see $work_dir/configure.log"
+  for dir in "$work_dir" "$other_dir"; do
+    TORCH_CUDA_ARCH_LIST=8.0 cmake -S "$repo_root/examples/torch-cpp" -B "$dir/build" -G Ninja \
+      -DCMAKE_PREFIX_PATH="$("$torch_env/venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" \
+      -DCUDA_TOOLKIT_ROOT_DIR="$torch_env/cuda-home" -DCMAKE_CUDA_COMPILER="$torch_env/cuda-home/bin/nvcc" \
+      -DCMAKE_CUDA_ARCHITECTURES=80 $MAKE_VARS >"$work_dir/configure.log" 2>&1 ||
+      die "configuring examples/torch-cpp failed; see $work_dir/configure.log"
+  done
 fi
 # headroom keeps its history with the scratch copy: the first headroom run of the benchmark
 # is cold, later ones predict from what earlier ones measured, as a user's repeat builds do.
@@ -320,23 +337,40 @@ mkdir -p "$(dirname "$RESULTS")"
 csv="$RESULTS.csv"
 echo "repeat,cap,cap_bytes,command,wall_s,exit,oom_kills,peak_bytes" >"$csv"
 
+# The "new machine" of SHARED=1: an empty state directory that pulls what headroom's own row
+# has measured so far, pushed to a directory store. Prints the state directory.
+shared_state() {
+  local store="file://$work_dir/store" state="$work_dir/new-machine-state"
+  rm -rf "$state"
+  (cd "$work_dir" && "$HEADROOM" history push --store "$store" --project bench) >&2 ||
+    die "headroom history push failed"
+  (cd "$other_dir" && HEADROOM_STATE_DIR=$state "$HEADROOM" history pull --store "$store" --project bench) >&2 ||
+    die "headroom history pull failed"
+  echo "$state"
+}
+
 # Runs one build in a fresh cgroup and appends a CSV row.
 run_one() {
   local repeat=$1 cap=$2 label=$3 cap_bytes cgroup start end wall status oom peak
+  local dir=$work_dir state=$HEADROOM_STATE_DIR
   local -a argv
   mapfile -t argv < <(build_argv "$label")
   cap_bytes=$(size_to_bytes "$cap")
+  if [[ $label == *"shared history)" ]]; then
+    dir=$other_dir
+    state=$(shared_state)
+  fi
   case $tool in
-  ninja) ninja -C "$work_dir/build" -t clean >/dev/null ;;
-  pip) rm -rf "$work_dir/build" "$work_dir"/*.egg-info ;;
-  *) make -C "$work_dir" clean >/dev/null ;;
+  ninja) ninja -C "$dir/build" -t clean >/dev/null ;;
+  pip) rm -rf "$dir/build" "$dir"/*.egg-info ;;
+  *) make -C "$dir" clean >/dev/null ;;
   esac
   make_cgroup "$cap_bytes"
   start=$EPOCHREALTIME
   status=0
   # The child shell moves itself into the cgroup before exec, so only the build is limited.
-  bash -c 'echo $$ >"$1/cgroup.procs" && cd "$2" && shift 2 && exec "$@"' \
-    caps-run "$cgroup" "$work_dir" "${argv[@]}" >"$work_dir/build.log" 2>&1 || status=$?
+  HEADROOM_STATE_DIR=$state bash -c 'echo $$ >"$1/cgroup.procs" && cd "$2" && shift 2 && exec "$@"' \
+    caps-run "$cgroup" "$dir" "${argv[@]}" >"$work_dir/build.log" 2>&1 || status=$?
   end=$EPOCHREALTIME
   wall=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.2f", e - s }')
   oom=$(cgroup_oom_kills "$cgroup")
