@@ -261,7 +261,6 @@ fn read(store: &Store, key: &str) -> Result<Read, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn peak(bytes: u64, measured_unix_ms: i64) -> SharedPeak {
         SharedPeak {
@@ -311,59 +310,14 @@ mod tests {
         let url = format!("file://{}", dir.path().join("store").display());
         let store = Store::open(&url, false).unwrap();
         let mut here = History::open(&dir.path().join("here.sqlite")).unwrap();
-        let mut there = History::open(&dir.path().join("there.sqlite")).unwrap();
-        let key = "0123456789abcdef".to_string();
-        there
-            .take_shared(&BTreeMap::from([(key.clone(), peak(300, 5))]))
-            .unwrap();
-        // `there` has only pulled entries, nothing of its own: nothing to share.
-        let shareable = |history: &History| history.shareable_peaks(&HashMap::new()).unwrap();
-        let empty = push(&store, &shareable(&there), "p").unwrap();
-        assert_eq!((empty.local, empty.published), (0, 0));
         let absent = pull(&store, &mut here, "p").unwrap();
         assert!(absent.unusable.unwrap().contains("no shared history"));
-        // Peaks of its own are shared and pulled.
-        let build = headroom_store::BuildRecord {
-            id: 0,
-            started_unix_ms: 0,
-            duration_ms: None,
-            command: "make".into(),
-            cwd: "/".into(),
-            budget: 1,
-            budget_source: "test".into(),
-            slots: 1,
-            exit_code: None,
-            peak_total: None,
-            parallelism_set: Vec::new(),
-        };
-        let id = there.begin_build(&build).unwrap();
-        let job = headroom_store::JobRecord {
-            job_id: 0,
-            key: "local".into(),
-            group: "g".into(),
-            label: "a.o".into(),
-            compiler: "g++".into(),
-            command: "g++ -c a.cpp".into(),
-            cwd: "/".into(),
-            offered_ms: 0,
-            start_ms: 0,
-            end_ms: 10,
-            peak: 700,
-            cpu_ms: 10,
-            exit_code: Some(0),
-            signal: None,
-            predicted: 0,
-            prediction_source: "default".into(),
-            attempts: 1,
-            suspends: 0,
-            requeues: 0,
-            oom_retries: 0,
-            lowered_flags: None,
-            over_budget: false,
-            nice: 0,
-        };
-        there.record_job(id, &job, &key, None).unwrap();
-        let pushed = push(&store, &shareable(&there), "p").unwrap();
+        // Nothing to share publishes nothing.
+        let empty = push(&store, &BTreeMap::new(), "p").unwrap();
+        assert_eq!((empty.local, empty.published), (0, 0));
+        let key = "0123456789abcdef".to_string();
+        let there = BTreeMap::from([(key.clone(), peak(700, 5))]);
+        let pushed = push(&store, &there, "p").unwrap();
         assert_eq!((pushed.local, pushed.published, pushed.entries), (1, 1, 1));
         let pulled = pull(&store, &mut here, "p").unwrap();
         assert_eq!((pulled.entries, pulled.taken.new), (1, 1));
