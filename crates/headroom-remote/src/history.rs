@@ -13,17 +13,22 @@
 //! the index again, and merges again if a concurrent pusher's index left its entries out.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use headroom_store::{History, SharedPeak, Taken};
 use serde::{Deserialize, Serialize};
 
-use crate::kernels::{PUBLISH_ATTEMPTS, SETTLE};
+use crate::kernels::SETTLE;
 use crate::store::{check_key, BlobRead, Store, StoreError};
 
 /// What the index says it is, so that another file in its place is refused.
 const FORMAT: &str = "headroom-history";
 /// The layout's version: indexes of another version are not read.
 const VERSION: u32 = 1;
+/// How often a pusher merges again after a concurrent pusher's index left its entries out.
+/// Every pusher of a project writes the same index, so each round at least one of them gets
+/// through: this covers a team's CI jobs pushing together, with a backoff that spreads them.
+const PUBLISH_ATTEMPTS: usize = 16;
 
 /// The store's record of one project's shared peaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +137,7 @@ pub fn push(
         ..PushSummary::default()
     };
     for attempt in 0..=PUBLISH_ATTEMPTS {
+        let started = Instant::now();
         let there = match read(store, &key)? {
             Read::Found(peaks) => peaks,
             Read::Absent => Peaks::default(),
@@ -164,8 +170,11 @@ pub fn push(
         let index = serde_json::to_vec_pretty(&index).expect("indexes always serialize");
         store.put(&key, &index)?;
         // A pusher that read the index just before we wrote it writes it again without our
-        // entries: wait, then read it again (the loop's next turn) and merge where it did.
-        std::thread::sleep(SETTLE + SETTLE.mul_f64(fastrand::f64()));
+        // entries, up to its own read-and-write time later: wait well past ours, longer each
+        // round and by a random share so that pushers spread out, then read it again (the
+        // loop's next turn) and merge where it did.
+        let pause = SETTLE * (attempt as u32 + 1) + started.elapsed() * 4;
+        std::thread::sleep(pause + pause.mul_f64(fastrand::f64()));
     }
     Err(HistoryError::Contended {
         project: project.to_string(),

@@ -27,7 +27,7 @@ use headroom_kernels::target::Backend;
 use crate::store::{blob_key, BlobRead, Store, StoreError};
 
 /// How often a pusher writes an index whose entries a concurrent pusher overwrote.
-pub(crate) const PUBLISH_ATTEMPTS: usize = 5;
+const PUBLISH_ATTEMPTS: usize = 5;
 /// The least wait between writing indexes and checking that they kept our entries.
 pub(crate) const SETTLE: Duration = Duration::from_millis(50);
 

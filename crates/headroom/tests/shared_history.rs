@@ -76,7 +76,12 @@ impl Machine {
     /// `headroom ARGS…` in the project, with this machine's state and home, and nothing from
     /// the machine that runs the test.
     fn headroom(&self, args: &[&str]) -> Output {
-        Command::new(HEADROOM)
+        self.command(args).output().unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(HEADROOM);
+        command
             .args(args)
             .current_dir(self.project())
             .env("HEADROOM_STATE_DIR", self.root.join("state"))
@@ -93,9 +98,8 @@ impl Machine {
             .env_remove("HEADROOM_HISTORY_STORE")
             .env_remove("HEADROOM_BUDGET")
             .env_remove("HEADROOM_JOBS")
-            .env_remove("MAKEFLAGS")
-            .output()
-            .unwrap()
+            .env_remove("MAKEFLAGS");
+        command
     }
 
     /// A clean build under headroom, and its report.
@@ -259,4 +263,100 @@ fn a_store_that_is_down_or_corrupt_leaves_the_history_as_it_was() {
         text(&none.stderr)
     );
     assert!(Path::new(&dir.path().join("state/history.sqlite")).exists());
+}
+
+/// Eight machines push their own peaks of one project at once: every peak is in the store
+/// afterwards, however their merges interleaved.
+#[test]
+fn eight_concurrent_pushers_lose_no_peak() {
+    let Some(server) = Server::start(Kind::S3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    const PUSHERS: usize = 8;
+    const PEAKS_EACH: usize = 5;
+    let machines: Vec<Machine> = (0..PUSHERS)
+        .map(|index| {
+            let machine = Machine {
+                root: dir.path().join(format!("machine{index}")),
+            };
+            std::fs::create_dir_all(machine.project()).unwrap();
+            std::fs::create_dir_all(machine.root.join("state")).unwrap();
+            let mut history =
+                headroom_store::History::open(&machine.root.join("state/history.sqlite")).unwrap();
+            let build = history.begin_build(&build_record()).unwrap();
+            for job in 0..PEAKS_EACH {
+                let portable_key = format!("{index:08x}{job:08x}");
+                let record = job_record(job as u64, (1 + job as u64) << 20);
+                history
+                    .record_job(build, &record, &portable_key, None)
+                    .unwrap();
+            }
+            machine
+        })
+        .collect();
+    let pushers: Vec<std::thread::JoinHandle<Output>> = machines
+        .iter()
+        .map(|machine| {
+            let mut command = machine.command(&["history", "push", "--store", &server.url]);
+            std::thread::spawn(move || command.output().unwrap())
+        })
+        .collect();
+    for pusher in pushers {
+        let pushed = pusher.join().unwrap();
+        assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    }
+    let reader = Machine {
+        root: dir.path().join("reader"),
+    };
+    std::fs::create_dir_all(reader.project()).unwrap();
+    let pulled = reader.headroom(&["history", "pull", "--store", &server.url, "--json"]);
+    assert!(pulled.status.success(), "{}", text(&pulled.stderr));
+    let pulled: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
+    assert_eq!(pulled["summary"]["entries"], PUSHERS * PEAKS_EACH);
+    assert_eq!(pulled["summary"]["taken"]["new"], PUSHERS * PEAKS_EACH);
+}
+
+fn build_record() -> headroom_store::BuildRecord {
+    headroom_store::BuildRecord {
+        id: 0,
+        started_unix_ms: 0,
+        duration_ms: None,
+        command: "make".into(),
+        cwd: "/src".into(),
+        budget: 1 << 30,
+        budget_source: "test".into(),
+        slots: 2,
+        exit_code: None,
+        peak_total: None,
+        parallelism_set: Vec::new(),
+    }
+}
+
+fn job_record(job_id: u64, peak: u64) -> headroom_store::JobRecord {
+    headroom_store::JobRecord {
+        job_id,
+        key: format!("local{job_id}"),
+        group: "g".into(),
+        label: format!("unit{job_id}.o"),
+        compiler: "/usr/bin/g++".into(),
+        command: format!("g++ -c unit{job_id}.cpp -o unit{job_id}.o"),
+        cwd: "/src".into(),
+        offered_ms: 0,
+        start_ms: 0,
+        end_ms: 1000,
+        peak,
+        cpu_ms: 900,
+        exit_code: Some(0),
+        signal: None,
+        predicted: peak,
+        prediction_source: "default".into(),
+        attempts: 1,
+        suspends: 0,
+        requeues: 0,
+        oom_retries: 0,
+        lowered_flags: None,
+        over_budget: false,
+        nice: 0,
+    }
 }
