@@ -126,7 +126,10 @@ impl Machine {
         assert_eq!(
             report.jobs.len(),
             UNITS + 2,
-            "every compile and the link is a job"
+            "every compile and the link is a job: {:?}; outside admission: {:?}; stderr: {}",
+            report.jobs.iter().map(|job| &job.label).collect::<Vec<_>>(),
+            report.outside,
+            text(&built.stderr)
         );
         report
     }
