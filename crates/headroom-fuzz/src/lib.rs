@@ -116,7 +116,10 @@ pub fn bundle_import(data: &[u8]) {
     if headroom_kernels::bundle::import(&cache, &bundle).is_ok() {
         // Whatever an import accepted must read back as well-formed entries.
         for entry in cache.entries().expect("listing the imported entries") {
-            assert!(entry.is_well_formed(), "imported a malformed entry {entry:?}");
+            assert!(
+                entry.is_well_formed(),
+                "imported a malformed entry {entry:?}"
+            );
         }
     }
 }

@@ -43,7 +43,9 @@ fn every_target_has_a_cargo_fuzz_binary() {
     let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
     let manifest = std::fs::read_to_string(fuzz.join("Cargo.toml")).expect("fuzz/Cargo.toml");
     for target in &TARGETS {
-        let source = fuzz.join("fuzz_targets").join(format!("{}.rs", target.name));
+        let source = fuzz
+            .join("fuzz_targets")
+            .join(format!("{}.rs", target.name));
         let text = std::fs::read_to_string(&source)
             .unwrap_or_else(|err| panic!("{}: {err}", source.display()));
         assert!(
