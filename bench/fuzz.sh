@@ -40,6 +40,9 @@ if (($#)); then
 else
   mapfile -t targets < <(cargo fuzz list)
 fi
+# The main workspace's lockfile pins every version the targets share with headroom; cargo
+# adds libfuzzer-sys to the copy.
+cp Cargo.lock fuzz/Cargo.lock
 # Same flags for build and run, so that `run` finds the build up to date.
 flags=(--sanitizer none)
 cargo fuzz build "${flags[@]}" >&2
