@@ -64,8 +64,9 @@ for target in "${targets[@]}"; do
     -artifact_prefix="$dir/artifacts/" >"$dir/log" 2>&1
   status=$?
   set -e
-  inputs=$(grep -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$dir/log" | tail -1)
-  corpus=$(grep -oP '\bcorp: \K[0-9]+' "$dir/log" | tail -1)
+  # A run that failed before fuzzing prints neither figure.
+  inputs=$(grep -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$dir/log" | tail -1 || true)
+  corpus=$(grep -oP '\bcorp: \K[0-9]+' "$dir/log" | tail -1 || true)
   found=$(find "$dir/artifacts" -type f | wc -l)
   if ((status != 0 || found > 0)); then
     crashed=1
