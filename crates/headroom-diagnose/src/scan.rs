@@ -74,7 +74,11 @@ pub fn scan(mut reader: impl Read) -> io::Result<Scan> {
         buffer.resize(filled + READ, 0);
         let read = match reader.read(&mut buffer[filled..]) {
             Ok(read) => read,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => 0,
+            // A signal, not the end: read again.
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {
+                buffer.truncate(filled);
+                continue;
+            }
             Err(err) => return Err(err),
         };
         buffer.truncate(filled + read);
@@ -309,6 +313,43 @@ mod tests {
 
     fn kinds(scan: &Scan) -> Vec<Kind> {
         scan.findings.iter().map(|f| f.diagnosis.kind).collect()
+    }
+
+    /// Hands out the first half of its text, then fails once with `Interrupted`, as a read
+    /// cut short by a signal does, then hands out the rest.
+    struct Interrupted<'a> {
+        text: &'a [u8],
+        reads: usize,
+    }
+
+    impl Read for Interrupted<'_> {
+        fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            let length = match self.reads {
+                1 => self.text.len() / 2,
+                2 => return Err(io::ErrorKind::Interrupted.into()),
+                _ => self.text.len(),
+            }
+            .min(buffer.len());
+            buffer[..length].copy_from_slice(&self.text[..length]);
+            self.text = &self.text[length..];
+            Ok(length)
+        }
+    }
+
+    #[test]
+    fn a_read_interrupted_by_a_signal_is_not_the_end_of_the_log() {
+        let log: &[u8] =
+            b"[ 10%] Building CXX object a.o\nvirtual memory exhausted: Cannot allocate memory\n";
+        let whole = scan_bytes(log);
+        let interrupted = scan(Interrupted {
+            text: log,
+            reads: 0,
+        })
+        .unwrap();
+        assert_eq!(interrupted.bytes, log.len() as u64);
+        assert_eq!(kinds(&interrupted), kinds(&whole));
+        assert!(!whole.findings.is_empty());
     }
 
     #[test]

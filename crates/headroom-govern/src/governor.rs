@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -33,6 +33,7 @@ use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
 use crate::portable::{self, Places};
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
+use crate::response::expand_response_files;
 
 /// Samples are written to the history at least this often.
 const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -343,7 +344,9 @@ impl Governor {
 
     /// Registers a job the build system just started, and queues it.
     fn offer(&self, compiler: String, args: &[String], cwd: String) -> JobId {
-        let identity = JobIdentity::new(&compiler, args, &cwd);
+        // The flags inside `@file`s make the job what it is; the file's name does not.
+        let args = expand_response_files(args, Path::new(&cwd));
+        let identity = JobIdentity::new(&compiler, &args, &cwd);
         let portable_key = identity.portable_key(&self.compiler_id(&compiler), &cwd, &self.places);
         let mut state = self.lock();
         let past = state

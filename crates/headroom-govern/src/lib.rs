@@ -18,6 +18,7 @@ pub mod oom;
 pub mod outside;
 pub mod portable;
 pub mod protocol;
+pub mod response;
 pub mod session;
 pub mod shim;
 pub mod shimdir;

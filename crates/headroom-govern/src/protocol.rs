@@ -82,8 +82,15 @@ pub fn read_frame<T: DeserializeOwned>(mut reader: impl Read) -> io::Result<T> {
             format!("frame of {length} bytes is too large"),
         ));
     }
-    let mut body = vec![0u8; length as usize];
-    reader.read_exact(&mut body)?;
+    // Grown as bytes arrive: a peer that announces 16 MiB and sends 10 bytes costs 10.
+    let mut body = Vec::new();
+    reader.take(u64::from(length)).read_to_end(&mut body)?;
+    if body.len() < length as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("frame of {length} bytes ended after {}", body.len()),
+        ));
+    }
     Ok(serde_json::from_slice(&body)?)
 }
 
@@ -113,5 +120,13 @@ mod tests {
         let wire = (MAX_FRAME + 1).to_le_bytes();
         let err = read_frame::<Reply>(wire.as_slice()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_frame_cut_short_is_an_unexpected_end() {
+        let mut wire = 100u32.to_le_bytes().to_vec();
+        wire.extend_from_slice(b"\"Do");
+        let err = read_frame::<Reply>(wire.as_slice()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

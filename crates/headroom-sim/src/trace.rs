@@ -88,7 +88,12 @@ impl Trace {
             source,
         };
         let text = std::fs::read_to_string(path).map_err(read_error)?;
-        let trace: Trace = serde_json::from_str(&text).map_err(|source| SimError::Parse {
+        Trace::parse(&text, path)
+    }
+
+    /// Parses and checks the text of the trace file at `path` (named in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Trace, SimError> {
+        let trace: Trace = serde_json::from_str(text).map_err(|source| SimError::Parse {
             path: path.to_path_buf(),
             source,
         })?;

@@ -44,7 +44,9 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
         }
     };
     let bytes = value * multiplier as f64;
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+    // `u64::MAX as f64` is 2^64, one more than fits: the sizes just under it print as
+    // `16777216.0 TiB`, which is exactly that, and must read back (as the largest size).
+    if !bytes.is_finite() || bytes > u64::MAX as f64 {
         return Err(error("it is too large"));
     }
     Ok(bytes.round() as u64)
@@ -97,6 +99,14 @@ mod tests {
             let err = parse_size(bad).unwrap_err();
             assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
         }
+    }
+
+    #[test]
+    fn the_largest_sizes_read_back_as_they_print() {
+        let largest = u64::MAX - 2047;
+        assert_eq!(format_size(largest), "16777216.0 TiB");
+        assert_eq!(parse_size(&format_size(largest)), Ok(u64::MAX));
+        assert!(parse_size("16777217T").is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use headroom_probe::procs;
 use headroom_size::Size;
 use headroom_store::{summary, BuildReport, History};
 
-use crate::config::{BuildOverrides, BuildSettings, FileConfig};
+use headroom_config::{BuildOverrides, BuildSettings, FileConfig};
 use headroom_output as output;
 
 /// How long an interrupted build may take to stop before it is killed.
@@ -198,7 +198,7 @@ pub fn start_session(
         } else {
             Vec::new()
         },
-        project_root: crate::config::project_root(&cwd)
+        project_root: headroom_config::project_root(&cwd)
             .to_string_lossy()
             .into_owned(),
     };

@@ -10,7 +10,7 @@ use headroom_remote::history::{self as remote, project_name};
 use headroom_remote::{Store, StoreError};
 use headroom_store::History;
 
-use crate::config::{project_root, HISTORY_STORE};
+use headroom_config::{project_root, HISTORY_STORE};
 
 #[derive(Args)]
 pub struct HistoryArgs {

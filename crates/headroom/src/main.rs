@@ -5,7 +5,6 @@
 //! `headroom build`, which must stay tiny and never start the CLI machinery.
 
 mod build;
-mod config;
 mod diagnose;
 mod history;
 mod kernels;

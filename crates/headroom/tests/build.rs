@@ -624,6 +624,46 @@ fn a_real_make_and_gpp_build_compiles_and_runs() {
         .all(|j| j.peak > MIB && j.compiler.ends_with("g++")));
 }
 
+/// A compile whose flags come in a response file is known by those flags: the real g++ reads
+/// `@flags.rsp`, and the governor reads it the same way to key the job.
+#[test]
+fn a_response_files_flags_make_the_job() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: g++ is not installed");
+        return;
+    }
+    let project = Project::new();
+    std::fs::remove_file(project.path("bin/g++")).unwrap();
+    project.write("a.cpp", "int answer() { return 42; }\n");
+    project.write("Makefile", "a.o: a.cpp\n\tg++ @flags.rsp a.cpp -o a.o\n");
+    let build = |flags: &str| {
+        project.write("flags.rsp", flags);
+        let _ = std::fs::remove_file(project.path("a.o"));
+        let output = project.run(&["--report", "report.json", "--", "make"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(
+            project.path("a.o").exists(),
+            "g++ compiled with the file's flags"
+        );
+        let report = project.report();
+        assert_eq!(report.jobs.len(), 1, "{:?}", report.jobs);
+        report.jobs[0].clone()
+    };
+    let optimised = build("-O2 '-DNAME=a b'\n-c\n");
+    assert!(
+        optimised
+            .command
+            .ends_with("g++ -O2 -DNAME=a b -c a.cpp -o a.o"),
+        "{}",
+        optimised.command
+    );
+    let unoptimised = build("-O0 -c\n");
+    assert_ne!(
+        optimised.key, unoptimised.key,
+        "other flags in the file make another job"
+    );
+}
+
 /// Processes whose command line mentions `needle` (our temp dir), with their state letter.
 fn processes_mentioning(needle: &str) -> Vec<(i32, char)> {
     let mut found = Vec::new();

@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use headroom_kernels::build::{build, BuildOptions};
 use headroom_kernels::exec::Launcher;
 
-use crate::config::BuildOverrides;
+use headroom_config::BuildOverrides;
 use headroom_kernels::bundle;
 use headroom_kernels::cache::Cache;
 use headroom_kernels::manifest::{Manifest, UnknownKernel};

@@ -11,7 +11,7 @@ use headroom_kernels::resolve::{Device, ResolveOptions};
 use headroom_remote::kernels::{self as remote, PullSummary};
 use headroom_remote::{Store, StoreError};
 
-use crate::config::KERNEL_STORE;
+use headroom_config::KERNEL_STORE;
 
 /// Opens the configured store to write to it.
 pub fn open(flag: Option<&str>, read_only: bool) -> anyhow::Result<Store> {

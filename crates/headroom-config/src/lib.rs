@@ -1,7 +1,8 @@
 //! Settings from files: the project's `headroom.toml` (found in the working directory or a
 //! parent) and the user's `~/.config/headroom/config.toml`. Flags and `HEADROOM_*` variables
 //! (handled by clap) win over both; the project wins over the user. Merged in one place:
-//! [`BuildSettings::merge`].
+//! [`BuildSettings::merge`]. A library of its own so that the fuzz targets parse settings
+//! exactly as the binary does.
 
 use std::path::{Path, PathBuf};
 
@@ -112,11 +113,15 @@ impl FileConfig {
     /// Reads `path`; a missing file is an empty configuration.
     pub fn load(path: &Path) -> Result<FileConfig> {
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text)
-                .with_context(|| format!("invalid settings in {}", path.display())),
+            Ok(text) => FileConfig::parse(&text, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
         }
+    }
+
+    /// Parses the settings `text` of the file at `path` (named in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<FileConfig> {
+        toml::from_str(text).with_context(|| format!("invalid settings in {}", path.display()))
     }
 
     /// The nearest `headroom.toml` in `dir` or its parents.
