@@ -10,6 +10,9 @@ use crate::SimError;
 
 /// The trace schema this crate writes and reads.
 pub const SCHEMA: u32 = 1;
+/// The most cores one job of a trace may keep busy at once (`cpu` / `duration`): far above
+/// any compiler, low enough that a corrupt trace cannot stall the simulator.
+pub const MAX_THREADS: f64 = 256.0;
 
 /// One build: its jobs in the order the build system offered them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,7 +112,9 @@ impl Trace {
     }
 
     /// Checks what the simulator relies on: a known schema, dependencies that point back in
-    /// offer order, and positive, finite sizes and durations.
+    /// offer order, positive, finite sizes and durations, and CPU time a machine could give
+    /// (at most [`MAX_THREADS`] cores at once: a job wanting more would be simulated tick by
+    /// tick for thousands of times its duration).
     pub fn validate(&self) -> Result<(), SimError> {
         let invalid = |job: usize, reason: String| SimError::InvalidTrace {
             trace: self.name.clone(),
@@ -137,6 +142,17 @@ impl Trace {
             }
             if !(job.cpu.is_finite() && job.cpu >= 0.0) {
                 return Err(invalid(index, "`cpu` must be 0 seconds or more".into()));
+            }
+            if job.cpu > job.duration * MAX_THREADS {
+                return Err(invalid(
+                    index,
+                    format!(
+                        "`cpu` {:.1} s in {:.1} s of `duration` would take {:.0} cores at once; a job uses at most {MAX_THREADS:.0}",
+                        job.cpu,
+                        job.duration,
+                        job.cpu / job.duration
+                    ),
+                ));
             }
             if job
                 .profile
