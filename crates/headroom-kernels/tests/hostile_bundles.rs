@@ -13,29 +13,7 @@ use headroom_kernels::bundle::{import, BundleError, BUNDLE_MANIFEST};
 use headroom_kernels::cache::Cache;
 
 mod hostile;
-use hostile::{artifact, manifest_of, regular, write_members, HOSTILE};
-
-/// Every file, link and directory under `root`: relative path, kind and length.
-pub fn listing(root: &Path) -> Vec<(String, String, u64)> {
-    let mut found = Vec::new();
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let metadata = std::fs::symlink_metadata(&path).unwrap();
-            if metadata.is_dir() {
-                pending.push(path.clone());
-            }
-            found.push((
-                path.strip_prefix(root).unwrap().display().to_string(),
-                format!("{:?}", metadata.file_type()),
-                metadata.len(),
-            ));
-        }
-    }
-    found.sort();
-    found
-}
+use hostile::{artifact, listing, manifest_of, regular, write_members, HOSTILE};
 
 /// A cache that already holds one imported artifact, so that "unchanged" means something.
 fn cache_with_one_artifact(dir: &Path) -> Cache {

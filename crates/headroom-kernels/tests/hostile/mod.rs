@@ -190,6 +190,28 @@ pub fn good_manifest() -> Vec<u8> {
 
 pub const GOOD: &[u8] = b"cuda/add/sm_80.ptx";
 
+/// Every file, link and directory under `root`: relative path, kind and length.
+pub fn listing(root: &Path) -> Vec<(String, String, u64)> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let metadata = std::fs::symlink_metadata(&path).unwrap();
+            if metadata.is_dir() {
+                pending.push(path.clone());
+            }
+            found.push((
+                path.strip_prefix(root).unwrap().display().to_string(),
+                format!("{:?}", metadata.file_type()),
+                metadata.len(),
+            ));
+        }
+    }
+    found.sort();
+    found
+}
+
 /// One kind of hostile bundle: its name, how to write it, and what the refusal must say.
 pub struct Hostile {
     pub name: &'static str,
