@@ -392,7 +392,8 @@ fn read_manifest(
 }
 
 /// Streams one member's bytes from the bundle at `bundle` into a temp file in the cache,
-/// hashing them on the way. Returns their hash, their length and the temp file.
+/// hashing them on the way. Returns their hash, their length and the temp file, not yet
+/// fsynced: `Cache::adopt_blob` does that only where the cache lacks the blob.
 fn stage_member(
     cache: &Cache,
     bundle: &Path,
@@ -423,7 +424,6 @@ fn stage_member(
         temp.write_all(&buffer[..read]).map_err(temp_error)?;
         written += read as u64;
     }
-    temp.as_file().sync_all().map_err(temp_error)?;
     Ok((
         hasher.finalize().to_hex().to_string(),
         written,
@@ -447,7 +447,7 @@ pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> 
             last => format!("after member `{last}`"),
         };
         rejected(format!(
-            "the tar headers {after} run past {MEMBER_FRAMING_BYTES} bytes (a long name or extended header that big is no bundle's)"
+            "the tar headers {after} run past {MEMBER_FRAMING_BYTES} bytes, the limit for one member's headers (a long name or extended header that big is a bomb)"
         ))
     })?;
     let (artifacts, staged) = verified;
