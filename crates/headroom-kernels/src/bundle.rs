@@ -2,16 +2,22 @@
 //! of hashes, `import` verifies every file against it and adds them to a cache.
 //!
 //! Import never writes an archive path to disk: artifact bytes go into content-addressed
-//! blobs and the layout is rebuilt from the verified manifest. Paths that climb out (`..`,
-//! absolute), symlinks, hard links and anything else that is not a regular file are still
-//! refused outright, so a hostile bundle fails loudly instead of half-importing. Bundles are
-//! deterministic (sorted, zero times and owners), so an export/import/export round trip is
-//! byte-identical.
+//! blobs and the layout is rebuilt from the verified manifest. A bundle is untrusted input, so
+//! import refuses, before reading the bytes in question, anything `export` never writes: paths
+//! that climb out or that no file system takes, links, devices and other non-regular members,
+//! setuid or world-writable modes, duplicates, members the manifest does not list or whose size
+//! it does not declare, and anything past the limits below (decompression stops there, so a
+//! bomb costs what the limit allows). Bytes are staged in temp files and moved into the cache
+//! only once the whole bundle checks out, so a refused import leaves the cache as it was.
+//! Bundles are deterministic (sorted, zero times and owners), so an export/import/export
+//! round trip is byte-identical.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,8 +55,12 @@ pub enum BundleError {
     BadArtifact { path: PathBuf },
     #[error(transparent)]
     Select(#[from] SelectError),
-    #[error("refusing bundle: {0}; it was not written by `headroom kernels export` or was changed since, so export it again")]
-    Rejected(String),
+    /// The bundle is malformed, hostile, or past a limit; nothing was imported.
+    #[error("refusing bundle: {reason}; {advice}")]
+    Rejected {
+        reason: String,
+        advice: &'static str,
+    },
 }
 
 /// What an export or import moved.
@@ -181,100 +191,268 @@ fn is_plain_relative(path: &Path) -> bool {
             .all(|component| matches!(component, Component::Normal(_)))
 }
 
-/// Verifies every member of the bundle at `path` and adds its artifacts to the cache.
-pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> {
-    let io_error = |source| BundleError::Read {
-        path: path.to_path_buf(),
+// What an import accepts. Each limit is far above anything `export` writes, and each is checked
+// before the bytes it guards are read, so a hostile bundle costs at most a few of them.
+
+/// Artifacts one bundle may list: a thousand kernels for twenty targets each, where a big
+/// project exports a few hundred.
+const MAX_ARTIFACTS: usize = 20_000;
+/// Bytes of `headroom-bundle.json`: under a KiB per artifact, for `MAX_ARTIFACTS` of them.
+const MAX_MANIFEST_BYTES: u64 = 32 << 20;
+/// Bytes all artifacts of one bundle may declare together: whole kernel caches are a few GiB.
+const MAX_ARTIFACT_BYTES: u64 = 16 << 30;
+/// Bytes of one path component: NAME_MAX on Linux and macOS file systems.
+const MAX_NAME_BYTES: usize = 255;
+/// Bytes of one member path: PATH_MAX on Linux.
+const MAX_PATH_BYTES: usize = 4096;
+/// Decompressed bytes of tar framing before each member's data: the previous member's padding,
+/// its header, and a long-name or pax record for a path of `MAX_PATH_BYTES`, with room to spare.
+/// The tar reader holds such records in memory, so this also bounds what a bomb hidden in one
+/// can allocate.
+const MEMBER_FRAMING_BYTES: u64 = 16 << 10;
+/// Mode bits no member may carry: setuid, setgid, sticky, and writable by anyone.
+const FORBIDDEN_MODE_BITS: u32 = 0o7002;
+
+/// Advice for a bundle that is malformed or hostile.
+const EXPORT_AGAIN: &str =
+    "it was not written by `headroom kernels export` or was changed since, so export it again";
+/// Advice for a bundle that is well formed but bigger than an import takes.
+const EXPORT_LESS: &str = "export fewer kernels per bundle with `headroom kernels export --kernel`";
+
+fn rejected(reason: String) -> BundleError {
+    BundleError::Rejected {
+        reason,
+        advice: EXPORT_AGAIN,
+    }
+}
+
+fn too_big(reason: String) -> BundleError {
+    BundleError::Rejected {
+        reason,
+        advice: EXPORT_LESS,
+    }
+}
+
+/// How many decompressed bytes the tar reader may still take; shared with `Budgeted`, which
+/// the reader owns.
+#[derive(Debug, Default)]
+struct Budget {
+    read: Cell<u64>,
+    limit: Cell<u64>,
+    exceeded: Cell<bool>,
+}
+
+impl Budget {
+    /// From now on, `bytes` more may be read.
+    fn allow(&self, bytes: u64) {
+        self.limit.set(self.read.get().saturating_add(bytes));
+    }
+}
+
+/// The decompressed stream, cut off with an error at the budget's limit: decompression stops
+/// there instead of running on through a bomb.
+struct Budgeted<R> {
+    inner: R,
+    budget: Rc<Budget>,
+}
+
+impl<R: Read> Read for Budgeted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let budget = &self.budget;
+        let left = budget.limit.get().saturating_sub(budget.read.get());
+        if left == 0 && !buf.is_empty() {
+            budget.exceeded.set(true);
+            return Err(io::Error::other("the bundle's decompressed size limit"));
+        }
+        let wanted = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let read = self.inner.read(&mut buf[..wanted])?;
+        budget.read.set(budget.read.get() + read as u64);
+        Ok(read)
+    }
+}
+
+/// Refuses a member path no file system takes, before anything is made from it.
+fn check_name_lengths(shown: &str, bytes: &[u8]) -> Result<(), BundleError> {
+    if bytes.len() > MAX_PATH_BYTES {
+        return Err(rejected(format!(
+            "member `{}…` has a {}-byte path, over the {MAX_PATH_BYTES}-byte limit of file systems",
+            shown.chars().take(64).collect::<String>(),
+            bytes.len()
+        )));
+    }
+    if let Some(long) = bytes
+        .split(|b| *b == b'/')
+        .find(|c| c.len() > MAX_NAME_BYTES)
+    {
+        return Err(rejected(format!(
+            "member `{}…` has a {}-byte name, over the {MAX_NAME_BYTES}-byte limit of file systems",
+            shown.chars().take(64).collect::<String>(),
+            long.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a member's header: its path, its type and its mode. Returns the path.
+fn check_header<R: Read>(member: &tar::Entry<R>) -> Result<String, BundleError> {
+    let bytes = member.path_bytes();
+    let shown = String::from_utf8_lossy(&bytes).into_owned();
+    check_name_lengths(&shown, &bytes)?;
+    if !is_plain_relative(Path::new(&shown)) || std::str::from_utf8(&bytes).is_err() {
+        return Err(rejected(format!(
+            "member `{shown}` is not a plain relative path (absolute, `..`, or not UTF-8)"
+        )));
+    }
+    let kind = member.header().entry_type();
+    if kind != tar::EntryType::Regular {
+        return Err(rejected(format!(
+            "member `{shown}` is a {kind:?}, only regular files are allowed"
+        )));
+    }
+    let mode = member
+        .header()
+        .mode()
+        .map_err(|err| rejected(format!("member `{shown}` has a malformed mode: {err}")))?;
+    if mode & FORBIDDEN_MODE_BITS != 0 {
+        return Err(rejected(format!(
+            "member `{shown}` has mode {mode:o}; setuid, setgid, sticky and world-writable modes are refused"
+        )));
+    }
+    Ok(shown)
+}
+
+/// Parses and checks `headroom-bundle.json`: every entry well formed and listed once, sizes
+/// that agree, and within the limits. Returns the artifacts by member path.
+fn read_manifest(
+    mut member: impl Read,
+    size: u64,
+    read_error: impl FnOnce(io::Error) -> BundleError,
+) -> Result<BTreeMap<String, BundleArtifact>, BundleError> {
+    if size > MAX_MANIFEST_BYTES {
+        return Err(too_big(format!(
+            "{BUNDLE_MANIFEST} is {size} bytes, over the limit of {MAX_MANIFEST_BYTES}"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    member.read_to_end(&mut bytes).map_err(read_error)?;
+    let parsed: BundleManifest = serde_json::from_slice(&bytes)
+        .map_err(|err| rejected(format!("{BUNDLE_MANIFEST} is malformed: {err}")))?;
+    if parsed.schema != BUNDLE_SCHEMA {
+        return Err(BundleError::Rejected {
+            reason: format!("bundle schema {} is not {BUNDLE_SCHEMA}", parsed.schema),
+            advice: "import it with the headroom version that exported it",
+        });
+    }
+    if parsed.artifacts.len() > MAX_ARTIFACTS {
+        return Err(too_big(format!(
+            "{BUNDLE_MANIFEST} lists {} artifacts, over the limit of {MAX_ARTIFACTS}",
+            parsed.artifacts.len()
+        )));
+    }
+    let mut by_path = BTreeMap::new();
+    let mut declared: u64 = 0;
+    for artifact in parsed.artifacts {
+        let expected = artifact
+            .entry
+            .artifact_path()
+            .to_string_lossy()
+            .replace('\\', "/");
+        check_name_lengths(&artifact.path, artifact.path.as_bytes())?;
+        if artifact.path != expected
+            || !is_plain_relative(Path::new(&artifact.path))
+            || !artifact.entry.is_well_formed()
+            || artifact.blake3 != artifact.entry.record.blob
+        {
+            return Err(rejected(format!(
+                "manifest entry `{}` does not match its kernel and target",
+                artifact.path
+            )));
+        }
+        if artifact.size != artifact.entry.record.size {
+            return Err(rejected(format!(
+                "manifest entry `{}` declares {} bytes but its record {}",
+                artifact.path, artifact.size, artifact.entry.record.size
+            )));
+        }
+        declared = declared.saturating_add(artifact.size);
+        if declared > MAX_ARTIFACT_BYTES {
+            return Err(too_big(format!(
+                "{BUNDLE_MANIFEST} declares more than {MAX_ARTIFACT_BYTES} bytes of artifacts (at `{}`)",
+                artifact.path
+            )));
+        }
+        if let Some(twice) = by_path.insert(artifact.path.clone(), artifact) {
+            return Err(rejected(format!(
+                "manifest entry `{}` is listed twice",
+                twice.path
+            )));
+        }
+    }
+    Ok(by_path)
+}
+
+/// Streams one member's bytes from the bundle at `bundle` into a temp file in the cache,
+/// hashing them on the way. Returns their hash, their length and the temp file, not yet
+/// fsynced: `Cache::adopt_blob` does that only where the cache lacks the blob.
+fn stage_member(
+    cache: &Cache,
+    bundle: &Path,
+    mut member: impl Read,
+) -> Result<(String, u64, tempfile::TempPath), BundleError> {
+    let mut temp = cache.blob_temp()?;
+    let temp_path = temp.path().to_path_buf();
+    let temp_error = |source| CacheError::Io {
+        path: temp_path.clone(),
         source,
     };
-    let reject = |reason: String| BundleError::Rejected(reason);
-    let file = File::open(path).map_err(io_error)?;
-    let decoder = zstd::Decoder::new(file).map_err(io_error)?;
-    let mut archive = tar::Archive::new(decoder);
-    let mut manifest: Option<BTreeMap<String, BundleArtifact>> = None;
-    let mut verified: BTreeSet<String> = BTreeSet::new();
-    for member in archive.entries().map_err(io_error)? {
-        let member = member.map_err(io_error)?;
-        let member_path = member.path().map_err(io_error)?.into_owned();
-        let shown = member_path.display().to_string();
-        if !is_plain_relative(&member_path) {
-            return Err(reject(format!(
-                "member `{shown}` is not a plain relative path (absolute or `..`)"
-            )));
-        }
-        if member.header().entry_type() != tar::EntryType::Regular {
-            return Err(reject(format!(
-                "member `{shown}` is a {:?}, only regular files are allowed",
-                member.header().entry_type()
-            )));
-        }
-        let size = member.header().size().map_err(io_error)?;
-        let Some(artifacts) = manifest.as_mut() else {
-            if shown != BUNDLE_MANIFEST {
-                return Err(reject(format!(
-                    "the first member is `{shown}`, expected {BUNDLE_MANIFEST}"
-                )));
+    let mut hasher = blake3::Hasher::new();
+    let mut buffer = vec![0; 256 << 10];
+    let mut written = 0;
+    loop {
+        let read = match member.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(BundleError::Read {
+                    path: bundle.to_path_buf(),
+                    source,
+                })
             }
-            let mut bytes = Vec::new();
-            member
-                .take(64 << 20)
-                .read_to_end(&mut bytes)
-                .map_err(io_error)?;
-            let parsed: BundleManifest = serde_json::from_slice(&bytes)
-                .map_err(|err| reject(format!("{BUNDLE_MANIFEST} is malformed: {err}")))?;
-            if parsed.schema != BUNDLE_SCHEMA {
-                return Err(reject(format!("bundle schema {} is not {BUNDLE_SCHEMA}; import it with the headroom version that exported it", parsed.schema)));
-            }
-            let mut by_path = BTreeMap::new();
-            for artifact in parsed.artifacts {
-                let expected = artifact
-                    .entry
-                    .artifact_path()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                if artifact.path != expected
-                    || !is_plain_relative(Path::new(&artifact.path))
-                    || !artifact.entry.is_well_formed()
-                    || artifact.blake3 != artifact.entry.record.blob
-                {
-                    return Err(reject(format!(
-                        "manifest entry `{}` does not match its kernel and target",
-                        artifact.path
-                    )));
-                }
-                by_path.insert(artifact.path.clone(), artifact);
-            }
-            manifest = Some(by_path);
-            continue;
         };
-        let artifact = artifacts.get(&shown).ok_or_else(|| {
-            reject(format!(
-                "member `{shown}` is not listed in {BUNDLE_MANIFEST}"
-            ))
-        })?;
-        if size != artifact.size || verified.contains(&shown) {
-            return Err(reject(format!(
-                "member `{shown}` is duplicated or its size differs from the manifest"
-            )));
-        }
-        let mut bytes = Vec::with_capacity(size as usize);
-        member
-            .take(size)
-            .read_to_end(&mut bytes)
-            .map_err(io_error)?;
-        if cache::hash_bytes(&bytes) != artifact.blake3 {
-            return Err(reject(format!(
-                "member `{shown}` does not match its blake3 hash in {BUNDLE_MANIFEST}"
-            )));
-        }
-        cache.store_blob(&bytes)?;
-        verified.insert(shown);
+        hasher.update(&buffer[..read]);
+        temp.write_all(&buffer[..read]).map_err(temp_error)?;
+        written += read as u64;
     }
-    let artifacts = manifest.ok_or_else(|| reject(format!("it has no {BUNDLE_MANIFEST}")))?;
-    if let Some(missing) = artifacts.keys().find(|path| !verified.contains(*path)) {
-        return Err(reject(format!(
-            "`{missing}` is listed in {BUNDLE_MANIFEST} but not in the bundle"
-        )));
+    Ok((
+        hasher.finalize().to_hex().to_string(),
+        written,
+        temp.into_temp_path(),
+    ))
+}
+
+/// Verifies every member of the bundle at `path` and adds its artifacts to the cache.
+///
+/// Nothing reaches the cache until the whole bundle is verified: artifact bytes are staged in
+/// temp files (removed on any refusal) and moved into place only after the last member.
+pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> {
+    let budget = Rc::new(Budget::default());
+    let mut last_member = String::new();
+    let verified = verify(cache, path, &budget, &mut last_member).map_err(|err| {
+        if !budget.exceeded.get() {
+            return err;
+        }
+        let after = match last_member.as_str() {
+            "" => "at its start".to_string(),
+            last => format!("after member `{last}`"),
+        };
+        rejected(format!(
+            "the tar headers {after} run past {MEMBER_FRAMING_BYTES} bytes, the limit for one member's headers (a long name or extended header that big is a bomb)"
+        ))
+    })?;
+    let (artifacts, staged) = verified;
+    for (hash, temp) in staged {
+        cache.adopt_blob(temp, &hash)?;
     }
     publish_in_parallel(
         cache,
@@ -287,4 +465,86 @@ pub fn import(cache: &Cache, path: &Path) -> Result<BundleSummary, BundleError> 
         artifacts: artifacts.len(),
         bytes: artifacts.values().map(|artifact| artifact.size).sum(),
     })
+}
+
+/// The artifacts of a verified bundle, and their bytes staged in temp files by hash.
+type Verified = (
+    BTreeMap<String, BundleArtifact>,
+    BTreeMap<String, tempfile::TempPath>,
+);
+
+/// Reads the bundle at `path` through `budget`, checking every member; records the path of the
+/// last member read in `last_member`.
+fn verify(
+    cache: &Cache,
+    path: &Path,
+    budget: &Rc<Budget>,
+    last_member: &mut String,
+) -> Result<Verified, BundleError> {
+    let io_error = |source| BundleError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_error)?;
+    let decoder = zstd::Decoder::new(file).map_err(io_error)?;
+    budget.allow(MEMBER_FRAMING_BYTES);
+    let mut archive = tar::Archive::new(Budgeted {
+        inner: decoder,
+        budget: Rc::clone(budget),
+    });
+    let mut manifest: Option<BTreeMap<String, BundleArtifact>> = None;
+    let mut verified: BTreeSet<String> = BTreeSet::new();
+    let mut staged: BTreeMap<String, tempfile::TempPath> = BTreeMap::new();
+    for member in archive.entries().map_err(io_error)? {
+        let member = member.map_err(io_error)?;
+        let shown = check_header(&member)?;
+        let size = member.size();
+        let Some(artifacts) = manifest.as_ref() else {
+            if shown != BUNDLE_MANIFEST {
+                return Err(rejected(format!(
+                    "the first member is `{shown}`, expected {BUNDLE_MANIFEST}"
+                )));
+            }
+            budget.allow(size.saturating_add(MEMBER_FRAMING_BYTES));
+            manifest = Some(read_manifest(member, size, io_error)?);
+            *last_member = shown;
+            continue;
+        };
+        let artifact = artifacts.get(&shown).ok_or_else(|| {
+            rejected(format!(
+                "member `{shown}` is not listed in {BUNDLE_MANIFEST}"
+            ))
+        })?;
+        if verified.contains(&shown) {
+            return Err(rejected(format!("member `{shown}` is duplicated")));
+        }
+        if size != artifact.size {
+            return Err(rejected(format!(
+                "member `{shown}` is {size} bytes but {BUNDLE_MANIFEST} declares {}",
+                artifact.size
+            )));
+        }
+        budget.allow(size + MEMBER_FRAMING_BYTES);
+        let (hash, written, temp) = stage_member(cache, path, member)?;
+        if written != size {
+            return Err(rejected(format!(
+                "member `{shown}` is cut short at {written} of its {size} bytes"
+            )));
+        }
+        if hash != artifact.blake3 {
+            return Err(rejected(format!(
+                "member `{shown}` does not match its blake3 hash in {BUNDLE_MANIFEST}"
+            )));
+        }
+        staged.entry(hash).or_insert(temp);
+        verified.insert(shown.clone());
+        *last_member = shown;
+    }
+    let artifacts = manifest.ok_or_else(|| rejected(format!("it has no {BUNDLE_MANIFEST}")))?;
+    if let Some(missing) = artifacts.keys().find(|path| !verified.contains(*path)) {
+        return Err(rejected(format!(
+            "`{missing}` is listed in {BUNDLE_MANIFEST} but not in the bundle"
+        )));
+    }
+    Ok((artifacts, staged))
 }

@@ -301,6 +301,29 @@ impl Cache {
         Ok(hash)
     }
 
+    /// A temp file in the cache root for bytes that may become a blob once verified; it is
+    /// removed when dropped, and `gc` removes it if its writer died.
+    pub fn blob_temp(&self) -> Result<tempfile::NamedTempFile, CacheError> {
+        temp_file_in(&self.root).map_err(io_error(&self.root))
+    }
+
+    /// Moves a fully written temp file (from `blob_temp`) into place as the blob `hash`, which
+    /// the caller has checked its bytes hash to, after an fsync; an intact copy already there
+    /// is kept and the temp file removed.
+    pub fn adopt_blob(&self, temp: tempfile::TempPath, hash: &str) -> Result<(), CacheError> {
+        if matches!(self.check_blob(hash)?, BlobCheck::Valid) {
+            return Ok(());
+        }
+        File::open(&temp)
+            .and_then(|file| file.sync_all())
+            .map_err(io_error(&temp))?;
+        let path = self.root.join(blob_path(hash));
+        let dir = path.parent().unwrap_or(&self.root);
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        temp.persist(&path)
+            .map_err(|err| io_error(&path)(err.error))
+    }
+
     fn read_json<T: for<'de> Deserialize<'de>>(
         &self,
         relative: &Path,

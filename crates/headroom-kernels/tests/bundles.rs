@@ -2,13 +2,15 @@
 //! traversal, absolute paths, symlinks, hard links, wrong hashes, unlisted members) are
 //! refused before anything lands in the layout.
 
-use std::io::Write;
 use std::path::Path;
 
 use headroom_kernels::bundle::{export, import, BUNDLE_MANIFEST};
 use headroom_kernels::cache::{hash_bytes, Cache, Entry, KeyRecord};
 use headroom_kernels::resolve::Format;
 use headroom_kernels::target::Backend;
+
+mod hostile;
+use hostile::{manifest_for, regular, write_members, Member};
 
 fn filled_cache(root: &Path) -> Cache {
     let cache = Cache::open(root).unwrap();
@@ -86,76 +88,10 @@ fn bundles_and_cached_artifacts_are_as_readable_as_plain_files() {
     );
 }
 
-/// One raw tar member: the name is written straight into the header, bypassing the checks
-/// `tar::Builder` would apply, as an attacker would.
-struct Member<'a> {
-    name: &'a [u8],
-    kind: tar::EntryType,
-    link: &'a [u8],
-    data: &'a [u8],
-}
-
-fn write_bundle(path: &Path, members: &[Member]) {
-    let file = std::fs::File::create(path).unwrap();
-    let mut archive = tar::Builder::new(zstd::Encoder::new(file, 1).unwrap());
-    for member in members {
-        let mut header = tar::Header::new_gnu();
-        header.as_old_mut().name[..member.name.len()].copy_from_slice(member.name);
-        header.as_old_mut().linkname[..member.link.len()].copy_from_slice(member.link);
-        header.set_entry_type(member.kind);
-        header.set_size(member.data.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        archive.append(&header, member.data).unwrap();
-    }
-    archive
-        .into_inner()
-        .unwrap()
-        .finish()
-        .unwrap()
-        .flush()
-        .unwrap();
-}
-
-/// A valid bundle manifest for one artifact `cuda/add/sm_80.ptx` with these bytes.
-fn manifest_for(bytes: &[u8]) -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = Cache::open(dir.path()).unwrap();
-    let blob = cache.store_blob(bytes).unwrap();
-    let record = KeyRecord {
-        blob: blob.clone(),
-        size: bytes.len() as u64,
-        format: Format::Ptx,
-        ptx_isa: None,
-        toolchain: "clang 19".into(),
-    };
-    let entry = Entry {
-        kernel: "add".into(),
-        backend: Backend::Cuda,
-        target: "sm_80".parse().unwrap(),
-        key: hash_bytes(b"key"),
-        record,
-    };
-    serde_json::to_vec(&serde_json::json!({
-        "schema": 1,
-        "artifacts": [{ "path": "cuda/add/sm_80.ptx", "blake3": blob, "size": bytes.len(), "entry": entry }]
-    }))
-    .unwrap()
-}
-
-fn regular<'a>(name: &'a [u8], data: &'a [u8]) -> Member<'a> {
-    Member {
-        name,
-        kind: tar::EntryType::Regular,
-        link: b"",
-        data,
-    }
-}
-
 fn import_error(members: &[Member]) -> (String, Cache, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("evil.tar.zst");
-    write_bundle(&bundle, members);
+    write_members(&bundle, members);
     let cache = Cache::open(&dir.path().join("cache")).unwrap();
     let err = import(&cache, &bundle).unwrap_err().to_string();
     (err, cache, dir)
@@ -166,7 +102,7 @@ fn a_well_formed_hand_made_bundle_imports() {
     let manifest = manifest_for(b"good");
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("ok.tar.zst");
-    write_bundle(
+    write_members(
         &bundle,
         &[
             regular(BUNDLE_MANIFEST.as_bytes(), &manifest),
@@ -202,10 +138,9 @@ fn import_rejects_malicious_bundles() {
             vec![
                 manifest_member(),
                 Member {
-                    name: b"cuda/add/sm_80.ptx",
                     kind: tar::EntryType::Symlink,
                     link: b"/etc/passwd",
-                    data: b"",
+                    ..regular(b"cuda/add/sm_80.ptx", b"")
                 },
             ],
             "only regular files are allowed",
@@ -215,10 +150,9 @@ fn import_rejects_malicious_bundles() {
             vec![
                 manifest_member(),
                 Member {
-                    name: b"cuda/add/sm_80.ptx",
                     kind: tar::EntryType::Link,
                     link: b"/etc/passwd",
-                    data: b"",
+                    ..regular(b"cuda/add/sm_80.ptx", b"")
                 },
             ],
             "only regular files are allowed",
@@ -299,7 +233,7 @@ fn import_rejects_a_manifest_whose_paths_do_not_match_its_entries() {
 fn import_rejects_a_build_key_that_is_not_a_hash() {
     // The key names the key record's file, `keys/<key[..2]>/<key>.json`: this one would land
     // beside the cache.
-    let key = hash_bytes(b"key");
+    let key = hash_bytes(b"add");
     let manifest = String::from_utf8(manifest_for(b"good"))
         .unwrap()
         .replace(&key, "../outside");

@@ -19,7 +19,7 @@ use headroom_store::{History, SharedPeak, Taken};
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::SETTLE;
-use crate::store::{check_key, BlobRead, Store, StoreError};
+use crate::store::{check_key, BlobRead, Store, StoreError, MAX_INDEX_BYTES};
 
 /// What the index says it is, so that another file in its place is refused.
 const FORMAT: &str = "headroom-history";
@@ -29,6 +29,8 @@ const VERSION: u32 = 1;
 /// Every pusher of a project writes the same index, so each round at least one of them gets
 /// through: this covers a team's CI jobs pushing together, with a backoff that spreads them.
 const PUBLISH_ATTEMPTS: usize = 16;
+/// The most a peaks blob is read: a peak is about 150 bytes, so this is over a million jobs.
+const MAX_PEAKS_BYTES: u64 = 256 << 20;
 
 /// The store's record of one project's shared peaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,10 +241,15 @@ enum Read {
 }
 
 fn read(store: &Store, key: &str) -> Result<Read, StoreError> {
-    let Some(bytes) = store.get(key)? else {
-        return Ok(Read::Absent);
-    };
     let unusable = |why: &str| Ok(Read::Unusable(format!("{key} in {}: {why}", store.shown())));
+    let bytes = match store.get(key, MAX_INDEX_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(Read::Absent),
+        Err(StoreError::TooBig { limit, .. }) => {
+            return unusable(&format!("over {limit} bytes, more than an index ever is"))
+        }
+        Err(err) => return Err(err),
+    };
     let index: HistoryIndex = match serde_json::from_slice(&bytes) {
         Ok(index) => index,
         Err(err) => return unusable(&format!("not a shared-history index ({err})")),
@@ -253,11 +260,13 @@ fn read(store: &Store, key: &str) -> Result<Read, StoreError> {
             index.format, index.version
         ));
     }
-    let bytes = match store.get_blob(&index.blob) {
+    let bytes = match store.get_blob(&index.blob, MAX_PEAKS_BYTES) {
         Ok(BlobRead::Intact(bytes)) => bytes,
         Ok(BlobRead::Missing) => return unusable("the peaks blob it names is missing"),
         Ok(BlobRead::Corrupt) | Err(StoreError::BadKey { .. }) => {
-            return unusable("the peaks blob it names does not match its blake3 hash")
+            return unusable(&format!(
+                "the peaks blob it names does not match its blake3 hash or is over {MAX_PEAKS_BYTES} bytes"
+            ))
         }
         Err(err) => return Err(err),
     };

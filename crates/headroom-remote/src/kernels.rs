@@ -24,7 +24,7 @@ use headroom_kernels::manifest::is_valid_kernel_name;
 use headroom_kernels::resolve::{resolve, Device, ResolveOptions};
 use headroom_kernels::target::Backend;
 
-use crate::store::{blob_key, BlobRead, Store, StoreError};
+use crate::store::{blob_key, BlobRead, Store, StoreError, MAX_INDEX_BYTES};
 
 /// How often a pusher writes an index whose entries a concurrent pusher overwrote.
 const PUBLISH_ATTEMPTS: usize = 5;
@@ -195,10 +195,15 @@ impl IndexRead {
 }
 
 fn read_index(store: &Store, kernel: &str, backend: Backend) -> Result<IndexRead, StoreError> {
-    let bytes = match store.get(&index_key(backend, kernel)) {
+    let bytes = match store.get(&index_key(backend, kernel), MAX_INDEX_BYTES) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(IndexRead::Absent),
         Err(err @ StoreError::BadKey { .. }) => return Ok(IndexRead::Refused(err.to_string())),
+        Err(StoreError::TooBig { limit, .. }) => {
+            return Ok(IndexRead::Refused(format!(
+                "it is over {limit} bytes, more than an index ever is"
+            )))
+        }
         Err(err) => return Err(err),
     };
     let index: KernelIndex = match serde_json::from_slice(&bytes) {
@@ -332,7 +337,7 @@ fn fetch(
     summary: &mut PullSummary,
 ) -> Result<bool, Failure> {
     if !matches!(cache.check_blob(&entry.record.blob)?, BlobCheck::Valid) {
-        match store.get_blob(&entry.record.blob)? {
+        match store.get_blob(&entry.record.blob, entry.record.size)? {
             BlobRead::Intact(bytes) => {
                 cache.store_blob(&bytes)?;
                 summary.bytes += bytes.len() as u64;
@@ -438,7 +443,7 @@ mod tests {
         let best = artifact(&built, "add", "sm_86");
         push(&fixture.store, &built, &[]).unwrap();
         let key = blob_key(&best.record.blob);
-        let mut bytes = fixture.store.get(&key).unwrap().unwrap();
+        let mut bytes = fixture.store.get(&key, u64::MAX).unwrap().unwrap();
         bytes[3] ^= 0x20;
         fixture.store.put(&key, &bytes).unwrap();
 

@@ -12,7 +12,10 @@
 //! Every message about the store is redacted.
 
 use std::future::Future;
+use std::ops::Bound;
 use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use headroom_kernels::cache::{hash_bytes, is_hash};
 use opendal::layers::{RetryLayer, TimeoutLayer};
@@ -26,6 +29,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Retries of a request that failed in a way that may pass (a dropped connection, a 503).
 const RETRIES: usize = 2;
+/// The most an index (one kernel's entries, one project's pointer to its peaks) is read: they
+/// are a few KiB, so this is room for thousands of targets.
+pub const MAX_INDEX_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -42,6 +48,14 @@ pub enum StoreError {
         action: String,
         message: String,
         advice: &'static str,
+    },
+    /// A value was bigger than anything headroom writes under its key; it was not read past
+    /// the limit.
+    #[error("the store {store} holds more than {limit} bytes under `{key}`, more than headroom writes there; ignoring it (remove it, or push again)")]
+    TooBig {
+        store: String,
+        key: String,
+        limit: u64,
     },
     #[error("cannot start the store's I/O runtime: {0}")]
     Runtime(std::io::Error),
@@ -84,6 +98,13 @@ pub enum BlobRead {
     Missing,
     /// Its bytes do not hash to its name (flipped, truncated, or not a blob at all).
     Corrupt,
+}
+
+/// What a bounded read found under a key.
+enum Got {
+    Absent,
+    Value(Vec<u8>),
+    TooBig,
 }
 
 /// An open store.
@@ -163,19 +184,70 @@ impl Store {
             })
     }
 
-    /// The value under `key`, or `None` where there is none.
-    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    /// The value under `key`, or `None` where there is none. A value of more than `max_bytes`
+    /// is refused (`TooBig`). Where the service tells a value's size without sending it (all
+    /// but Redis, whose size query is a GET), such a value is refused before a byte of it is
+    /// read, and the read asks for exactly the size told; either way the read stops as soon as
+    /// it has more than `max_bytes`, so a server that sends endless bytes costs at most that and
+    /// one chunk. (Redis itself sends no value over its `proto-max-bulk-len`, 512 MiB.)
+    pub fn get(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         if self.address.service == Service::Fs {
             self.refuse_links(key)?;
         }
-        self.run("read", key, async {
-            match self.operator.read(key).await {
-                Ok(buffer) => Ok(Some(buffer.to_vec())),
-                Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+        let got = self.run("read", key, async {
+            let range = if matches!(self.address.service, Service::Redis { .. }) {
+                (Bound::Unbounded, Bound::Unbounded)
+            } else {
+                match self.operator.stat(key).await {
+                    Ok(metadata) if metadata.content_length() > max_bytes => {
+                        return Ok(Got::TooBig)
+                    }
+                    Ok(metadata) if metadata.content_length() == 0 => {
+                        return Ok(Got::Value(Vec::new()))
+                    }
+                    Ok(metadata) => (
+                        Bound::Included(0),
+                        Bound::Excluded(metadata.content_length()),
+                    ),
+                    Err(err) if err.kind() == ErrorKind::NotFound => return Ok(Got::Absent),
+                    Err(err) => return Err(err),
+                }
+            };
+            let stream = match self.operator.reader(key).await {
+                Ok(reader) => reader.into_stream(range).await,
                 Err(err) => Err(err),
+            };
+            let mut stream = match stream {
+                Ok(stream) => stream,
+                Err(err) if err.kind() == ErrorKind::NotFound => return Ok(Got::Absent),
+                Err(err) => return Err(err),
+            };
+            let mut bytes = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(err) if err.kind() == ErrorKind::NotFound => return Ok(Got::Absent),
+                    Err(err) => return Err(err),
+                };
+                if (bytes.len() + chunk.len()) as u64 > max_bytes {
+                    return Ok(Got::TooBig);
+                }
+                for part in chunk {
+                    bytes.extend_from_slice(&part);
+                }
             }
-        })
+            Ok(Got::Value(bytes))
+        })?;
+        match got {
+            Got::Absent => Ok(None),
+            Got::Value(bytes) => Ok(Some(bytes)),
+            Got::TooBig => Err(StoreError::TooBig {
+                store: self.shown().to_string(),
+                key: key.to_string(),
+                limit: max_bytes,
+            }),
+        }
     }
 
     /// In a directory store, refuses a key that is, or passes through, a link, or that is not a
@@ -243,18 +315,21 @@ impl Store {
         Ok((hash, true))
     }
 
-    /// Reads a blob and checks its bytes against its hash.
-    pub fn get_blob(&self, hash: &str) -> Result<BlobRead, StoreError> {
+    /// Reads a blob of at most `max_bytes` and checks its bytes against its hash; a bigger one
+    /// is corrupt and is not read past the limit.
+    pub fn get_blob(&self, hash: &str, max_bytes: u64) -> Result<BlobRead, StoreError> {
         if !is_hash(hash) {
             return Err(StoreError::BadKey {
                 key: hash.escape_debug().to_string(),
                 reason: "a blob is named by a blake3 hash, 64 lowercase hex digits",
             });
         }
-        Ok(match self.get(&blob_key(hash)) {
+        Ok(match self.get(&blob_key(hash), max_bytes) {
             Ok(None) => BlobRead::Missing,
             Ok(Some(bytes)) if hash_bytes(&bytes) == hash => BlobRead::Intact(bytes),
-            Ok(Some(_)) | Err(StoreError::BadKey { .. }) => BlobRead::Corrupt,
+            Ok(Some(_)) | Err(StoreError::BadKey { .. } | StoreError::TooBig { .. }) => {
+                BlobRead::Corrupt
+            }
             Err(err) => return Err(err),
         })
     }
@@ -402,19 +477,19 @@ mod tests {
         assert!(sent);
         assert_eq!(store.put_blob(b"artifact").unwrap(), (hash.clone(), false));
         assert_eq!(
-            store.get_blob(&hash).unwrap(),
+            store.get_blob(&hash, 1 << 20).unwrap(),
             BlobRead::Intact(b"artifact".to_vec())
         );
         let path = dir.path().join("store").join(blob_key(&hash));
         std::fs::write(&path, b"artifacT").unwrap();
-        assert_eq!(store.get_blob(&hash).unwrap(), BlobRead::Corrupt);
+        assert_eq!(store.get_blob(&hash, 1 << 20).unwrap(), BlobRead::Corrupt);
         std::fs::write(&path, b"art").unwrap();
-        assert_eq!(store.get_blob(&hash).unwrap(), BlobRead::Corrupt);
+        assert_eq!(store.get_blob(&hash, 1 << 20).unwrap(), BlobRead::Corrupt);
         assert_eq!(
-            store.get_blob(&hash_bytes(b"other")).unwrap(),
+            store.get_blob(&hash_bytes(b"other"), 1 << 20).unwrap(),
             BlobRead::Missing
         );
-        assert!(store.get_blob("../../etc/passwd").is_err());
+        assert!(store.get_blob("../../etc/passwd", 1 << 20).is_err());
     }
 
     #[test]
@@ -426,7 +501,7 @@ mod tests {
         let blob = dir.path().join("store").join(blob_key(&hash));
         std::fs::remove_file(&blob).unwrap();
         std::os::unix::fs::symlink(&outside, &blob).unwrap();
-        assert_eq!(store.get_blob(&hash).unwrap(), BlobRead::Corrupt);
+        assert_eq!(store.get_blob(&hash, 1 << 20).unwrap(), BlobRead::Corrupt);
 
         std::fs::create_dir_all(dir.path().join("elsewhere/kernels")).unwrap();
         std::fs::write(dir.path().join("elsewhere/kernels/x.json"), b"{}").unwrap();
@@ -435,11 +510,37 @@ mod tests {
             dir.path().join("store/kernels"),
         )
         .unwrap();
-        let err = store.get("kernels/x.json").unwrap_err().to_string();
+        let err = store
+            .get("kernels/x.json", 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("is a link"), "{err}");
         std::fs::create_dir_all(dir.path().join("store/dir.json")).unwrap();
-        let err = store.get("dir.json").unwrap_err().to_string();
+        let err = store.get("dir.json", 1 << 20).unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn a_value_over_the_limit_is_refused_and_an_empty_one_reads_empty() {
+        let (_dir, store) = open_dir();
+        store.put("kernels/x.json", &[b' '; 1000]).unwrap();
+        assert_eq!(
+            store.get("kernels/x.json", 1000).unwrap().unwrap().len(),
+            1000
+        );
+        let err = store.get("kernels/x.json", 999).unwrap_err();
+        assert!(
+            matches!(err, StoreError::TooBig { limit: 999, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("more than 999 bytes under `kernels/x.json`"),
+            "{err}"
+        );
+        store.put("kernels/empty", b"").unwrap();
+        assert_eq!(store.get("kernels/empty", 0).unwrap(), Some(Vec::new()));
+        assert_eq!(store.get("kernels/none", 10).unwrap(), None);
     }
 
     #[test]
@@ -453,7 +554,10 @@ mod tests {
         assert_eq!(names, ["x.json"]);
         let url = format!("file://{}/store?read-only", dir.path().display());
         let read_only = Store::open(&url, false).unwrap();
-        assert_eq!(read_only.get("kernels/x.json").unwrap().unwrap(), b"{}");
+        assert_eq!(
+            read_only.get("kernels/x.json", 1 << 20).unwrap().unwrap(),
+            b"{}"
+        );
         let err = read_only.put("kernels/x.json", b"[]").unwrap_err();
         assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
         assert!(err.to_string().contains("read-only"), "{err}");

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use headroom_kernels::cache::{hash_bytes, Cache, Entry, KeyRecord};
 use headroom_kernels::resolve::Format;
+use headroom_kernels::target::Backend;
+use headroom_remote::kernels::index_key;
 use headroom_remote::store::blob_key;
 use headroom_remote::Store;
 
@@ -349,16 +351,12 @@ fn a_flipped_byte_is_a_miss(kind: Kind) {
     run(&built, store_url, &["push"], &[], 0);
     let best = Cache::open(&built)
         .unwrap()
-        .entry(
-            headroom_kernels::target::Backend::Cuda,
-            "vector_add",
-            &"sm_86".parse().unwrap(),
-        )
+        .entry(Backend::Cuda, "vector_add", &"sm_86".parse().unwrap())
         .unwrap()
         .unwrap();
     let key = blob_key(&best.record.blob);
     let store = Store::open(store_url, false).unwrap();
-    let good = store.get(&key).unwrap().unwrap();
+    let good = store.get(&key, u64::MAX).unwrap().unwrap();
     let mut flipped = good.clone();
     flipped[100] ^= 0x01;
     for bad in [flipped, good[..good.len() / 2].to_vec()] {
@@ -460,6 +458,66 @@ fn a_store_that_is_down_warns_once_and_resolves_locally(kind: Kind) {
     assert!(error.contains(shown.split('?').next().unwrap()), "{error}");
 }
 
+/// A value bigger than headroom ever writes under its key (a blob longer than its entry
+/// records, an index of 8 MiB) is not read past its limit: it is a miss with one warning, and
+/// the command goes on with the next best artifact or the local cache. An empty value reads
+/// back empty (S3 answers a range on one with 416).
+fn an_oversized_value_is_a_miss_with_one_warning(kind: Kind) {
+    let Some(server) = Server::start(kind) else {
+        return;
+    };
+    let store_url = server.url.as_str();
+    let built = built_cache(&server.path("built"));
+    run(&built, store_url, &["push"], &[], 0);
+    let store = Store::open(store_url, false).unwrap();
+    store.put("kernels/empty", b"").unwrap();
+    assert_eq!(store.get("kernels/empty", 10).unwrap(), Some(Vec::new()));
+
+    let best = Cache::open(&built)
+        .unwrap()
+        .entry(Backend::Cuda, "vector_add", &"sm_86".parse().unwrap())
+        .unwrap()
+        .unwrap();
+    let key = blob_key(&best.record.blob);
+    let mut long = store.get(&key, u64::MAX).unwrap().unwrap();
+    long.resize(long.len() + (8 << 20), 0);
+    store.put(&key, &long).unwrap();
+    let err = store.get(&key, 1 << 20).unwrap_err().to_string();
+    assert!(err.contains("more than 1048576 bytes"), "{err}");
+    let user = server.path("user");
+    let resolve = ["resolve", "vector_add", "--device", "sm_89", "--fetch"];
+    let resolved = run(&user, store_url, &resolve, &[], 0);
+    assert!(
+        stdout(&resolved)
+            .trim()
+            .ends_with("cuda/vector_add/sm_80.cubin"),
+        "{}",
+        stdout(&resolved)
+    );
+    let warnings = stderr(&resolved);
+    assert_eq!(warnings.lines().count(), 1, "{warnings}");
+    assert!(warnings.contains(&key), "{warnings}");
+
+    let index = index_key(Backend::Cuda, "vector_add");
+    store.put(&index, &vec![b' '; 8 << 20]).unwrap();
+    let resolved = run(&user, store_url, &resolve, &[], 0);
+    assert!(
+        stdout(&resolved)
+            .trim()
+            .ends_with("cuda/vector_add/sm_80.cubin"),
+        "{}",
+        stdout(&resolved)
+    );
+    let warning = stderr(&resolved);
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    assert!(
+        warning.starts_with(&format!(
+            "headroom: warning: ignoring {index}: it is over 4194304 bytes"
+        )),
+        "{warning}"
+    );
+}
+
 /// Wrong credentials are the same warning and error, and do not show either password.
 fn wrong_credentials_are_never_shown(kind: Kind) {
     let Some(server) = Server::start(kind) else {
@@ -522,6 +580,11 @@ macro_rules! each_store {
             #[test]
             fn a_flipped_or_truncated_blob_is_a_miss_and_never_cached() {
                 super::a_flipped_byte_is_a_miss($value);
+            }
+
+            #[test]
+            fn an_oversized_value_is_a_miss_with_one_warning() {
+                super::an_oversized_value_is_a_miss_with_one_warning($value);
             }
 
             #[test]
