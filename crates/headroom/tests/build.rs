@@ -773,6 +773,91 @@ fn the_build_completes_when_the_governor_is_killed() {
     }
 }
 
+/// A process of the build left stopped when the governor dies (as the governor stops the
+/// largest process outside the jobs when memory runs out) is resumed by the CLI: without
+/// that, this build would wait for it forever.
+#[test]
+fn a_killed_governor_leaves_no_process_of_the_build_stopped() {
+    let project = Project::new();
+    let mut child = project
+        .headroom(&["--", "sh", "-c", "sleep 0.3 & kill -STOP $!; wait"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cli = child.id() as i32;
+    let governor = || {
+        processes_mentioning("__governor")
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .find(|pid| parent_of(*pid) == Some(cli))
+    };
+    assert!(wait_until(Duration::from_secs(10), || governor().is_some()));
+    assert!(wait_until(Duration::from_secs(10), || {
+        processes_mentioning("sleep 0.3")
+            .iter()
+            .any(|&(_, state)| state == 'T')
+    }));
+    // SAFETY: kill(2) on this test's own governor.
+    unsafe { libc::kill(governor().unwrap(), libc::SIGKILL) };
+    let finished = wait_until(Duration::from_secs(10), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !finished {
+        for (pid, _) in processes_mentioning("sleep 0.3") {
+            // SAFETY: kill(2) on this test's own processes.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    assert!(finished, "the stopped process was never resumed");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A CLI killed mid-build leaves its socket; one killed while installing the interceptor or the
+/// launcher leaves a temp file or link (planted here, with an ended process's id): the next
+/// build removes them all.
+#[test]
+fn what_a_killed_build_left_is_removed_by_the_next_one() {
+    let project = Project::new();
+    project.makefile(&[("a.o", "--mem 4 --ms 2999".into())]);
+    let mut child = project.headroom(&["--", "make"]).spawn().unwrap();
+    let socket_dir = project.path("run/headroom");
+    let has_socket = || std::fs::read_dir(&socket_dir).is_ok_and(|mut d| d.next().is_some());
+    assert!(wait_until(Duration::from_secs(10), has_socket));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(has_socket(), "a killed CLI cannot remove its socket");
+    let dead = child.id();
+    std::os::unix::fs::symlink(
+        "nowhere",
+        project.path(&format!("state/shims/.tmp{dead}-headroom-launch")),
+    )
+    .unwrap();
+    project.write(
+        &format!("state/lib/.tmp{dead}-libheadroom-intercept.so"),
+        "half",
+    );
+    // The killed build's make and compiler end on their own.
+    assert!(wait_until(Duration::from_secs(20), || {
+        processes_mentioning("--ms 2999").is_empty()
+    }));
+
+    let next = project.run(&["--", "make", "-B"]);
+    assert!(next.status.success(), "{}", stderr(&next));
+    let hidden = |dir: &str| {
+        std::fs::read_dir(project.path(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with('.'))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(hidden("state/shims"), Vec::<String>::new());
+    assert_eq!(hidden("state/lib"), Vec::<String>::new());
+    assert!(
+        !has_socket(),
+        "the next build removed the killed one's socket"
+    );
+}
+
 fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()
