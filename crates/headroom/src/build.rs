@@ -227,32 +227,22 @@ fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
 
 /// Waits for the build, reaping the orphans it leaves to headroom as their subreaper; on
 /// Ctrl-C (or SIGTERM, SIGHUP) passes the interrupt on and, after a grace period, kills it.
-/// Should the governor die (killed, OOM-killed), resumes every process of the build: it may
-/// have stopped some, and would have been the one to resume them.
 fn wait_for_build(
     build: &mut Child,
     governor: u32,
     interrupted: &AtomicBool,
 ) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
-    let mut governor_alive = true;
     loop {
         if let Some(status) = build.try_wait()? {
             return Ok(status);
         }
         reap_orphans(&[build.id(), governor]);
-        if governor_alive && has_exited(governor) {
-            governor_alive = false;
-            signal_tree(build.id() as i32, libc::SIGCONT);
-        }
         if interrupted.load(Ordering::Relaxed) {
             match interrupted_at {
                 None => {
                     interrupted_at = Some(Instant::now());
-                    // As a terminal's Ctrl-C reaches every process of a build: `make` alone
-                    // would wait for its running children, and shims still waiting for the
-                    // governor would be admitted one after another.
-                    signal_tree(build.id() as i32, libc::SIGINT);
+                    interrupt_tree(build.id() as i32);
                 }
                 Some(at) if at.elapsed() > INTERRUPT_GRACE => {
                     let _ = build.kill();
@@ -280,25 +270,17 @@ fn reap_orphans(own: &[u32]) {
     }
 }
 
-/// Whether child `pid` has exited, without reaping it (its owner waits for it).
-fn has_exited(pid: u32) -> bool {
-    // SAFETY: waitid on our own child with WNOWAIT only reads its state; siginfo is zeroed.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-        libc::waitid(libc::P_PID, pid, &mut info, flags) == 0 && info.si_pid() != 0
-    }
-}
-
-/// Sends `signal` to `root` and every process below it.
-fn signal_tree(root: i32, signal: i32) {
+/// Sends SIGINT to `root` and every process below it, as a terminal's Ctrl-C reaches every
+/// process of a build: `make` alone would wait for its running children, and shims still
+/// waiting for the governor would be admitted one after another.
+fn interrupt_tree(root: i32) {
     let pids: Vec<i32> = match procs::snapshot() {
         Ok(all) => procs::tree(&all, root).iter().map(|p| p.pid).collect(),
         Err(_) => vec![root],
     };
     for pid in pids {
         // SAFETY: kill(2) on the build's own processes.
-        unsafe { libc::kill(pid, signal) };
+        unsafe { libc::kill(pid, libc::SIGINT) };
     }
 }
 

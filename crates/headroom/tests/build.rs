@@ -773,45 +773,6 @@ fn the_build_completes_when_the_governor_is_killed() {
     }
 }
 
-/// A process of the build left stopped when the governor dies (as the governor stops the
-/// largest process outside the jobs when memory runs out) is resumed by the CLI: without
-/// that, this build would wait for it forever.
-#[test]
-fn a_killed_governor_leaves_no_process_of_the_build_stopped() {
-    let project = Project::new();
-    let mut child = project
-        .headroom(&["--", "sh", "-c", "sleep 0.3 & kill -STOP $!; wait"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let cli = child.id() as i32;
-    let governor = || {
-        processes_mentioning("__governor")
-            .into_iter()
-            .map(|(pid, _)| pid)
-            .find(|pid| parent_of(*pid) == Some(cli))
-    };
-    assert!(wait_until(Duration::from_secs(10), || governor().is_some()));
-    assert!(wait_until(Duration::from_secs(10), || {
-        processes_mentioning("sleep 0.3")
-            .iter()
-            .any(|&(_, state)| state == 'T')
-    }));
-    // SAFETY: kill(2) on this test's own governor.
-    unsafe { libc::kill(governor().unwrap(), libc::SIGKILL) };
-    let finished = wait_until(Duration::from_secs(10), || {
-        child.try_wait().unwrap().is_some()
-    });
-    if !finished {
-        for (pid, _) in processes_mentioning("sleep 0.3") {
-            // SAFETY: kill(2) on this test's own processes.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-    assert!(finished, "the stopped process was never resumed");
-    assert!(child.wait().unwrap().success());
-}
-
 /// A CLI killed mid-build leaves its socket; one killed while installing the interceptor or the
 /// launcher leaves a temp file or link (planted here, with an ended process's id): the next
 /// build removes them all.
