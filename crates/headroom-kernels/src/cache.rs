@@ -654,7 +654,8 @@ fn remove_temp_files(dir: &Path, stale: bool) -> Result<usize, CacheError> {
                 .and_then(|time| time.elapsed().ok())
                 .is_some_and(|age| age > STALE_TEMP_AGE)
         };
-        if !headroom_paths::temp::is_orphaned(&name, TEMP_KIND) && !(stale && old()) {
+        let left_behind = headroom_paths::temp::is_orphaned(&name, TEMP_KIND) || (stale && old());
+        if !left_behind {
             continue;
         }
         let gone = if metadata.is_dir() {
