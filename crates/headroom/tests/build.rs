@@ -773,6 +773,23 @@ fn the_build_completes_when_the_governor_is_killed() {
     }
 }
 
+/// The last jobs' reports race the CLI's shutdown (a shim whose compile succeeded exits
+/// without waiting for the governor): every job of many short builds must be recorded. The
+/// crash harness once saw a clean build record 39 of its 40 jobs.
+#[test]
+fn the_last_jobs_of_a_build_are_recorded() {
+    let project = Project::new();
+    project.makefile(&[
+        ("a.o", "--mem 1 --ms 1".into()),
+        ("b.o", "--mem 1 --ms 1".into()),
+    ]);
+    for _ in 0..20 {
+        let output = project.run(&["--report", "report.json", "--", "make", "-B", "-j2"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert_eq!(project.report().jobs.len(), 2, "{}", stderr(&output));
+    }
+}
+
 /// A CLI killed mid-build leaves its socket; one killed while installing the interceptor or the
 /// launcher leaves a temp file or link (planted here, with an ended process's id): the next
 /// build removes them all.
