@@ -141,7 +141,10 @@ fn a_full_disk_fails_kernel_builds_cleanly_and_builds_go_on() {
     );
     eprintln!("kernels build into a full disk:\n{}", stderr(&full));
     let governed = run(project, &disk.path, BUILD);
-    eprintln!("build with its state on a full disk:\n{}", stderr(&governed));
+    eprintln!(
+        "build with its state on a full disk:\n{}",
+        stderr(&governed)
+    );
     assert!(
         governed.status.success(),
         "headroom fails open: {}",
