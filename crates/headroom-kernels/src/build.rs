@@ -287,7 +287,10 @@ impl Scratch<'_> {
                 .work_dir()
                 .map_err(|err| std::io::Error::other(err.to_string()))?
                 .to_path_buf();
-            std::fs::write(root.join("headroom_prelude.h"), toolchain::PRELUDE)?;
+            let prelude = root.join("headroom_prelude.h");
+            std::fs::write(&prelude, toolchain::PRELUDE).map_err(|err| {
+                std::io::Error::new(err.kind(), format!("{}: {err}", prelude.display()))
+            })?;
             self.root = Some(root);
         }
         Ok(self.root.as_deref().unwrap_or(Path::new(".")))
