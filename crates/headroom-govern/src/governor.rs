@@ -35,6 +35,8 @@ use crate::portable::{self, Places};
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 use crate::response::expand_response_files;
 
+/// How long a shutdown waits for the reports of jobs that ended just before the build.
+const REPORT_GRACE: Duration = Duration::from_secs(2);
 /// Samples are written to the history at least this often.
 const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -701,6 +703,16 @@ impl Governor {
         self.admitted.notify_all();
     }
 
+    /// Waits, at most `REPORT_GRACE`, until every job has reported how it ended: the build
+    /// has ended, so its shims have, but the last reports may still be on their way through
+    /// their connections, and a job not yet reported would be missing from the history.
+    fn wait_for_reports(&self) {
+        let deadline = Instant::now() + REPORT_GRACE;
+        while !self.lock().jobs.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn finish_history(&self, exit_code: Option<i32>) -> Option<i64> {
         let mut state = self.lock();
         write_jobs(&mut state);
@@ -718,6 +730,9 @@ impl Governor {
     }
 
     fn shut_down(&self, stream: &UnixStream, exit_code: Option<i32>, kill_jobs: bool) {
+        if !kill_jobs {
+            self.wait_for_reports();
+        }
         self.release_jobs(kill_jobs);
         let build_id = self.finish_history(exit_code);
         let _ = write_frame(stream, &Reply::ShutDown { build_id });

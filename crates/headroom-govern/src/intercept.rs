@@ -17,6 +17,8 @@ pub const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libheadroom
 /// File names of the interceptor start so, whatever its version (`HEADROOM_INTERCEPTOR_PREFIX`
 /// in `preload.h`).
 const FILE_PREFIX: &str = "libheadroom-intercept";
+/// Temporary files of the state directory start so (see `headroom_paths::temp`).
+pub const TEMP_KIND: &str = ".tmp";
 /// The program the interceptor runs instead of a compiler, as `headroom-launch COMPILER ARGS…`.
 pub const LAUNCHER_ENV: &str = "HEADROOM_LAUNCHER";
 const PRELOAD_ENV: &str = "LD_PRELOAD";
@@ -53,6 +55,8 @@ pub fn install(dir: &Path) -> io::Result<PathBuf> {
             "LD_PRELOAD cannot hold a path with a space or a colon",
         ));
     }
+    // A build killed while writing it left its temp file: the next one removes it.
+    headroom_paths::temp::remove_orphaned(dir, TEMP_KIND);
     if path
         .metadata()
         .is_ok_and(|m| m.len() == LIBRARY.len() as u64)
@@ -60,7 +64,10 @@ pub fn install(dir: &Path) -> io::Result<PathBuf> {
         return Ok(path);
     }
     std::fs::create_dir_all(dir)?;
-    let temporary = dir.join(format!(".{FILE_PREFIX}-{}.tmp", std::process::id()));
+    let temporary = dir.join(format!(
+        "{}{FILE_PREFIX}.so",
+        headroom_paths::temp::prefix(TEMP_KIND)
+    ));
     std::fs::write(&temporary, LIBRARY)?;
     std::fs::rename(&temporary, &path)?;
     Ok(path)

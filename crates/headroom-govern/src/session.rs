@@ -21,6 +21,8 @@ use crate::shimdir;
 /// The governor reads its configuration from this variable and its socket from fd 3.
 const GOVERNOR_CONFIG_ENV: &str = "HEADROOM_GOVERNOR_CONFIG";
 const GOVERNOR_FD: i32 = 3;
+/// Socket names start so, followed by the id of the CLI that made them.
+const SOCKET_KIND: &str = "session-";
 /// The hidden subcommand that runs the governor.
 pub const GOVERNOR_SUBCOMMAND: &str = "__governor";
 
@@ -239,7 +241,12 @@ fn socket_path() -> Result<PathBuf, SessionError> {
     if meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
         return Err(SessionError::NotPrivate(dir));
     }
-    let socket = dir.join(format!("session-{}.sock", std::process::id()));
+    // A CLI killed before it could remove its socket leaves it here: the next one does.
+    headroom_paths::temp::remove_orphaned(&dir, SOCKET_KIND);
+    let socket = dir.join(format!(
+        "{}governor.sock",
+        headroom_paths::temp::prefix(SOCKET_KIND)
+    ));
     let _ = std::fs::remove_file(&socket);
     Ok(socket)
 }

@@ -10,6 +10,7 @@
 use std::io;
 use std::path::Path;
 
+use crate::intercept::TEMP_KIND;
 use crate::shim::LAUNCHER_NAME;
 
 /// Creates `dir` if needed and points its `headroom-launch` at `exe`. The link is replaced
@@ -20,11 +21,16 @@ pub fn install(dir: &Path, exe: &Path) -> io::Result<()> {
         .recursive(true)
         .mode(0o755)
         .create(dir)?;
+    // A build killed while replacing the link left its temp link: the next one removes it.
+    headroom_paths::temp::remove_orphaned(dir, TEMP_KIND);
     let link = dir.join(LAUNCHER_NAME);
     if std::fs::read_link(&link).is_ok_and(|target| target == exe) {
         return Ok(());
     }
-    let temporary = dir.join(format!(".{LAUNCHER_NAME}.{}", std::process::id()));
+    let temporary = dir.join(format!(
+        "{}{LAUNCHER_NAME}",
+        headroom_paths::temp::prefix(TEMP_KIND)
+    ));
     let _ = std::fs::remove_file(&temporary);
     std::os::unix::fs::symlink(exe, &temporary)?;
     std::fs::rename(&temporary, &link)

@@ -134,7 +134,7 @@ pub enum BuildError {
         source: std::io::Error,
     },
     #[error(
-        "cannot prepare a build directory: {0}; check that the temp directory (TMPDIR) is writable"
+        "cannot prepare a build directory in the kernel cache: {0}; check that the cache is writable or move it with --cache or HEADROOM_KERNEL_CACHE"
     )]
     TempDir(std::io::Error),
 }
@@ -270,33 +270,36 @@ fn translation_unit(kernel: &Kernel, build_dir: &Path) -> std::io::Result<PathBu
     Ok(unity)
 }
 
-/// The temp directory of one build, made only when something needs compiling: a no-op
-/// rebuild must not create and delete files (on ext4 that dominated its time).
-#[derive(Default)]
-struct Scratch {
-    dir: Option<tempfile::TempDir>,
+/// Where one build keeps its translation units and compiler outputs: in the cache's work
+/// directory, made only when something needs compiling (a no-op rebuild must not create and
+/// delete files: on ext4 that dominated its time) and removed with it, also by the next run
+/// when this one is killed.
+struct Scratch<'a> {
+    cache: &'a Cache,
+    root: Option<PathBuf>,
 }
 
-impl Scratch {
+impl Scratch<'_> {
     fn root(&mut self) -> std::io::Result<&Path> {
-        if self.dir.is_none() {
-            let dir = tempfile::Builder::new()
-                .prefix("headroom-kernels-")
-                .tempdir()?;
-            std::fs::write(dir.path().join("headroom_prelude.h"), toolchain::PRELUDE)?;
-            self.dir = Some(dir);
+        if self.root.is_none() {
+            let root = self
+                .cache
+                .work_dir()
+                .map_err(|err| std::io::Error::other(err.to_string()))?
+                .to_path_buf();
+            let prelude = root.join("headroom_prelude.h");
+            std::fs::write(&prelude, toolchain::PRELUDE).map_err(|err| {
+                std::io::Error::new(err.kind(), format!("{}: {err}", prelude.display()))
+            })?;
+            self.root = Some(root);
         }
-        Ok(self
-            .dir
-            .as_ref()
-            .map(tempfile::TempDir::path)
-            .unwrap_or(Path::new(".")))
+        Ok(self.root.as_deref().unwrap_or(Path::new(".")))
     }
 
     fn prelude(&self) -> PathBuf {
-        self.dir
+        self.root
             .as_ref()
-            .map(|dir| dir.path().join("headroom_prelude.h"))
+            .map(|root| root.join("headroom_prelude.h"))
             .unwrap_or_default()
     }
 
@@ -475,7 +478,7 @@ pub fn build(
         .parent()
         .map(|dir| dir.display().to_string())
         .unwrap_or_default();
-    let mut scratch = Scratch::default();
+    let mut scratch = Scratch { cache, root: None };
 
     let mut pairs = Vec::new();
     let mut pending = Vec::new();

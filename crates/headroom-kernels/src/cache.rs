@@ -12,11 +12,17 @@
 //! directory, so a reader sees either nothing or a whole file, and two builders writing the
 //! same artifact write the same bytes. A blob whose bytes no longer hash to its name is
 //! deleted and reported as a miss, so it is rebuilt.
+//!
+//! Temp files carry their writer's process id (`.tmp<pid>-…`, see `headroom_paths::temp`),
+//! and a writer keeps a work directory of that name in the root from its first write to its
+//! end. A writer killed mid-write leaves that directory behind: the next process to open the
+//! cache finds it and removes every temp file of ended writers, wherever they are.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -36,8 +42,12 @@ pub const CACHE_ENV: &str = "HEADROOM_KERNEL_CACHE";
 /// How stale a blob's last-use time may get before a read refreshes it.
 const LRU_RESOLUTION: Duration = Duration::from_secs(3600);
 
-/// Temp files older than this belong to a builder that died; `gc` removes them.
+/// Temp files older than this belong to a builder that died (on another machine, or in another
+/// process id namespace, where its id says nothing); `gc` removes them.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
+
+/// Temp files and work directories start so, then their writer's process id.
+const TEMP_KIND: &str = ".tmp";
 
 /// Why the entries of some named kernels could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +78,8 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> CacheError + '_ {
 /// bundle shipped from CI, must be readable by others wherever the umask lets them.
 pub(crate) fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
     let mut builder = tempfile::Builder::new();
-    builder.prefix(".tmp");
+    let prefix = headroom_paths::temp::prefix(TEMP_KIND);
+    builder.prefix(&prefix);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -92,13 +103,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 fn link_atomic(target: &Path, link: &Path) -> io::Result<()> {
     let dir = link.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
+    let prefix = headroom_paths::temp::prefix(TEMP_KIND);
     #[cfg(unix)]
     let temp = tempfile::Builder::new()
-        .prefix(".tmp")
+        .prefix(&prefix)
         .make_in(dir, |path| std::os::unix::fs::symlink(target, path))?;
     #[cfg(not(unix))]
     let temp = tempfile::Builder::new()
-        .prefix(".tmp")
+        .prefix(&prefix)
         .make_in(dir, |path| fs::copy(dir.join(target), path).map(drop))?;
     temp.persist(link).map_err(|err| err.error)?;
     Ok(())
@@ -210,6 +222,9 @@ pub enum BlobCheck {
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    /// This process's work directory in the root, made before its first write and removed
+    /// when the last clone of the cache is dropped.
+    work: Arc<OnceLock<tempfile::TempDir>>,
 }
 
 impl Cache {
@@ -222,11 +237,41 @@ impl Cache {
         headroom_paths::kernel_cache_dir(CACHE_ENV).ok_or(CacheError::NoHome)
     }
 
+    /// Opens (creating) the cache at `root`. When a writer died there (its work directory is
+    /// left in the root), first removes what every ended writer left.
     pub fn open(root: &Path) -> Result<Self, CacheError> {
         fs::create_dir_all(root).map_err(io_error(root))?;
+        let writer_died = fs::read_dir(root)
+            .map_err(io_error(root))?
+            .flatten()
+            .any(|entry| {
+                headroom_paths::temp::is_orphaned(&entry.file_name().to_string_lossy(), TEMP_KIND)
+            });
+        if writer_died {
+            remove_temp_files(root, false)?;
+        }
         Ok(Cache {
             root: root.to_path_buf(),
+            work: Arc::default(),
         })
+    }
+
+    /// This process's work directory in the cache (`.tmp<pid>-…`), made on first use: every
+    /// write makes sure it exists first, so a writer killed mid-write always leaves it, and
+    /// builds keep their compiler outputs in it.
+    pub fn work_dir(&self) -> Result<&Path, CacheError> {
+        if self.work.get().is_none() {
+            let made = tempfile::Builder::new()
+                .prefix(&headroom_paths::temp::prefix(TEMP_KIND))
+                .tempdir_in(&self.root)
+                .map_err(io_error(&self.root))?;
+            // Another thread may have made one first: then this one is removed again.
+            let _ = self.work.set(made);
+        }
+        Ok(self
+            .work
+            .get()
+            .map_or(self.root.as_path(), tempfile::TempDir::path))
     }
 
     pub fn root(&self) -> &Path {
@@ -296,6 +341,7 @@ impl Cache {
         if matches!(self.check_blob(&hash)?, BlobCheck::Valid) {
             return Ok(hash);
         }
+        self.work_dir()?;
         let path = self.root.join(blob_path(&hash));
         write_atomic(&path, bytes).map_err(io_error(&path))?;
         Ok(hash)
@@ -338,6 +384,7 @@ impl Cache {
     }
 
     fn write_json<T: Serialize>(&self, relative: &Path, value: &T) -> Result<(), CacheError> {
+        self.work_dir()?;
         let path = self.root.join(relative);
         let bytes = serde_json::to_vec_pretty(value).expect("cache records always serialize");
         write_atomic(&path, &bytes).map_err(io_error(&path))
@@ -374,6 +421,7 @@ impl Cache {
     /// give two concurrent builders different bytes for one key, and both must then publish
     /// the same blob. Returns the entry as published (with the winning record).
     pub fn publish(&self, entry: &Entry) -> Result<Entry, CacheError> {
+        self.work_dir()?;
         let record = self.claim_key(&entry.key, &entry.record)?;
         let entry = Entry {
             record,
@@ -576,7 +624,7 @@ impl Cache {
                 }
             }
         }
-        report.temp_files_removed = remove_stale_temp_files(&self.root)?;
+        report.temp_files_removed = remove_temp_files(&self.root, true)?;
         Ok(report)
     }
 }
@@ -601,28 +649,44 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
     Ok(paths)
 }
 
-fn remove_stale_temp_files(dir: &Path) -> Result<usize, CacheError> {
+/// Removes, below `dir`, the temp files and work directories of writers that have ended, and
+/// with `stale` also those older than `STALE_TEMP_AGE`; returns how many. Deeper directories
+/// go first, so that a work directory, which tells that a sweep is due, goes last.
+fn remove_temp_files(dir: &Path, stale: bool) -> Result<usize, CacheError> {
     let mut removed = 0;
+    let mut temps = Vec::new();
     for path in read_dir_sorted(dir)? {
         let Ok(metadata) = fs::symlink_metadata(&path) else {
             continue;
         };
-        let is_temp = path
+        let name = path
             .file_name()
-            .and_then(|name| name.to_str())
-            .is_some_and(|name| name.starts_with(".tmp"));
-        if metadata.is_dir() {
-            removed += remove_stale_temp_files(&path)?;
-        } else if is_temp
-            && metadata
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with(TEMP_KIND) {
+            temps.push((path, metadata, name));
+        } else if metadata.is_dir() {
+            removed += remove_temp_files(&path, stale)?;
+        }
+    }
+    for (path, metadata, name) in temps {
+        let old = || {
+            metadata
                 .modified()
                 .ok()
                 .and_then(|time| time.elapsed().ok())
                 .is_some_and(|age| age > STALE_TEMP_AGE)
-            && fs::remove_file(&path).is_ok()
-        {
-            removed += 1;
+        };
+        let left_behind = headroom_paths::temp::is_orphaned(&name, TEMP_KIND) || (stale && old());
+        if !left_behind {
+            continue;
         }
+        let gone = if metadata.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        removed += usize::from(gone.is_ok());
     }
     Ok(removed)
 }
@@ -746,6 +810,66 @@ mod tests {
             .resolve("add", &"sm_89".parse().unwrap(), &ResolveOptions::default())
             .unwrap();
         assert_eq!(entries[explanation.chosen.unwrap()], sm80);
+    }
+
+    /// What a writer killed mid-publish leaves (its work directory, a temp blob, a temp link)
+    /// is gone once the next process opens the cache; a live writer's temp files stay.
+    #[test]
+    fn opening_removes_what_a_killed_writer_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let published = entry(&cache, "k", "sm_80", b"ptx");
+        cache.publish(&published).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let shard = dir.path().join("blobs").join(&published.record.blob[..2]);
+        let left = [
+            dir.path().join(format!(".tmp{dead}-work")),
+            shard.join(format!(".tmp{dead}-blob")),
+            dir.path().join("cuda/k").join(format!(".tmp{dead}-link")),
+        ];
+        fs::create_dir(&left[0]).unwrap();
+        fs::write(left[0].join("sm_80.ptx"), "half").unwrap();
+        fs::write(&left[1], "half a blob").unwrap();
+        std::os::unix::fs::symlink("../../blobs", &left[2]).unwrap();
+        let live = shard.join(format!("{}blob", headroom_paths::temp::prefix(TEMP_KIND)));
+        fs::write(&live, "being written").unwrap();
+
+        let reopened = Cache::open(dir.path()).unwrap();
+        for path in &left {
+            assert!(
+                fs::symlink_metadata(path).is_err(),
+                "{} is left",
+                path.display()
+            );
+        }
+        assert!(live.exists(), "a live writer's temp file stays");
+        assert_eq!(reopened.entries().unwrap(), [published]);
+    }
+
+    /// A build's work directory exists from its first write and goes with the cache.
+    #[test]
+    fn the_work_directory_lasts_as_long_as_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let hidden = || {
+            fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with('.')
+                })
+                .count()
+        };
+        assert_eq!(hidden(), 0, "a cache only read makes nothing");
+        cache.store_blob(b"bytes").unwrap();
+        assert_eq!(hidden(), 1);
+        drop(cache);
+        assert_eq!(hidden(), 0);
     }
 
     #[test]

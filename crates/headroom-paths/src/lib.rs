@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod temp;
+
 /// The history, the shim directory and the interceptor: `$HEADROOM_STATE_DIR`, else
 /// `$XDG_STATE_HOME/headroom`, else `~/.local/state/headroom`, else (no `HOME`) a directory
 /// under the temporary directory.

@@ -813,6 +813,69 @@ fn the_build_completes_when_the_governor_is_killed() {
     }
 }
 
+/// The last jobs' reports race the CLI's shutdown (a shim whose compile succeeded exits
+/// without waiting for the governor): every job of many short builds must be recorded. The
+/// crash harness once saw a clean build record 39 of its 40 jobs.
+#[test]
+fn the_last_jobs_of_a_build_are_recorded() {
+    let project = Project::new();
+    project.makefile(&[
+        ("a.o", "--mem 1 --ms 1".into()),
+        ("b.o", "--mem 1 --ms 1".into()),
+    ]);
+    for _ in 0..20 {
+        let output = project.run(&["--report", "report.json", "--", "make", "-B", "-j2"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert_eq!(project.report().jobs.len(), 2, "{}", stderr(&output));
+    }
+}
+
+/// A CLI killed mid-build leaves its socket; one killed while installing the interceptor or the
+/// launcher leaves a temp file or link (planted here, with an ended process's id): the next
+/// build removes them all.
+#[test]
+fn what_a_killed_build_left_is_removed_by_the_next_one() {
+    let project = Project::new();
+    project.makefile(&[("a.o", "--mem 4 --ms 2999".into())]);
+    let mut child = project.headroom(&["--", "make"]).spawn().unwrap();
+    let socket_dir = project.path("run/headroom");
+    let has_socket = || std::fs::read_dir(&socket_dir).is_ok_and(|mut d| d.next().is_some());
+    assert!(wait_until(Duration::from_secs(10), has_socket));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(has_socket(), "a killed CLI cannot remove its socket");
+    let dead = child.id();
+    std::os::unix::fs::symlink(
+        "nowhere",
+        project.path(&format!("state/shims/.tmp{dead}-headroom-launch")),
+    )
+    .unwrap();
+    project.write(
+        &format!("state/lib/.tmp{dead}-libheadroom-intercept.so"),
+        "half",
+    );
+    // The killed build's make and compiler end on their own.
+    assert!(wait_until(Duration::from_secs(20), || {
+        processes_mentioning("--ms 2999").is_empty()
+    }));
+
+    let next = project.run(&["--", "make", "-B"]);
+    assert!(next.status.success(), "{}", stderr(&next));
+    let hidden = |dir: &str| {
+        std::fs::read_dir(project.path(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with('.'))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(hidden("state/shims"), Vec::<String>::new());
+    assert_eq!(hidden("state/lib"), Vec::<String>::new());
+    assert!(
+        !has_socket(),
+        "the next build removed the killed one's socket"
+    );
+}
+
 fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()

@@ -1,0 +1,175 @@
+//! A full disk under the kernel cache and the state directory (a small tmpfs, mounted as
+//! root): `headroom kernels build` fails with a message that names the cache, `headroom build`
+//! still builds (headroom fails open), nothing half-written is published, and once there is
+//! space again both work. Skips where it cannot mount (not root, no tmpfs).
+
+mod fakecc;
+mod reliability;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const JOBS: usize = 20;
+
+/// A tmpfs mounted for the test, unmounted when dropped, also when the test fails.
+struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(path: &Path, size: &str) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: mounting a small tmpfs needs root");
+            return None;
+        }
+        std::fs::create_dir_all(path).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .output();
+        match mounted {
+            Ok(output) if output.status.success() => Some(Tmpfs {
+                path: path.to_path_buf(),
+            }),
+            Ok(output) => {
+                eprintln!(
+                    "skipping: cannot mount a tmpfs: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                None
+            }
+            Err(err) => {
+                eprintln!("skipping: cannot run mount: {err}");
+                None
+            }
+        }
+    }
+
+    /// Fills the file system with one file, `filler`.
+    fn fill(&self) {
+        let mut file = std::fs::File::create(self.path.join("filler")).unwrap();
+        let chunk = vec![0u8; 64 << 10];
+        while file.write_all(&chunk).is_ok() {}
+        // Tail room smaller than a chunk.
+        while file.write_all(&[0u8; 512]).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path.join("filler")).unwrap();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+    }
+}
+
+fn run(project: &Path, disk: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command.args(args);
+    reliability::isolate(&mut command, project);
+    command
+        .env("HEADROOM_STATE_DIR", disk.join("state"))
+        .env("HEADROOM_KERNEL_CACHE", disk.join("cache"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command.output().unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+const KERNELS: &[&str] = &["kernels", "--manifest", "kernels.toml", "build"];
+const BUILD: &[&str] = &[
+    "build",
+    "--report",
+    "report.json",
+    "--",
+    "make",
+    "-B",
+    "-s",
+    "-j4",
+];
+
+/// The report's job rows, from the history.
+fn recorded_jobs(project: &Path) -> usize {
+    std::fs::read(project.join("report.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<headroom_store::BuildReport>(&bytes).ok())
+        .map_or(0, |report| report.jobs.len())
+}
+
+#[test]
+fn a_full_disk_fails_kernel_builds_cleanly_and_builds_go_on() {
+    if !reliability::have(&["make", "clang-19", "mount", "umount"]) {
+        return;
+    }
+    let project = tempfile::tempdir().unwrap();
+    let project = project.path();
+    reliability::project(project, JOBS, "--mem 4 --ms 10");
+    let Some(disk) = Tmpfs::mount(&project.join("disk"), "4m") else {
+        return;
+    };
+    let cache = disk.path.join("cache");
+
+    // With space: both work and fill the state directory and the cache.
+    let first = run(project, &disk.path, KERNELS);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let built = run(project, &disk.path, BUILD);
+    assert!(built.status.success(), "{}", stderr(&built));
+
+    // A new source: every kernel must be built and written again, into a full disk.
+    std::fs::write(
+        project.join("vector_add.cu"),
+        std::fs::read_to_string(project.join("vector_add.cu")).unwrap() + "// changed\n",
+    )
+    .unwrap();
+    disk.fill();
+    let full = run(project, &disk.path, KERNELS);
+    assert!(
+        !full.status.success(),
+        "a kernel build into a full disk cannot succeed"
+    );
+    assert!(
+        stderr(&full).contains("No space left on device") && stderr(&full).contains("cache"),
+        "the error says what is full and where: {}",
+        stderr(&full)
+    );
+    eprintln!("kernels build into a full disk:\n{}", stderr(&full));
+    let governed = run(project, &disk.path, BUILD);
+    eprintln!(
+        "build with its state on a full disk:\n{}",
+        stderr(&governed)
+    );
+    assert!(
+        governed.status.success(),
+        "headroom fails open: {}",
+        stderr(&governed)
+    );
+    for object in (0..JOBS).map(|i| format!("o{i}.o")) {
+        assert!(project.join(&object).exists(), "{object} was built");
+    }
+    assert_eq!(reliability::check_cache(&cache), Vec::<String>::new());
+    assert_eq!(reliability::temp_files(&disk.path), Vec::<PathBuf>::new());
+
+    // Space again: both work, and the cache holds the new artifacts, all intact.
+    disk.free();
+    let again = run(project, &disk.path, KERNELS);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(reliability::check_cache(&cache), Vec::<String>::new());
+    let entries = headroom_kernels::cache::Cache::open(&cache)
+        .unwrap()
+        .entries()
+        .unwrap();
+    assert_eq!(entries.len(), reliability::KERNEL_PAIRS);
+    let rebuilt = run(project, &disk.path, BUILD);
+    assert!(rebuilt.status.success(), "{}", stderr(&rebuilt));
+    assert_eq!(recorded_jobs(project), JOBS, "{}", stderr(&rebuilt));
+    let mut left = reliability::leftover_files(&disk.path);
+    left.extend(reliability::leftover_files(project));
+    assert_eq!(left, Vec::<PathBuf>::new());
+}
