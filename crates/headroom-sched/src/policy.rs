@@ -109,6 +109,11 @@ pub struct Estimate {
     /// one job's runs differ, so it is planned with the configured timing slack and does not
     /// teach the learned one.
     pub borrowed_profile: bool,
+    /// Predicted by the default because no job of this group (same compiler and flags) has
+    /// finished in this build yet. While one such job of a group runs, the others wait for it
+    /// to show what the group needs: two jobs of an unknown size that start together may both
+    /// be large, and then one of them is stopped and re-run.
+    pub learning_group: Option<u64>,
 }
 
 impl Estimate {
@@ -120,6 +125,7 @@ impl Estimate {
             profile: None,
             waiting_seconds: 0.0,
             borrowed_profile: false,
+            learning_group: None,
         }
     }
 
@@ -492,6 +498,16 @@ impl Scheduler {
         if self.running.iter().any(|job| job.suspended || job.alone) {
             return;
         }
+        // Jobs that wait for their group go only into slots that nothing else can fill.
+        if self.admit_pass(actions, true) {
+            self.admit_pass(actions, false);
+        }
+    }
+
+    /// Starts the queued jobs that fit, in queue order, leaving out the jobs that wait for
+    /// their group when `defer_learning` is set. Returns whether a later pass may start more:
+    /// not once an alone job started or a job was overtaken too often to be passed again.
+    fn admit_pass(&mut self, actions: &mut Vec<Action>, defer_learning: bool) -> bool {
         // What runs outside the jobs takes its part of the budget first.
         let budget = self.limits.budget.saturating_sub(self.outside);
         let slack_for = self.slack_for();
@@ -503,6 +519,10 @@ impl Scheduler {
         let mut index = 0;
         while index < self.queue.len() && self.running.len() < self.limits.slots {
             let candidate = &self.queue[index];
+            if defer_learning && self.waits_for_its_group(&candidate.estimate) {
+                index += 1;
+                continue;
+            }
             let nothing_runs = self.running.is_empty();
             let fits = if candidate.alone {
                 nothing_runs
@@ -518,8 +538,14 @@ impl Scheduler {
             if fits {
                 let longest_path = *longest_path.get_or_insert_with(|| self.longest_path());
                 let job = self.queue.remove(index).expect("index is in the queue");
-                for waiting in self.queue.iter_mut().take(index) {
-                    waiting.overtaken += 1;
+                let overtaken: Vec<bool> = self
+                    .queue
+                    .iter()
+                    .take(index)
+                    .map(|waiting| !self.waits_for_its_group(&waiting.estimate))
+                    .collect();
+                for (waiting, overtaken) in self.queue.iter_mut().zip(overtaken) {
+                    waiting.overtaken += usize::from(overtaken);
                 }
                 if let Some(plan) = plan.as_mut() {
                     plan.add(&job.estimate.outlook(slack_for(&job.estimate)));
@@ -538,17 +564,31 @@ impl Scheduler {
                     suspended: false,
                 });
                 if job.alone {
-                    return;
+                    return false;
                 }
                 continue;
             }
             // A job that cannot start yet holds back the rest once it has been overtaken
             // enough; an alone job holds them back at once.
             if candidate.alone || candidate.overtaken >= self.thresholds.max_overtakes {
-                return;
+                return false;
             }
             index += 1;
         }
+        true
+    }
+
+    /// Whether a job predicted by the default waits for a running job of its group to show
+    /// what the group needs: two jobs of a size nobody knows, started together, may both turn
+    /// out large and peak at the same time, and then one of them is stopped and re-run. Such
+    /// a job starts only in a slot that no other job can fill, and waiting so does not count
+    /// as being overtaken: it must not hold the others back in turn.
+    fn waits_for_its_group(&self, estimate: &Estimate) -> bool {
+        estimate.learning_group.is_some_and(|group| {
+            self.running
+                .iter()
+                .any(|job| job.estimate.learning_group == Some(group))
+        })
     }
 
     /// The longest expected path of any job queued or running.
@@ -737,6 +777,42 @@ mod tests {
     }
 
     #[test]
+    fn jobs_of_a_group_nothing_is_known_of_start_after_the_others() {
+        let limits = Limits {
+            budget: 4 * GIB,
+            slots: 2,
+        };
+        let thresholds = Thresholds {
+            max_overtakes: 2,
+            ..Thresholds::for_limits(limits)
+        };
+        let mut s = Scheduler::with_thresholds(limits, thresholds);
+        let learning = Estimate {
+            learning_group: Some(7),
+            ..Estimate::flat(2 * GIB)
+        };
+        // Jobs 1 to 3 are of a group not seen yet; 4 to 8 of another group, already known.
+        for id in 1..=3 {
+            s.submit(id, learning.clone(), false);
+        }
+        for small in 4..=8 {
+            s.submit(small, Estimate::flat(GIB / 4), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 4]);
+        // Jobs 2 and 3 wait for job 1 while other jobs can use the slot, and waiting so does
+        // not make them hold the others back, however many pass them.
+        for small in 4..8 {
+            s.remove(small);
+            assert_eq!(starts(&s.decide(None)), vec![small + 1]);
+        }
+        // With nothing else to start, the slot does not stay empty.
+        s.remove(8);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![3]);
+    }
+
+    #[test]
     fn suspends_the_youngest_then_kills_and_requeues_it() {
         let mut s = Scheduler::new(Limits {
             budget: 10 * GIB,
@@ -809,6 +885,7 @@ mod tests {
             profile: Profile::new(crate::profile::ran(seconds, seconds), &slices),
             waiting_seconds: 0.0,
             borrowed_profile: false,
+            learning_group: None,
         }
     }
 

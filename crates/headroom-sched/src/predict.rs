@@ -130,7 +130,10 @@ impl Predictor {
             None => {
                 self.waiting_for_group.entry(group).or_default().push(id);
                 Prediction {
-                    estimate: Estimate::flat(self.default_peak),
+                    estimate: Estimate {
+                        learning_group: Some(group),
+                        ..Estimate::flat(self.default_peak)
+                    },
                     source: PredictionSource::Default,
                 }
             }
@@ -155,6 +158,7 @@ impl Predictor {
                 profile: past.profile.clone(),
                 waiting_seconds: 0.0,
                 borrowed_profile: false,
+                learning_group: None,
             },
             source: if past.shared {
                 PredictionSource::Shared
@@ -219,6 +223,7 @@ fn group_estimate(largest: &PastRun) -> Estimate {
         profile: largest.profile.clone(),
         waiting_seconds: 0.0,
         borrowed_profile: largest.profile.is_some(),
+        learning_group: None,
     }
 }
 
@@ -248,7 +253,10 @@ mod tests {
         assert_eq!(
             predictor.predict(1, None, 7),
             Prediction {
-                estimate: Estimate::flat(1000),
+                estimate: Estimate {
+                    learning_group: Some(7),
+                    ..Estimate::flat(1000)
+                },
                 source: PredictionSource::Default
             }
         );
@@ -292,6 +300,7 @@ mod tests {
                     profile,
                     waiting_seconds: 0.0,
                     borrowed_profile: false,
+                    learning_group: None,
                 },
                 source: PredictionSource::History
             }
@@ -306,6 +315,7 @@ mod tests {
                 profile: Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]),
                 waiting_seconds: 0.0,
                 borrowed_profile: true,
+                learning_group: None,
             }
         );
     }
