@@ -37,6 +37,8 @@
 #                         skipped with a note when it is not there
 #   HEADROOM_ARGS="..."   extra arguments for `headroom build`, before `--`
 #   SHARED=1              also the first build with shared history (template-heavy, torch-cpp)
+#   COLD=1                every headroom run is a first build: its history is emptied before
+#                         each run (default: the first run is cold, later ones are warm)
 #   RESULTS=prefix        output prefix (default bench/build/results/caps, or .../quick);
 #                         writes PREFIX.csv and PREFIX.md
 #   REPORT_ONLY=1         only re-render PREFIX.md from PREFIX.csv (e.g. after Ctrl-C)
@@ -75,6 +77,8 @@ JOBS=${JOBS:-1 2 N 8}
 HEADROOM=${HEADROOM:-target/release/headroom}
 HEADROOM_ARGS=${HEADROOM_ARGS:-}
 SHARED=${SHARED:-0}
+COLD=${COLD:-0}
+[[ $COLD == 0 || $COLD == 1 ]] || die "COLD must be 0 or 1, got '$COLD'"
 [[ $SHARED == 0 || $PROJECT != flash-attn ]] || die "SHARED=1 is for PROJECT=template-heavy or torch-cpp"
 headroom_shown=$HEADROOM
 [[ "$HEADROOM" == /* ]] || HEADROOM="$repo_root/$HEADROOM"
@@ -266,7 +270,7 @@ for jobs in "${static_jobs[@]}"; do
 done
 headroom_note=""
 if [[ -x "$HEADROOM" ]]; then
-  labels+=("headroom build -- $tool")
+  if [[ $COLD == 1 ]]; then labels+=("headroom build -- $tool (cold)"); else labels+=("headroom build -- $tool"); fi
   [[ $SHARED == 1 ]] && labels+=("headroom build -- $tool (first build from shared history)")
 else
   headroom_note="headroom rows skipped: no executable at $headroom_shown (build it with 'cargo build --release -p headroom' or set HEADROOM)"
@@ -359,6 +363,8 @@ run_one() {
   if [[ $label == *"shared history)" ]]; then
     dir=$other_dir
     state=$(shared_state)
+  elif [[ $COLD == 1 && $label == headroom* ]]; then
+    rm -rf "$state"
   fi
   case $tool in
   ninja) ninja -C "$dir/build" -t clean >/dev/null ;;
