@@ -749,8 +749,8 @@ mod tests {
         assert_eq!(starts(&s.decide(None)), vec![2]);
     }
 
-    #[test]
-    fn a_large_job_is_overtaken_only_a_bounded_number_of_times() {
+    /// A scheduler with 2 slots and 4 GiB, where a job that cannot start may be passed twice.
+    fn two_slots_of_4_gib_passed_at_most_twice() -> Scheduler {
         let limits = Limits {
             budget: 4 * GIB,
             slots: 2,
@@ -759,7 +759,12 @@ mod tests {
             max_overtakes: 2,
             ..Thresholds::for_limits(limits)
         };
-        let mut s = Scheduler::with_thresholds(limits, thresholds);
+        Scheduler::with_thresholds(limits, thresholds)
+    }
+
+    #[test]
+    fn a_large_job_is_overtaken_only_a_bounded_number_of_times() {
+        let mut s = two_slots_of_4_gib_passed_at_most_twice();
         s.submit(0, Estimate::flat(3 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![0]);
         s.submit(1, Estimate::flat(3 * GIB), false); // does not fit beside job 0
@@ -778,15 +783,7 @@ mod tests {
 
     #[test]
     fn jobs_of_a_group_nothing_is_known_of_start_after_the_others() {
-        let limits = Limits {
-            budget: 4 * GIB,
-            slots: 2,
-        };
-        let thresholds = Thresholds {
-            max_overtakes: 2,
-            ..Thresholds::for_limits(limits)
-        };
-        let mut s = Scheduler::with_thresholds(limits, thresholds);
+        let mut s = two_slots_of_4_gib_passed_at_most_twice();
         let learning = Estimate {
             learning_group: Some(7),
             ..Estimate::flat(2 * GIB)
