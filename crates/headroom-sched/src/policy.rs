@@ -110,9 +110,8 @@ pub struct Estimate {
     /// teach the learned one.
     pub borrowed_profile: bool,
     /// Predicted by the default because no job of this group (same compiler and flags) has
-    /// finished in this build yet. While one such job of a group runs, the others wait for it
-    /// to show what the group needs: two jobs of an unknown size that start together may both
-    /// be large, and then one of them is stopped and re-run.
+    /// finished in this build yet. While one such job of a group runs, the others start only
+    /// in slots no other job can fill (see `Scheduler::waits_for_its_group`).
     pub learning_group: Option<u64>,
 }
 
