@@ -342,6 +342,34 @@ fn concurrent_pushers(kind: Kind) {
     assert_eq!(pull_everything("everything"), 5 + 8);
 }
 
+/// The store key of the blob a `sm_86` device would resolve to in the cache at `built`.
+fn best_blob_key(built: &Path) -> String {
+    let best = Cache::open(built)
+        .unwrap()
+        .entry(Backend::Cuda, "vector_add", &"sm_86".parse().unwrap())
+        .unwrap()
+        .unwrap();
+    blob_key(&best.record.blob)
+}
+
+/// Resolves `vector_add` for an `sm_89` device with `--fetch` into the cache at `user`, when
+/// the best artifact in the store cannot be used: the next best (`sm_80`) serves, with one
+/// warning line, which is returned.
+fn resolve_falls_back_with_one_warning(user: &Path, store_url: &str) -> String {
+    let resolve = ["resolve", "vector_add", "--device", "sm_89", "--fetch"];
+    let resolved = run(user, store_url, &resolve, &[], 0);
+    assert!(
+        stdout(&resolved)
+            .trim()
+            .ends_with("cuda/vector_add/sm_80.cubin"),
+        "{}",
+        stdout(&resolved)
+    );
+    let warning = stderr(&resolved);
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    warning
+}
+
 fn a_flipped_byte_is_a_miss(kind: Kind) {
     let Some(server) = Server::start(kind) else {
         return;
@@ -349,12 +377,7 @@ fn a_flipped_byte_is_a_miss(kind: Kind) {
     let store_url = server.url.as_str();
     let built = built_cache(&server.path("built"));
     run(&built, store_url, &["push"], &[], 0);
-    let best = Cache::open(&built)
-        .unwrap()
-        .entry(Backend::Cuda, "vector_add", &"sm_86".parse().unwrap())
-        .unwrap()
-        .unwrap();
-    let key = blob_key(&best.record.blob);
+    let key = best_blob_key(&built);
     let store = Store::open(store_url, false).unwrap();
     let good = store.get(&key, u64::MAX).unwrap().unwrap();
     let mut flipped = good.clone();
@@ -362,23 +385,8 @@ fn a_flipped_byte_is_a_miss(kind: Kind) {
     for bad in [flipped, good[..good.len() / 2].to_vec()] {
         store.put(&key, &bad).unwrap();
         let user = server.path("user");
-        let resolved = run(
-            &user,
-            store_url,
-            &["resolve", "vector_add", "--device", "sm_89", "--fetch"],
-            &[],
-            0,
-        );
         // The next best artifact serves, the bad blob is named, and it never entered the cache.
-        assert!(
-            stdout(&resolved)
-                .trim()
-                .ends_with("cuda/vector_add/sm_80.cubin"),
-            "{}",
-            stdout(&resolved)
-        );
-        let warnings = stderr(&resolved);
-        assert_eq!(warnings.lines().count(), 1, "{warnings}");
+        let warnings = resolve_falls_back_with_one_warning(&user, store_url);
         assert!(
             warnings.contains(&key) && warnings.contains("blake3"),
             "{warnings}"
@@ -473,12 +481,7 @@ fn an_oversized_value_is_a_miss_with_one_warning(kind: Kind) {
     store.put("kernels/empty", b"").unwrap();
     assert_eq!(store.get("kernels/empty", 10).unwrap(), Some(Vec::new()));
 
-    let best = Cache::open(&built)
-        .unwrap()
-        .entry(Backend::Cuda, "vector_add", &"sm_86".parse().unwrap())
-        .unwrap()
-        .unwrap();
-    let key = blob_key(&best.record.blob);
+    let key = best_blob_key(&built);
     let mut long = store.get(&key, u64::MAX).unwrap().unwrap();
     long.resize(long.len() + (8 << 20), 0);
     store.put(&key, &long).unwrap();
@@ -486,26 +489,12 @@ fn an_oversized_value_is_a_miss_with_one_warning(kind: Kind) {
     assert!(err.contains("more than 1048576 bytes"), "{err}");
     let user = server.path("user");
     // Resolving goes on with the next best artifact and says why in one warning line.
-    let resolve_with_one_warning = || {
-        let resolve = ["resolve", "vector_add", "--device", "sm_89", "--fetch"];
-        let resolved = run(&user, store_url, &resolve, &[], 0);
-        assert!(
-            stdout(&resolved)
-                .trim()
-                .ends_with("cuda/vector_add/sm_80.cubin"),
-            "{}",
-            stdout(&resolved)
-        );
-        let warning = stderr(&resolved);
-        assert_eq!(warning.lines().count(), 1, "{warning}");
-        warning
-    };
-    let warnings = resolve_with_one_warning();
+    let warnings = resolve_falls_back_with_one_warning(&user, store_url);
     assert!(warnings.contains(&key), "{warnings}");
 
     let index = index_key(Backend::Cuda, "vector_add");
     store.put(&index, &vec![b' '; 8 << 20]).unwrap();
-    let warning = resolve_with_one_warning();
+    let warning = resolve_falls_back_with_one_warning(&user, store_url);
     assert!(
         warning.starts_with(&format!(
             "headroom: warning: ignoring {index}: it is over 4194304 bytes"
