@@ -11,10 +11,16 @@ use std::collections::{HashMap, HashSet};
 use headroom_size::format_size;
 
 use crate::bursts::Bursts;
-use crate::policy::{Action, Estimate, Limits, OutsideAction, Scheduler};
+use crate::farm::{Farm, NodeId};
+use crate::policy::{self, Action, Estimate, Limits, OutsideAction, Scheduler};
 use crate::predict::{PastRun, PredictionSource, Predictor};
 use crate::profile::{Profile, ProfileRecorder, Ran};
 use crate::JobId;
+
+/// What a job sent to a farm node is taken to need on this machine (the engine's client and
+/// the preprocessor) before one such run has shown it: about what preprocessing a unit that
+/// includes the PyTorch C++ API takes.
+pub const DEFAULT_LOCAL_SHARE: u64 = 256 << 20;
 
 /// A job the build system has just started, as the caller identified it.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +38,10 @@ pub struct Offer {
     /// Lower-memory rungs the job may step down to after running out of memory alone (0 when
     /// the user did not opt in, or its compiler does not take the flags).
     pub lower_rungs: usize,
+    /// The farm's engine can compile it remotely (a single compile to an object file).
+    pub farmable: bool,
+    /// What it used on this machine the last time a farm node compiled it, when known.
+    pub local_share: Option<u64>,
 }
 
 /// Where a job is in its life.
@@ -64,6 +74,12 @@ pub struct Job {
     lower_rungs: usize,
     /// The CPU niceness of the current attempt.
     pub nice: u8,
+    /// The farm node the current (or last) attempt was sent to; `None` when it ran here.
+    pub node: Option<NodeId>,
+    /// What was planned on `node` for it while it is placed there.
+    placed: Option<u64>,
+    farmable: bool,
+    local_share: Option<u64>,
     pub attempts: u32,
     pub suspends: u32,
     pub requeues: u32,
@@ -83,6 +99,18 @@ pub struct Job {
 }
 
 impl Job {
+    /// The scheduler started an attempt, here (`node` none) or on a farm node, at `nice`.
+    fn begin(&mut self, node: Option<NodeId>, nice: u8, now: f64) {
+        self.state = JobState::Admitted { suspended: false };
+        self.node = node;
+        self.nice = nice;
+        self.attempts += 1;
+        self.profile = ProfileRecorder::default();
+        self.active_seconds = 0.0;
+        self.attempt_started = now;
+        self.first_start.get_or_insert(now);
+    }
+
     pub fn suspended(&self) -> bool {
         matches!(
             self.state,
@@ -101,7 +129,7 @@ pub struct Reading {
 }
 
 /// How an attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Ended {
     pub succeeded: bool,
     /// It ran out of memory (the kernel killed it, or it said so).
@@ -109,6 +137,8 @@ pub struct Ended {
     pub cpu_seconds: f64,
     /// The most bytes the attempt used, as the kernel counted (0 when unknown).
     pub max_rss: u64,
+    /// The engine could not reach the farm node it was sent to (nothing ran there).
+    pub node_unreachable: bool,
 }
 
 /// What becomes of a job whose attempt ended.
@@ -145,6 +175,8 @@ pub struct Driver {
     priorities: bool,
     /// Seconds from the build's start to the last sample.
     last_sample: f64,
+    /// The build farm's nodes, when the build has one.
+    farm: Option<Farm>,
 }
 
 impl Driver {
@@ -160,7 +192,17 @@ impl Driver {
             arrived: HashSet::new(),
             priorities,
             last_sample: 0.0,
+            farm: None,
         }
+    }
+
+    /// Sends jobs that the engine can compile remotely to `farm`'s nodes when they fit there.
+    pub fn set_farm(&mut self, farm: Farm) {
+        self.farm = Some(farm);
+    }
+
+    pub fn farm(&self) -> Option<&Farm> {
+        self.farm.as_ref()
     }
 
     /// Notes how jobs ran in their two newest earlier runs, as `(earlier, later)` pairs of
@@ -238,6 +280,10 @@ impl Driver {
                 rung: 0,
                 lower_rungs: offer.lower_rungs,
                 nice: 0,
+                node: None,
+                placed: None,
+                farmable: offer.farmable,
+                local_share: offer.local_share,
                 attempts: 0,
                 suspends: 0,
                 requeues: 0,
@@ -289,9 +335,30 @@ impl Driver {
     /// `machine_left` is what the machine or cgroup can still hand out, when known.
     pub fn decide(&mut self, machine_left: Option<u64>, now: f64) -> Vec<Action> {
         let used = self.scheduler.used();
+        let protecting = self.scheduler.protect(machine_left);
+        let mut to_do = self.carry_out(protecting, used, machine_left, now);
+        if !policy::stops(&to_do) {
+            // The farm's nodes first: that is where the memory is; this machine takes what
+            // is left, beside the farmed jobs' local shares.
+            self.start_on_farm(now, &mut to_do);
+            let admitted = self.scheduler.admit_queued();
+            to_do.extend(self.carry_out(admitted, used, machine_left, now));
+        }
+        to_do
+    }
+
+    /// Updates the jobs the scheduler's `actions` act on, and returns those the caller must
+    /// carry out. `used` is what the jobs used when the scheduler decided, for the log.
+    fn carry_out(
+        &mut self,
+        actions: Vec<Action>,
+        used: u64,
+        machine_left: Option<u64>,
+        now: f64,
+    ) -> Vec<Action> {
         let budget = self.scheduler.limits().budget;
         let mut to_do = Vec::new();
-        for action in self.scheduler.decide(machine_left) {
+        for action in actions {
             let (Action::Start { id, .. }
             | Action::Suspend(id)
             | Action::Resume(id)
@@ -303,13 +370,7 @@ impl Driver {
             let action = match action {
                 Action::Start { id, nice } => {
                     let nice = if self.priorities { nice } else { 0 };
-                    job.state = JobState::Admitted { suspended: false };
-                    job.nice = nice;
-                    job.attempts += 1;
-                    job.profile = ProfileRecorder::default();
-                    job.active_seconds = 0.0;
-                    job.attempt_started = now;
-                    job.first_start.get_or_insert(now);
+                    job.begin(None, nice, now);
                     Action::Start { id, nice }
                 }
                 Action::Suspend(_) | Action::Resume(_) => {
@@ -324,6 +385,11 @@ impl Driver {
                 }
                 Action::Kill(_) => {
                     job.requeues += 1;
+                    if let (Some(farm), Some(node), Some(need)) =
+                        (self.farm.as_mut(), job.node, job.placed.take())
+                    {
+                        farm.release(node, need);
+                    }
                     let began = matches!(job.state, JobState::Running { .. });
                     job.state = if began {
                         JobState::Killed
@@ -339,6 +405,44 @@ impl Driver {
             to_do.push(action);
         }
         to_do
+    }
+
+    /// Starts queued jobs on the farm's nodes, in the queue's order, while a node has room
+    /// for a job's predicted peak and this machine for its local share. Jobs waiting to run
+    /// alone (after running out of memory where nothing else could take them) stay here.
+    fn start_on_farm(&mut self, now: f64, to_do: &mut Vec<Action>) {
+        let Some(farm) = self.farm.as_mut() else {
+            return;
+        };
+        let candidates: Vec<(JobId, Estimate)> = self
+            .scheduler
+            .queued()
+            .filter(|&(id, _, alone)| !alone && self.jobs.get(&id).is_some_and(|j| j.farmable))
+            .map(|(id, estimate, _)| (id, estimate.clone()))
+            .collect();
+        for (id, estimate) in candidates {
+            let job = self.jobs.get_mut(&id).expect("a queued job is known");
+            let need = estimate.peak;
+            let Some(node) = farm.place(need) else {
+                continue;
+            };
+            let share = job.local_share.unwrap_or(DEFAULT_LOCAL_SHARE).min(need);
+            if !self.scheduler.start_elsewhere(id, Estimate::flat(share)) {
+                // This machine has no room for even the client now: try again later.
+                farm.release(node, need);
+                return;
+            }
+            tracing::debug!(
+                "job {id} {} goes to farm node {} (predicted {}, {} here)",
+                job.label,
+                farm.spec(node).name,
+                format_size(need),
+                format_size(share)
+            );
+            job.begin(Some(node), 0, now);
+            job.placed = Some(need);
+            to_do.push(Action::Start { id, nice: 0 });
+        }
     }
 
     /// What to do to the build's processes outside every job.
@@ -365,6 +469,45 @@ impl Driver {
             // The scheduler requeued it when it chose the kill.
             return (AfterAttempt::Retry, true);
         }
+        if let (Some(farm), Some(node), Some(need)) =
+            (self.farm.as_mut(), job.node, job.placed.take())
+        {
+            let room_had = farm.room_had(node, need);
+            farm.release(node, need);
+            if ended.node_unreachable {
+                farm.mark_down(node);
+                tracing::info!(
+                    "retry job {id} {}: farm node {} is unreachable",
+                    job.label,
+                    farm.spec(node).name
+                );
+                let estimate = job.estimate.clone();
+                self.scheduler.remove(id);
+                self.scheduler.submit(id, estimate, false);
+                return (AfterAttempt::Retry, true);
+            }
+            if ended.out_of_memory {
+                // It needed more than the node had left for it: a node with more room takes
+                // it, or this machine does, alone.
+                let estimate = job.estimate.clone().at_least(room_had.saturating_add(1));
+                let alone = !farm.could_fit(estimate.peak);
+                tracing::info!(
+                    "retry job {id} {} {}: it ran out of memory on farm node {} with {} (predicted {})",
+                    job.label,
+                    if alone { "here, alone" } else { "on a node with more room" },
+                    farm.spec(node).name,
+                    format_size(room_had),
+                    format_size(job.estimate.peak),
+                );
+                job.oom_retries += 1;
+                job.alone = alone;
+                job.estimate = estimate.clone();
+                self.scheduler.remove(id);
+                self.scheduler.submit(id, estimate, alone);
+                return (AfterAttempt::Retry, true);
+            }
+        }
+        let ran_here = job.node.is_none();
         if ended.out_of_memory && escalate(job) {
             tracing::info!(
                 "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
@@ -397,13 +540,14 @@ impl Driver {
             wall_seconds: job.active_seconds,
         };
         let profile = job.profile.finish(ran);
-        if ended.succeeded {
+        if ended.succeeded && ran_here {
             self.scheduler.finished(id, ran);
         } else {
-            // A job that failed ended early for reasons of its own: its timing says nothing.
+            // A job that failed ended early for reasons of its own, and one a farm node
+            // compiled ran at that node's pace: its timing says nothing of this machine.
             self.scheduler.remove(id);
         }
-        if ended.succeeded && job.rung == 0 {
+        if ended.succeeded && job.rung == 0 && ran_here {
             let run = PastRun {
                 peak: job.peak,
                 profile: profile.clone(),
@@ -436,7 +580,13 @@ impl Driver {
     pub fn forget(&mut self, id: JobId) -> Option<Job> {
         self.scheduler.remove(id);
         self.predictor.forget(id);
-        self.jobs.remove(&id)
+        let mut job = self.jobs.remove(&id)?;
+        if let (Some(farm), Some(node), Some(need)) =
+            (self.farm.as_mut(), job.node, job.placed.take())
+        {
+            farm.release(node, need);
+        }
+        Some(job)
     }
 }
 
@@ -528,6 +678,8 @@ mod tests {
             past: None,
             waiting_seconds: 0.0,
             lower_rungs: 0,
+            farmable: false,
+            local_share: None,
         }
     }
 
@@ -558,6 +710,7 @@ mod tests {
             out_of_memory: false,
             cpu_seconds,
             max_rss,
+            node_unreachable: false,
         }
     }
 
@@ -567,7 +720,114 @@ mod tests {
             out_of_memory: true,
             cpu_seconds: 1.0,
             max_rss,
+            node_unreachable: false,
         }
+    }
+
+    /// A driver with a farm of `nodes` (memory, slots), offered `peaks` as farmable jobs whose
+    /// history knows their peaks and a 100 MiB local share.
+    fn farmed(budget: u64, nodes: &[(u64, usize)], peaks: &[u64]) -> (Driver, Vec<JobId>) {
+        let mut driver = driver(budget, 1);
+        driver.set_farm(Farm::new(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &(memory, slots))| crate::NodeSpec {
+                    name: format!("node{i}"),
+                    memory,
+                    slots,
+                })
+                .collect(),
+        ));
+        let ids = peaks
+            .iter()
+            .enumerate()
+            .map(|(i, &peak)| {
+                let offer = Offer {
+                    farmable: true,
+                    local_share: Some(100 << 20),
+                    ..with_history(&format!("unit{i}.o"), peak)
+                };
+                driver.offer(offer).0
+            })
+            .collect();
+        (driver, ids)
+    }
+
+    fn nodes_of(driver: &Driver, ids: &[JobId]) -> Vec<Option<NodeId>> {
+        ids.iter().map(|&id| driver.job(id).unwrap().node).collect()
+    }
+
+    #[test]
+    fn farm_nodes_take_what_fits_them_and_this_machine_takes_what_is_left() {
+        // Two 3 GiB nodes with 2 slots each, 2 GiB jobs: one per node, one here.
+        let (mut driver, ids) = farmed(3 * GIB, &[(3 * GIB, 2), (3 * GIB, 2)], &[2 * GIB; 4]);
+        assert_eq!(started(&driver.decide(None, 0.0)), ids[..3].to_vec());
+        assert_eq!(
+            nodes_of(&driver, &ids),
+            vec![Some(0), Some(1), None, None],
+            "one per node, where it fits; then this machine; nothing fits beside them"
+        );
+        driver.begin_attempt(ids[0]);
+        let (after, _) = driver.attempt_ended(ids[0], succeeded(1.0, 90 << 20), 1.0);
+        let AfterAttempt::Done(finished) = after else {
+            panic!("it compiled on node 0");
+        };
+        assert_eq!(finished.job.node, Some(0));
+        assert_eq!(started(&driver.decide(None, 1.0)), vec![ids[3]]);
+        assert_eq!(driver.job(ids[3]).unwrap().node, Some(0));
+    }
+
+    #[test]
+    fn a_job_out_of_memory_on_a_node_goes_to_a_larger_one_or_runs_here_alone() {
+        let (mut driver, ids) = farmed(GIB, &[(2 * GIB, 1), (6 * GIB, 1)], &[GIB, 5 * GIB]);
+        driver.decide(None, 0.0);
+        assert_eq!(
+            nodes_of(&driver, &ids),
+            vec![Some(0), Some(1)],
+            "tightest fit"
+        );
+        driver.begin_attempt(ids[0]);
+        let (after, _) = driver.attempt_ended(ids[0], out_of_memory(90 << 20), 1.0);
+        assert!(matches!(after, AfterAttempt::Retry));
+        let job = driver.job(ids[0]).unwrap();
+        assert!(
+            job.estimate.peak > 2 * GIB,
+            "it needs more than the node had"
+        );
+        assert_eq!(job.oom_retries, 1);
+        assert!(!job.alone, "the 6 GiB node can take it once it has room");
+
+        // Out of memory on the largest node: only this machine, alone, is left.
+        let (mut driver, ids) = farmed(8 * GIB, &[(2 * GIB, 1)], &[GIB]);
+        driver.decide(None, 0.0);
+        assert_eq!(driver.job(ids[0]).unwrap().node, Some(0));
+        driver.begin_attempt(ids[0]);
+        driver.attempt_ended(ids[0], out_of_memory(90 << 20), 1.0);
+        let job = driver.job(ids[0]).unwrap();
+        assert!(job.alone && job.estimate.peak > 2 * GIB);
+        assert_eq!(started(&driver.decide(None, 1.0)), vec![ids[0]]);
+        assert_eq!(driver.job(ids[0]).unwrap().node, None, "it runs here");
+    }
+
+    #[test]
+    fn a_node_the_engine_cannot_reach_takes_nothing_more() {
+        let (mut driver, ids) = farmed(GIB, &[(5 * GIB, 2)], &[2 * GIB; 2]);
+        assert_eq!(started(&driver.decide(None, 0.0)), ids.clone());
+        assert_eq!(nodes_of(&driver, &ids), vec![Some(0), Some(0)]);
+        for &id in &ids {
+            driver.begin_attempt(id);
+        }
+        let unreachable = Ended {
+            node_unreachable: true,
+            ..Ended::default()
+        };
+        let (after, _) = driver.attempt_ended(ids[0], unreachable, 0.5);
+        assert!(matches!(after, AfterAttempt::Retry));
+        assert_eq!(driver.job(ids[0]).unwrap().oom_retries, 0);
+        // The node takes nothing more: the retried job runs here.
+        assert_eq!(started(&driver.decide(None, 0.5)), vec![ids[0]]);
+        assert_eq!(driver.job(ids[0]).unwrap().node, None);
     }
 
     #[test]
@@ -653,6 +913,7 @@ mod tests {
             out_of_memory: false,
             cpu_seconds: 0.0,
             max_rss: 0,
+            node_unreachable: false,
         };
         assert!(matches!(
             driver.attempt_ended(young, ended, 0.3),

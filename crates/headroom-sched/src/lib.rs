@@ -7,6 +7,7 @@ pub mod budget;
 pub mod bursts;
 pub mod chain;
 pub mod driver;
+pub mod farm;
 mod plan;
 pub mod policy;
 pub mod predict;
@@ -15,6 +16,7 @@ mod slack;
 mod strays;
 
 pub use driver::{AfterAttempt, Driver, Ended, Finished, Job, JobState, Offer, Reading};
+pub use farm::{Farm, NodeId, NodeSpec};
 pub use policy::{Action, Estimate, Limits, OutsideAction, Scheduler, Thresholds};
 pub use predict::{PastRun, Prediction, PredictionSource, Predictor};
 pub use profile::{Profile, ProfileRecorder, Ran};

@@ -172,6 +172,9 @@ struct Running {
     id: JobId,
     estimate: Estimate,
     alone: bool,
+    /// What it needs on this machine while a farm node compiles it (the engine's client and
+    /// the preprocessor); `None` when it compiles here.
+    local_share: Option<Estimate>,
     /// Latest measured memory of the job's processes.
     current: u64,
     /// Highest measured memory during this attempt.
@@ -182,7 +185,7 @@ struct Running {
 }
 
 impl Running {
-    /// What the job is expected to need at most from now on.
+    /// What the job is expected to need here at most from now on.
     fn reservation(&self) -> Need {
         if self.suspended {
             Need {
@@ -190,22 +193,30 @@ impl Running {
                 margin: 0,
             }
         } else {
-            self.estimate.need().at_least(self.current)
+            self.local_estimate().need().at_least(self.current)
         }
+    }
+
+    fn local_estimate(&self) -> &Estimate {
+        self.local_share.as_ref().unwrap_or(&self.estimate)
+    }
+
+    fn compiles_here(&self) -> bool {
+        self.local_share.is_none()
     }
 
     /// What the job is expected to need over the rest of its life. A job that has used more
     /// CPU time than its profile allows for is off the map: it reserves its peak to the end.
     fn outlook(&self, slack: f64) -> Outlook<'_> {
         let progress = self.cpu_seconds;
-        match &self.estimate.profile {
+        match &self.local_estimate().profile {
             Some(profile)
                 if !self.suspended && progress / (1.0 + slack) < profile.cpu_seconds() =>
             {
                 Outlook::Timed {
                     profile,
                     progress,
-                    peak: self.estimate.need().at_least(self.peak),
+                    peak: self.local_estimate().need().at_least(self.peak),
                     floor: self.current,
                     slack,
                 }
@@ -402,14 +413,25 @@ impl Scheduler {
     /// Decides what to do now. `machine_left` is what the machine or cgroup can still hand
     /// out (for example MemAvailable), when known: it catches memory that other programs take.
     pub fn decide(&mut self, machine_left: Option<u64>) -> Vec<Action> {
+        let mut actions = self.protect(machine_left);
+        if !stops(&actions) {
+            actions.extend(self.admit_queued());
+        }
+        actions
+    }
+
+    /// The first half of [`Scheduler::decide`]: stops, kills or resumes running jobs as the
+    /// memory they use now requires. Admission must wait when this stops anything.
+    pub fn protect(&mut self, machine_left: Option<u64>) -> Vec<Action> {
         let mut actions = Vec::new();
         self.safety_net(machine_left, &mut actions);
-        if !actions
-            .iter()
-            .any(|a| matches!(a, Action::Kill(_) | Action::Suspend(_)))
-        {
-            self.admit(&mut actions);
-        }
+        actions
+    }
+
+    /// The second half of [`Scheduler::decide`]: starts the queued jobs that fit here.
+    pub fn admit_queued(&mut self) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.admit(&mut actions);
         actions
     }
 
@@ -493,6 +515,48 @@ impl Scheduler {
         actions.push(Action::Kill(victim.id));
     }
 
+    /// The queued jobs in the order they would start, with their estimates and whether they
+    /// wait to run alone.
+    pub fn queued(&self) -> impl Iterator<Item = (JobId, &Estimate, bool)> {
+        self.queue
+            .iter()
+            .map(|job| (job.id, &job.estimate, job.alone))
+    }
+
+    /// Starts queued job `id` on another machine (a farm node the caller chose), reserving here
+    /// only `local_share`, if that fits beside what is reserved and nothing is stopped: memory
+    /// is short then. It takes none of this machine's slots. Returns whether it started.
+    pub fn start_elsewhere(&mut self, id: JobId, local_share: Estimate) -> bool {
+        let budget = self.limits.budget.saturating_sub(self.outside);
+        let fits = self.reservations().with(local_share.need()).bytes() <= budget;
+        let Some(index) = self.queue.iter().position(|job| job.id == id) else {
+            return false;
+        };
+        if !fits || self.running.iter().any(|job| job.suspended) {
+            return false;
+        }
+        let job = self.queue.remove(index).expect("index is in the queue");
+        self.running.push(Running {
+            id: job.id,
+            estimate: job.estimate,
+            alone: job.alone,
+            local_share: Some(local_share),
+            current: 0,
+            peak: 0,
+            cpu_seconds: 0.0,
+            suspended: false,
+        });
+        true
+    }
+
+    /// How many running jobs compile on this machine (not on a farm node).
+    fn compiling_here(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|job| job.compiles_here())
+            .count()
+    }
+
     fn admit(&mut self, actions: &mut Vec<Action>) {
         if self.running.iter().any(|job| job.suspended || job.alone) {
             return;
@@ -516,13 +580,13 @@ impl Scheduler {
         // Built on the first job whose peak does not fit beside the reservations.
         let mut plan: Option<Plan> = None;
         let mut index = 0;
-        while index < self.queue.len() && self.running.len() < self.limits.slots {
+        while index < self.queue.len() && self.compiling_here() < self.limits.slots {
             let candidate = &self.queue[index];
             if defer_learning && self.waits_for_its_group(&candidate.estimate) {
                 index += 1;
                 continue;
             }
-            let nothing_runs = self.running.is_empty();
+            let nothing_runs = self.compiling_here() == 0;
             let fits = if candidate.alone {
                 nothing_runs
             } else if nothing_runs
@@ -557,6 +621,7 @@ impl Scheduler {
                     id: job.id,
                     estimate: job.estimate,
                     alone: job.alone,
+                    local_share: None,
                     current: 0,
                     peak: 0,
                     cpu_seconds: 0.0,
@@ -627,6 +692,13 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Whether `actions` stop or kill a job: then nothing more starts in the same decision.
+pub fn stops(actions: &[Action]) -> bool {
+    actions
+        .iter()
+        .any(|action| matches!(action, Action::Kill(_) | Action::Suspend(_)))
 }
 
 /// How long the build may go on from a job's start: its own expected length (0 when unknown)

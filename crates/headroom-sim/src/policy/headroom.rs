@@ -101,6 +101,8 @@ impl Headroom {
             past,
             waiting_seconds,
             lower_rungs: 0,
+            farmable: false,
+            local_share: None,
         }
     }
 
@@ -175,6 +177,7 @@ impl Policy for Headroom {
                         out_of_memory: false,
                         cpu_seconds,
                         max_rss: 0,
+                        node_unreachable: false,
                     };
                     self.driver.attempt_ended(id, ended, view.now);
                 }
@@ -193,6 +196,7 @@ impl Policy for Headroom {
             out_of_memory: false,
             cpu_seconds: job.core_seconds(),
             max_rss: peak,
+            node_unreachable: false,
         };
         self.driver.attempt_ended(self.driver_id(job), ended, now);
     }
@@ -206,6 +210,7 @@ impl Policy for Headroom {
             out_of_memory: true,
             cpu_seconds: 0.0,
             max_rss: peak,
+            node_unreachable: false,
         };
         let id = self.driver_id(job);
         if let (AfterAttempt::Done(_), _) = self.driver.attempt_ended(id, ended, self.now) {

@@ -1,0 +1,193 @@
+//! Build farms for `headroom build`: the nodes a user configured, and the distributed compile
+//! engine each farmed job goes through. headroom chooses the node (by predicted memory, see
+//! `headroom_sched::farm`); the engine only carries the job there. See ARCHITECTURE.md
+//! ("Build farms") for why the engine is distcc.
+
+mod distcc;
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use headroom_sched::NodeSpec;
+use headroom_size::{format_size, parse_size};
+use serde::{Deserialize, Serialize};
+
+pub use distcc::Distcc;
+
+/// How long a node may take to accept a connection before the build counts it unreachable.
+const REACH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A farm node as the user wrote it: `HOST:PORT=MEMORY/SLOTS`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// `host:port` of the engine's daemon.
+    pub address: String,
+    pub memory: u64,
+    pub slots: usize,
+}
+
+/// A node setting that cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("farm node `{text}`: {problem}; write HOST:PORT=MEMORY/SLOTS, such as `10.0.0.5:3632=64G/16` (the memory its compiles may use, and its distccd --jobs)")]
+pub struct NodeError {
+    text: String,
+    problem: String,
+}
+
+impl Node {
+    /// Parses `HOST:PORT=MEMORY/SLOTS`; the port may be left out (distcc's 3632).
+    pub fn parse(text: &str) -> Result<Node, NodeError> {
+        let error = |problem: String| NodeError {
+            text: text.to_string(),
+            problem,
+        };
+        let (address, capacity) = text
+            .split_once('=')
+            .ok_or_else(|| error("no `=MEMORY/SLOTS`".into()))?;
+        let (memory, slots) = capacity
+            .split_once('/')
+            .ok_or_else(|| error("no `/SLOTS` after the memory".into()))?;
+        let address = address.trim();
+        if address.is_empty() || address.contains(char::is_whitespace) {
+            return Err(error("no host".into()));
+        }
+        let address = if address
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        {
+            address.to_string()
+        } else {
+            format!("{address}:{}", Distcc::DEFAULT_PORT)
+        };
+        let memory = parse_size(memory.trim()).map_err(|e| error(e.to_string()))?;
+        let slots: usize = slots
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&slots| slots > 0)
+            .ok_or_else(|| {
+                error(format!(
+                    "slots must be a whole number above 0, not `{slots}`"
+                ))
+            })?;
+        if memory == 0 {
+            return Err(error("memory must be above 0".into()));
+        }
+        Ok(Node {
+            address,
+            memory,
+            slots,
+        })
+    }
+
+    /// What the scheduler places jobs by.
+    pub fn spec(&self) -> NodeSpec {
+        NodeSpec {
+            name: self.address.clone(),
+            memory: self.memory,
+            slots: self.slots,
+        }
+    }
+
+    /// Whether the node's daemon accepts a connection now; the error says why not.
+    pub fn reachable(&self) -> std::io::Result<()> {
+        let mut last = std::io::Error::other("the name resolves to no address");
+        for address in self.address.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&address, REACH_TIMEOUT) {
+                Ok(_) => return Ok(()),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={}/{}",
+            self.address,
+            format_size(self.memory),
+            self.slots
+        )
+    }
+}
+
+/// A build's farm: the engine's client and the nodes that answered when the build began.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FarmSettings {
+    pub engine: Distcc,
+    pub nodes: Vec<Node>,
+}
+
+/// How the shim runs one attempt on a node: `program`, then `args_before` the compiler and its
+/// own arguments, with `env` set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteLaunch {
+    pub program: PathBuf,
+    pub args_before: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// How an attempt sent to a node ended, as the engine's client told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteOutcome {
+    /// The node compiled it: its status is the compiler's own.
+    Ran,
+    /// The engine could not compile it there (the node is down, refused, or went away).
+    Unreachable,
+    /// The compiler was killed on the node: its memory ran out.
+    OutOfMemory,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_parse_and_bad_ones_say_what_to_write() {
+        let node = Node::parse("10.0.0.5:3633=64G/16").unwrap();
+        assert_eq!(
+            node,
+            Node {
+                address: "10.0.0.5:3633".into(),
+                memory: 64 << 30,
+                slots: 16
+            }
+        );
+        assert_eq!(
+            Node::parse("builder=3GiB/2").unwrap().address,
+            "builder:3632"
+        );
+        assert_eq!(
+            Node::parse("[::1]:4000=1G/1").unwrap().address,
+            "[::1]:4000"
+        );
+        for (bad, says) in [
+            ("10.0.0.5:3632", "no `=MEMORY/SLOTS`"),
+            ("10.0.0.5=64G", "no `/SLOTS`"),
+            ("=64G/2", "no host"),
+            ("h=lots/2", "lots"),
+            ("h=4G/0", "above 0"),
+            ("h=0/2", "memory must be above 0"),
+        ] {
+            let err = Node::parse(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(says) && err.contains("HOST:PORT=MEMORY/SLOTS"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_closed_port_is_unreachable() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let node = Node::parse(&format!("{address}=1G/1")).unwrap();
+        assert!(node.reachable().is_ok());
+        drop(listener);
+        assert!(node.reachable().is_err());
+    }
+}
