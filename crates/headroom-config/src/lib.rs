@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use headroom_farm::Node;
 use headroom_govern::budget::{parse_budget, BudgetSpec};
 use headroom_govern::ladder::{default_ladder, Rung};
 
@@ -98,6 +99,17 @@ pub struct BuildSection {
     /// Like `headroom history --store`: the store that shares measured peaks between
     /// machines.
     pub store: Option<String>,
+    /// The build farm jobs may be sent to.
+    pub farm: Option<FarmSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FarmSection {
+    /// The distributed compile engine: `distcc` (the one supported).
+    pub engine: Option<String>,
+    /// Like `--farm`: nodes as `HOST:PORT=MEMORY/SLOTS`.
+    pub nodes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +163,9 @@ pub struct BuildOverrides {
     pub lower_flags: bool,
     pub sample_interval_ms: Option<u64>,
     pub no_priorities: bool,
+    /// `--farm` nodes; when given, they replace the files' nodes.
+    pub farm: Vec<String>,
+    pub no_farm: bool,
 }
 
 /// The settings a build runs with.
@@ -162,6 +177,8 @@ pub struct BuildSettings {
     pub sample_interval_ms: u64,
     /// Whether jobs off the build's longest path start nicer.
     pub priorities: bool,
+    /// The build farm's nodes; empty builds on this machine only.
+    pub farm: Vec<Node>,
 }
 
 impl BuildSettings {
@@ -217,8 +234,40 @@ impl BuildSettings {
             ladder,
             sample_interval_ms,
             priorities,
+            farm: farm_nodes(flags, project.farm.as_ref(), user.farm.as_ref())?,
         })
     }
+}
+
+/// The farm's nodes: `--farm` (or `HEADROOM_FARM`), else the project's `[build.farm]`, else
+/// the user's; none with `--no-farm`.
+fn farm_nodes(
+    flags: &BuildOverrides,
+    project: Option<&FarmSection>,
+    user: Option<&FarmSection>,
+) -> Result<Vec<Node>> {
+    if flags.no_farm {
+        return Ok(Vec::new());
+    }
+    for section in [project, user].into_iter().flatten() {
+        if let Some(engine) = section.engine.as_deref().filter(|&e| e != "distcc") {
+            anyhow::bail!(
+                "[build.farm] engine = \"{engine}\" is not supported: headroom sends farm jobs through distcc (engine = \"distcc\", or leave it out)"
+            );
+        }
+    }
+    let texts = if flags.farm.is_empty() {
+        project
+            .and_then(|s| s.nodes.clone())
+            .or_else(|| user.and_then(|s| s.nodes.clone()))
+            .unwrap_or_default()
+    } else {
+        flags.farm.clone()
+    };
+    Ok(texts
+        .iter()
+        .map(|text| Node::parse(text))
+        .collect::<Result<_, _>>()?)
 }
 
 #[cfg(test)]
@@ -256,6 +305,7 @@ mod tests {
                 ladder: vec![],
                 sample_interval_ms: 100,
                 priorities: true,
+                farm: vec![],
             }
         );
     }
@@ -278,6 +328,45 @@ mod tests {
             ..Default::default()
         };
         assert!(!merge(&flag, &on, &on));
+    }
+
+    #[test]
+    fn farm_nodes_come_from_flags_else_the_project_else_the_user() {
+        let user = file("[build.farm]\nnodes = [\"user:3632=8G/4\"]\n");
+        let project = file("[build.farm]\nengine = \"distcc\"\nnodes = [\"proj=16G/8\"]\n");
+        let none = BuildOverrides::default();
+        let nodes = |flags: &BuildOverrides, project: &FileConfig, user: &FileConfig| {
+            BuildSettings::merge(flags, project, user, 2)
+                .unwrap()
+                .farm
+                .iter()
+                .map(|node| node.address.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(nodes(&none, &project, &user), ["proj:3632"]);
+        assert_eq!(nodes(&none, &FileConfig::default(), &user), ["user:3632"]);
+        let flags = BuildOverrides {
+            farm: vec!["a:1=1G/1".into(), "b:2=2G/2".into()],
+            ..Default::default()
+        };
+        assert_eq!(nodes(&flags, &project, &user), ["a:1", "b:2"]);
+        let off = BuildOverrides {
+            no_farm: true,
+            ..flags
+        };
+        assert!(nodes(&off, &project, &user).is_empty());
+        let icecream = file("[build.farm]\nengine = \"icecc\"\n");
+        let err = BuildSettings::merge(&none, &icecream, &user, 2).unwrap_err();
+        assert!(
+            err.to_string().contains("icecc") && err.to_string().contains("distcc"),
+            "{err}"
+        );
+        let bad = BuildOverrides {
+            farm: vec!["a:1=1G".into()],
+            ..Default::default()
+        };
+        let err = BuildSettings::merge(&bad, &project, &user, 2).unwrap_err();
+        assert!(err.to_string().contains("`a:1=1G`"), "{err}");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! - `--oom-unless=FLAG`: print gcc's "virtual memory exhausted" and exit 1 unless FLAG is
 //!   among the arguments (to exercise the lower-memory flag ladder);
 //! - `--fail-once MARKER`: the first run (when MARKER does not exist) creates MARKER and dies
-//!   like a kernel OOM kill (SIGKILL on itself) once it reached its memory.
+//!   like a kernel OOM kill (SIGKILL on itself) once it reached its memory;
+//! - `-E`: preprocess, as distcc's client asks of a compiler before it sends the job to a
+//!   node: print one line and exit at once, using no memory to speak of.
 //!
 //! Other arguments are ignored, as a compiler's flags would be.
 
@@ -22,6 +24,10 @@ const PAGE: usize = 4096;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-E") {
+        println!("int preprocessed_by_headroom_fakecc;");
+        return;
+    }
     let value = |flag: &str| {
         args.iter()
             .position(|a| a == flag)

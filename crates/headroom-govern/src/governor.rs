@@ -15,11 +15,12 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use headroom_farm::{Distcc, FarmSettings, RemoteLaunch, RemoteOutcome};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
-    Action, AfterAttempt, Driver, Ended, Finished, JobId, JobState, Limits, Offer, OutsideAction,
-    Profile, Reading,
+    Action, AfterAttempt, Driver, Ended, Farm, Finished, JobId, JobState, Limits, Offer,
+    OutsideAction, Profile, Reading,
 };
 use headroom_store::{BuildRecord, History, JobEvent, JobEventKind, JobRecord, Room, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -60,6 +61,9 @@ pub struct GovernorConfig {
     pub parallelism_set: Vec<String>,
     /// The project's root, which portable keys name `$ROOT` ([`crate::portable`]).
     pub project_root: String,
+    /// The build farm, with the nodes that answered when the build began; `None` builds here
+    /// only.
+    pub farm: Option<FarmSettings>,
 }
 
 /// What the governor keeps of a job beside the driver's record: what its I/O needs.
@@ -116,6 +120,8 @@ struct Governor {
     state: Mutex<State>,
     /// Signalled whenever a job is admitted or the governor shuts down.
     admitted: Condvar,
+    /// Where farmed jobs keep their engine's state, a directory per job.
+    farm_state: PathBuf,
 }
 
 /// Runs the governor on `listener` until the CLI asks it to shut down or a signal ends it.
@@ -147,6 +153,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         admitted: Condvar::new(),
         places: Places::new(&config.project_root, std::env::var("HOME").ok().as_deref()),
         compiler_ids: Mutex::new(HashMap::new()),
+        farm_state: std::env::temp_dir().join(format!("headroom-farm-{}", std::process::id())),
         config,
     });
     {
@@ -300,6 +307,11 @@ pub fn driver_for(config: &GovernorConfig, past: &Past) -> Driver {
         slots: config.slots,
     };
     let mut driver = Driver::new(limits, config.priorities);
+    if let Some(farm) = &config.farm {
+        driver.set_farm(Farm::new(
+            farm.nodes.iter().map(|node| node.spec()).collect(),
+        ));
+    }
     driver.note_reruns(
         past.reruns
             .iter()
@@ -355,6 +367,14 @@ impl Governor {
             .history
             .as_ref()
             .and_then(|h| h.past_run(&identity.key, &portable_key).ok().flatten());
+        let farmable = self.config.farm.is_some()
+            && speaks_gcc_flags(compiler.as_ref())
+            && Distcc::would_distribute(&args);
+        let local_share = state
+            .history
+            .as_ref()
+            .filter(|_| farmable)
+            .and_then(|h| h.local_share(&identity.key).ok().flatten());
         let offer = Offer {
             key: identity.key.clone(),
             label: identity.label.clone(),
@@ -371,6 +391,8 @@ impl Governor {
             } else {
                 0
             },
+            farmable,
+            local_share,
         };
         let (id, decide_now) = state.driver.offer(offer);
         state.jobs.insert(
@@ -448,6 +470,7 @@ impl Governor {
                         .checked_sub(1)
                         .map(|rung| self.config.ladder[rung].clone()),
                     nice: job.nice,
+                    remote: job.node.map(|node| self.remote_launch(id, node)),
                 });
             }
             state = self
@@ -455,6 +478,37 @@ impl Governor {
                 .wait(state)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
+    }
+
+    /// How the shim sends job `id`'s attempt to farm node `node`, with the engine's state in a
+    /// directory of the job's own.
+    fn remote_launch(&self, id: JobId, node: usize) -> RemoteLaunch {
+        let farm = self
+            .config
+            .farm
+            .as_ref()
+            .expect("a job goes to a farm node");
+        let state_dir = self.farm_state.join(format!("job-{id}"));
+        if let Err(err) = std::fs::create_dir_all(&state_dir) {
+            tracing::warn!("cannot create {}: {err}", state_dir.display());
+        }
+        farm.engine.launch(&farm.nodes[node], &state_dir)
+    }
+
+    /// Tells the user, once per node, that the engine could not reach a node any more.
+    fn warn_node_down(&self, state: &State, node: usize, stderr: &str) {
+        if state.shutting_down || !state.driver.farm().is_some_and(|farm| farm.is_up(node)) {
+            return;
+        }
+        let address = &self.config.farm.as_ref().expect("a farmed job").nodes[node].address;
+        let why = stderr
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .unwrap_or("");
+        eprintln!(
+            "headroom: warning: farm node {address} is unreachable ({why}); its jobs run elsewhere"
+        );
     }
 
     fn started(&self, id: JobId, pid: i32) {
@@ -477,11 +531,21 @@ impl Governor {
         if let Some(job) = state.jobs.get_mut(&id) {
             job.pgid = None;
         }
+        let node = state.driver.job(id).and_then(|job| job.node);
+        let remote = node.map(|_| Distcc::outcome(attempt.exit_code, &attempt.stderr_tail));
+        if let (Some(node), Some(RemoteOutcome::Unreachable)) = (node, remote) {
+            self.warn_node_down(&state, node, &attempt.stderr_tail);
+        }
+        if remote.is_some() {
+            let _ = std::fs::remove_dir_all(self.farm_state.join(format!("job-{id}")));
+        }
         let ended = Ended {
             succeeded: attempt.exit_code == Some(0),
-            out_of_memory: !state.shutting_down && ran_out_of_memory(&attempt),
+            out_of_memory: !state.shutting_down
+                && (ran_out_of_memory(&attempt) || remote == Some(RemoteOutcome::OutOfMemory)),
             cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
             max_rss: attempt.max_rss,
+            node_unreachable: !state.shutting_down && remote == Some(RemoteOutcome::Unreachable),
         };
         let killed_by_us = state
             .driver
@@ -540,7 +604,11 @@ impl Governor {
             cpu_ms: (job.cpu_seconds * 1000.0).round() as u64,
             exit_code: attempt.exit_code,
             signal: attempt.signal,
-            predicted: job.estimate.peak,
+            predicted: if job.node.is_some() {
+                job.planned_on_node
+            } else {
+                job.estimate.peak
+            },
             prediction_source: job.source.name().to_string(),
             attempts: job.attempts,
             suspends: job.suspends,
@@ -552,6 +620,13 @@ impl Governor {
                 .map(|rung| self.config.ladder[rung].describe()),
             over_budget: job.estimate.peak > self.config.budget,
             nice: job.nice,
+            node: self
+                .config
+                .farm
+                .as_ref()
+                .zip(job.node)
+                .map(|(farm, node)| farm.nodes[node].address.clone()),
+            node_start_ms: job.node.map(|_| (job.node_start * 1000.0) as u64),
         }
     }
 
@@ -735,6 +810,7 @@ impl Governor {
         }
         self.release_jobs(kill_jobs);
         let build_id = self.finish_history(exit_code);
+        let _ = std::fs::remove_dir_all(&self.farm_state);
         let _ = write_frame(stream, &Reply::ShutDown { build_id });
         std::process::exit(0);
     }

@@ -5,6 +5,8 @@ use std::io::{self, Read, Write};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
+use headroom_farm::RemoteLaunch;
+
 use crate::ladder::Rung;
 
 /// Frames larger than this are refused: no honest message comes close.
@@ -47,11 +49,13 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     /// Run now at CPU niceness `nice` (jobs off the build's longest path run nicer), with
-    /// lower-memory flags if `rung` says so.
+    /// lower-memory flags if `rung` says so, on a farm node through the engine's client if
+    /// `remote` says so.
     Run {
         job_id: u64,
         rung: Option<Rung>,
         nice: u8,
+        remote: Option<RemoteLaunch>,
     },
     /// Report the attempt's result to the build system. A shim whose attempt exited 0 does
     /// not wait for it: such an attempt is never retried.

@@ -20,6 +20,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{kill_process_group, setpriority_process, Pid, Signal};
 
 use crate::ladder::Rung;
+use headroom_farm::RemoteLaunch;
+
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 
 /// The name under which the shim works as a compiler launcher: `headroom-launch COMPILER ARGS…`.
@@ -199,12 +201,19 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
     }
     let mut cpu_before = children_cpu_ms();
     loop {
-        let Ok(Reply::Run { job_id, rung, nice }) = read_frame(&stream) else {
+        let Ok(Reply::Run {
+            job_id,
+            rung,
+            nice,
+            remote,
+        }) = read_frame(&stream)
+        else {
             // The governor is gone before admitting us: run as if it never existed.
             become_compiler(command)
         };
         command.env(crate::shim::JOB_ENV, job_id.to_string());
-        let outcome = run_attempt(&mut command, args, rung.as_ref(), nice, &stream);
+        let mut attempt = attempt_command(&command, args, rung.as_ref(), remote.as_ref());
+        let outcome = run_attempt(&mut attempt, nice, &stream);
         let Ok((status, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -271,26 +280,46 @@ fn collect_stderr(mut pipe: ChildStderr, governor: &UnixStream) -> Vec<u8> {
     stderr
 }
 
+/// The command of one attempt: the compiler `base` runs, with `args` lowered by `rung` when
+/// given, sent to a farm node through the engine's client when `remote` is given.
+fn attempt_command(
+    base: &Command,
+    args: &[OsString],
+    rung: Option<&Rung>,
+    remote: Option<&RemoteLaunch>,
+) -> Command {
+    let args = match rung {
+        Some(rung) => rung.apply(args),
+        None => args.to_vec(),
+    };
+    let mut command = match remote {
+        Some(remote) => {
+            let mut client = Command::new(&remote.program);
+            client
+                .args(&remote.args_before)
+                .arg(base.get_program())
+                .envs(remote.env.iter().map(|(name, value)| (name, value)));
+            client
+        }
+        None => Command::new(base.get_program()),
+    };
+    command.args(args);
+    for (key, value) in base.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    command
+}
+
 /// Runs one attempt in its own process group, so the governor can stop, resume or kill it
 /// whole, at CPU niceness `nice`; returns its status and everything it wrote to stderr.
 fn run_attempt(
     command: &mut Command,
-    args: &[OsString],
-    rung: Option<&Rung>,
     nice: u8,
     stream: &UnixStream,
 ) -> std::io::Result<(std::process::ExitStatus, Vec<u8>)> {
-    if let Some(rung) = rung {
-        let mut lowered = Command::new(command.get_program());
-        lowered.args(rung.apply(args));
-        for (key, value) in command.get_envs() {
-            match value {
-                Some(value) => lowered.env(key, value),
-                None => lowered.env_remove(key),
-            };
-        }
-        *command = lowered;
-    }
     command.process_group(0).stderr(Stdio::piped());
     // The shim takes on the attempt's niceness before starting it, so every process and
     // thread of the attempt inherits it, and the compiler can start through posix_spawn

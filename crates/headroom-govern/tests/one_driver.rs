@@ -55,6 +55,7 @@ fn governor_config(budget: u64, slots: usize) -> GovernorConfig {
         priorities: true,
         parallelism_set: Vec::new(),
         project_root: "/src".into(),
+        farm: None,
     }
 }
 

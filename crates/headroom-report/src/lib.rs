@@ -69,6 +69,14 @@ pub struct JobRecord {
     /// The CPU niceness its last attempt ran at: above 0 when it was off the longest path.
     #[serde(default)]
     pub nice: u8,
+    /// The build farm node (`host:port`) that compiled its last attempt; absent when this
+    /// machine did. Then `peak` is what the job used here (the engine's client), and
+    /// `predicted` what was planned on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// When its attempt on `node` started, in milliseconds from the build's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_start_ms: Option<u64>,
 }
 
 impl JobRecord {
@@ -175,7 +183,69 @@ pub struct BuildReport {
     pub room: Vec<Room>,
 }
 
+/// What one build farm node did for a build.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeUse {
+    /// `host:port`.
+    pub node: String,
+    pub jobs: usize,
+    /// The most predicted memory planned on it at once: what headroom kept under its memory.
+    pub planned_peak: u64,
+    /// Seconds during which at least one job ran there.
+    pub busy_seconds: f64,
+}
+
 impl BuildReport {
+    /// What each farm node did, by name; empty for a build without a farm.
+    pub fn nodes(&self) -> Vec<NodeUse> {
+        let mut names: Vec<&str> = self.jobs.iter().filter_map(|j| j.node.as_deref()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|name| {
+                let jobs: Vec<&JobRecord> = self
+                    .jobs
+                    .iter()
+                    .filter(|job| job.node.as_deref() == Some(name))
+                    .collect();
+                // Each job's interval as +predicted at its start and -predicted at its end.
+                let mut changes: Vec<(u64, i128)> = jobs
+                    .iter()
+                    .flat_map(|job| {
+                        let bytes = i128::from(job.predicted);
+                        let start = job.node_start_ms.unwrap_or(job.start_ms);
+                        [(start, bytes), (job.end_ms, -bytes)]
+                    })
+                    .collect();
+                changes.sort_by_key(|&(t, delta)| (t, delta));
+                let (mut planned, mut planned_peak) = (0i128, 0i128);
+                let (mut busy_ms, mut running, mut busy_since) = (0, 0i32, 0);
+                for (t, delta) in changes {
+                    planned += delta;
+                    planned_peak = planned_peak.max(planned);
+                    if delta > 0 {
+                        if running == 0 {
+                            busy_since = t;
+                        }
+                        running += 1;
+                    } else {
+                        running -= 1;
+                        if running == 0 {
+                            busy_ms += t.saturating_sub(busy_since);
+                        }
+                    }
+                }
+                NodeUse {
+                    node: name.to_string(),
+                    jobs: jobs.len(),
+                    planned_peak: planned_peak as u64,
+                    busy_seconds: busy_ms as f64 / 1000.0,
+                }
+            })
+            .collect()
+    }
+
     pub fn suspends(&self) -> u32 {
         self.jobs.iter().map(|job| job.suspends).sum()
     }

@@ -76,7 +76,11 @@ pub struct Job {
     pub nice: u8,
     /// The farm node the current (or last) attempt was sent to; `None` when it ran here.
     pub node: Option<NodeId>,
-    /// What was planned on `node` for it while it is placed there.
+    /// The predicted peak planned on `node` for that attempt.
+    pub planned_on_node: u64,
+    /// Seconds from the build's start to that attempt's start.
+    pub node_start: f64,
+    /// The same, while the attempt holds it on the node.
     placed: Option<u64>,
     farmable: bool,
     local_share: Option<u64>,
@@ -281,6 +285,8 @@ impl Driver {
                 lower_rungs: offer.lower_rungs,
                 nice: 0,
                 node: None,
+                planned_on_node: 0,
+                node_start: 0.0,
                 placed: None,
                 farmable: offer.farmable,
                 local_share: offer.local_share,
@@ -441,6 +447,8 @@ impl Driver {
             );
             job.begin(Some(node), 0, now);
             job.placed = Some(need);
+            job.planned_on_node = need;
+            job.node_start = now;
             to_do.push(Action::Start { id, nice: 0 });
         }
     }
@@ -502,8 +510,10 @@ impl Driver {
                 job.oom_retries += 1;
                 job.alone = alone;
                 job.estimate = estimate.clone();
+                let (group, floor) = (job.group, estimate.peak);
                 self.scheduler.remove(id);
                 self.scheduler.submit(id, estimate, alone);
+                self.raise_guessed_in_group(group, floor);
                 return (AfterAttempt::Retry, true);
             }
         }
@@ -573,6 +583,20 @@ impl Driver {
             profile,
         };
         (AfterAttempt::Done(Box::new(finished)), !wait_for_followers)
+    }
+
+    /// Raises to `floor` the jobs of `group` still waiting with the default prediction: one of
+    /// them ran out of memory on a node with that much room, and nothing else is known of what
+    /// they need (a farm node's run teaches no peak), so each would otherwise have to run out
+    /// of memory once to learn it.
+    fn raise_guessed_in_group(&mut self, group: u64, floor: u64) {
+        for (&other, waiting) in &mut self.jobs {
+            let guessed = waiting.source == PredictionSource::Default;
+            if waiting.group == group && guessed && waiting.state == JobState::Queued {
+                waiting.estimate = waiting.estimate.clone().at_least(floor);
+                self.scheduler.repredict(other, waiting.estimate.clone());
+            }
+        }
     }
 
     /// Forgets a job whose caller went away (its shim was killed, the build interrupted).
@@ -808,6 +832,39 @@ mod tests {
         assert!(job.alone && job.estimate.peak > 2 * GIB);
         assert_eq!(started(&driver.decide(None, 1.0)), vec![ids[0]]);
         assert_eq!(driver.job(ids[0]).unwrap().node, None, "it runs here");
+    }
+
+    #[test]
+    fn a_group_nothing_is_known_of_learns_from_one_out_of_memory_on_a_node() {
+        let mut driver = driver(GIB, 1);
+        driver.set_farm(Farm::new(vec![crate::NodeSpec {
+            name: "node".into(),
+            memory: 8 * GIB,
+            slots: 8,
+        }]));
+        let unknown = |key: &str| Offer {
+            farmable: true,
+            ..offer(key, 7)
+        };
+        let first = driver.offer(unknown("a.o")).0;
+        driver.decide(None, 0.0);
+        let guessed = driver.job(first).unwrap().estimate.peak;
+        driver.begin_attempt(first);
+        let second = driver.offer(unknown("b.o")).0;
+        let third = driver.offer(unknown("c.o")).0;
+        // The node had room for 2 of them at the default; the first ran out all the same.
+        for id in [second, third] {
+            assert_eq!(driver.job(id).unwrap().node, None, "not started yet");
+        }
+        driver.attempt_ended(first, out_of_memory(50 << 20), 1.0);
+        let floor = driver.job(first).unwrap().estimate.peak;
+        assert!(floor > guessed);
+        for id in [second, third] {
+            assert!(
+                driver.job(id).unwrap().estimate.peak >= floor,
+                "raised with it"
+            );
+        }
     }
 
     #[test]

@@ -121,6 +121,10 @@ impl Farm {
         node.up = false;
     }
 
+    pub fn is_up(&self, node: NodeId) -> bool {
+        self.nodes[node].up
+    }
+
     /// Whether some node that is up could take `need` bytes once it is empty.
     pub fn could_fit(&self, need: u64) -> bool {
         self.nodes

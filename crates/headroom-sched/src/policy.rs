@@ -524,11 +524,13 @@ impl Scheduler {
     }
 
     /// Starts queued job `id` on another machine (a farm node the caller chose), reserving here
-    /// only `local_share`, if that fits beside what is reserved and nothing is stopped: memory
-    /// is short then. It takes none of this machine's slots. Returns whether it started.
+    /// only `local_share`, if that fits beside what is reserved (or nothing runs at all: the
+    /// build must go on) and nothing is stopped: memory is short then. It takes none of this
+    /// machine's slots. Returns whether it started.
     pub fn start_elsewhere(&mut self, id: JobId, local_share: Estimate) -> bool {
         let budget = self.limits.budget.saturating_sub(self.outside);
-        let fits = self.reservations().with(local_share.need()).bytes() <= budget;
+        let fits = self.running.is_empty()
+            || self.reservations().with(local_share.need()).bytes() <= budget;
         let Some(index) = self.queue.iter().position(|job| job.id == id) else {
             return false;
         };

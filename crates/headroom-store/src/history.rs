@@ -17,8 +17,9 @@ use crate::model::{
 /// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
 /// parallelism variables headroom set to `builds` and the `outside_processes` table, version 5
 /// the `job_events` and `room` tables, version 6 each peak's portable key and time to `peaks`
-/// and the `shared_peaks` table ([`crate::shared`]).
-const SCHEMA_VERSION: i32 = 6;
+/// and the `shared_peaks` table ([`crate::shared`]), version 7 the farm node of each job to
+/// `jobs` (`node`, `node_start_ms`) and the `local_shares` table.
+const SCHEMA_VERSION: i32 = 7;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
@@ -70,7 +71,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     lowered_flags TEXT,
     over_budget INTEGER NOT NULL,
     nice INTEGER NOT NULL DEFAULT 0,
+    node TEXT,
+    node_start_ms INTEGER,
     PRIMARY KEY (build_id, job_id)
+);
+CREATE TABLE IF NOT EXISTS local_shares (
+    key TEXT PRIMARY KEY,
+    bytes INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS samples (
     build_id INTEGER NOT NULL,
@@ -280,7 +287,7 @@ impl History {
         self.in_transaction(|tx| {
             tx.execute(
                 "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                 ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                 ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
                 params![
                     build_id,
                     job.job_id as i64,
@@ -306,10 +313,21 @@ impl History {
                     job.lowered_flags,
                     job.over_budget,
                     job.nice,
+                    job.node,
+                    job.node_start_ms.map(|ms| ms as i64),
                 ],
             )?;
-            // Only a clean run tells the job's real peak; lowered flags change it too.
-            if job.exit_code == Some(0) && job.lowered_flags.is_none() && job.peak > 0 {
+            let clean = job.exit_code == Some(0) && job.peak > 0;
+            if clean && job.node.is_some() {
+                // A farm node compiled it: what it used here is its local share, not its peak.
+                tx.execute(
+                    "INSERT INTO local_shares (key, bytes) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET bytes = excluded.bytes",
+                    params![job.key, job.peak as i64],
+                )?;
+            }
+            // Only a clean run here tells the job's real peak; lowered flags change it too.
+            if clean && job.node.is_none() && job.lowered_flags.is_none() {
                 tx.execute(
                     "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile,
                          portable_key, measured_unix_ms)
@@ -481,6 +499,19 @@ impl History {
         })
     }
 
+    /// What job `key` used on this machine the last time a farm node compiled it.
+    pub fn local_share(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT bytes FROM local_shares WHERE key = ?1")
+            .and_then(|mut query| {
+                query
+                    .query_row([key], |row| row.get::<_, i64>(0))
+                    .optional()
+            })
+            .map(|bytes| bytes.map(|b| b as u64))
+            .map_err(|e| self.sqlite(e))
+    }
+
     /// The id of the most recent build.
     pub fn last_build_id(&self) -> Result<i64, StoreError> {
         self.conn
@@ -594,7 +625,7 @@ impl History {
         let mut query = self.conn.prepare(
             "SELECT job_id, key, grp, label, compiler, command, cwd, offered_ms, start_ms, end_ms, peak,
                     cpu_ms, exit_code, signal, predicted, prediction_source, attempts, suspends, requeues,
-                    oom_retries, lowered_flags, over_budget, nice
+                    oom_retries, lowered_flags, over_budget, nice, node, node_start_ms
              FROM jobs WHERE build_id = ?1 ORDER BY job_id",
         )?;
         let rows = query.query_map([id], |row| {
@@ -623,6 +654,8 @@ impl History {
                 lowered_flags: row.get(20)?,
                 over_budget: row.get(21)?,
                 nice: row.get(22)?,
+                node: row.get(23)?,
+                node_start_ms: row.get::<_, Option<i64>>(24)?.map(|ms| ms as u64),
             })
         })?;
         rows.collect()
@@ -746,6 +779,8 @@ fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
         }
         tx.execute_batch(SCHEMA)?;
         add_missing_column(&tx, "jobs", "nice", "INTEGER NOT NULL DEFAULT 0")?;
+        add_missing_column(&tx, "jobs", "node", "TEXT")?;
+        add_missing_column(&tx, "jobs", "node_start_ms", "INTEGER")?;
         add_missing_column(&tx, "builds", "parallelism_set", "TEXT")?;
         add_missing_column(&tx, "peaks", "portable_key", "TEXT")?;
         add_missing_column(&tx, "peaks", "measured_unix_ms", "INTEGER")?;
@@ -840,6 +875,8 @@ pub(crate) mod tests {
             lowered_flags: None,
             over_budget: false,
             nice: 0,
+            node: None,
+            node_start_ms: None,
         }
     }
 
@@ -1031,11 +1068,34 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_farmed_run_teaches_its_local_share_and_keeps_the_peak_measured_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut history = History::open(&dir.path().join("h.sqlite")).unwrap();
+        let id = history.begin_build(&build()).unwrap();
+        history
+            .record_job(id, &job(0, "a", 2 << 30), "portable", None)
+            .unwrap();
+        let farmed = JobRecord {
+            node: Some("10.0.0.5:3632".into()),
+            ..job(1, "a", 90 << 20)
+        };
+        history.record_job(id, &farmed, "portable", None).unwrap();
+        assert_eq!(history.past_run("a", "-").unwrap().unwrap().peak, 2 << 30);
+        assert_eq!(history.local_share("a").unwrap(), Some(90 << 20));
+        assert_eq!(history.local_share("b").unwrap(), None);
+        let jobs = history.load_build(id).unwrap().jobs;
+        assert_eq!(jobs[1].node.as_deref(), Some("10.0.0.5:3632"));
+        assert_eq!(jobs[0].node, None);
+    }
+
+    #[test]
     fn a_history_from_before_priorities_keeps_its_jobs_and_records_niceness() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.sqlite");
         let old = Connection::open(&path).unwrap();
-        let version_2 = SCHEMA.replace("    nice INTEGER NOT NULL DEFAULT 0,\n", "");
+        let version_2 = SCHEMA
+            .replace("    nice INTEGER NOT NULL DEFAULT 0,\n", "")
+            .replace("    node TEXT,\n    node_start_ms INTEGER,\n", "");
         assert_ne!(version_2, SCHEMA);
         old.execute_batch(&format!(
             "{version_2}

@@ -101,6 +101,7 @@ pub fn render(report: &BuildReport) -> String {
             );
         }
     }
+    render_farm(&mut out, report);
     let lowered: Vec<_> = report.lowered().collect();
     if !lowered.is_empty() {
         let _ = writeln!(
@@ -115,6 +116,37 @@ pub fn render(report: &BuildReport) -> String {
     }
     render_outside(&mut out, report);
     out
+}
+
+/// What each build farm node did: its jobs, the most memory planned on it at once, and how
+/// long it was busy.
+fn render_farm(out: &mut String, report: &BuildReport) {
+    let nodes = report.nodes();
+    if nodes.is_empty() {
+        return;
+    }
+    let farmed: usize = nodes.iter().map(|node| node.jobs).sum();
+    let _ = writeln!(
+        out,
+        "  farm: {farmed} of {} jobs compiled on {} nodes (the peak column shows what they used here)",
+        report.jobs.len(),
+        nodes.len()
+    );
+    let _ = writeln!(
+        out,
+        "  {:>6}  {:>12}  {:>8}  node",
+        "jobs", "planned peak", "busy"
+    );
+    for node in nodes {
+        let _ = writeln!(
+            out,
+            "  {:>6}  {:>12}  {:>6.1} s  {}",
+            node.jobs,
+            Size(node.planned_peak).to_string(),
+            node.busy_seconds,
+            node.node
+        );
+    }
 }
 
 /// What ran outside admission: the compilers (loudly when nothing was admitted at all), then the
@@ -242,6 +274,8 @@ mod tests {
             lowered_flags: None,
             over_budget: false,
             nice: 0,
+            node: None,
+            node_start_ms: None,
         };
         let mut jobs = vec![
             job(0, "light.o", 150 << 20),
@@ -290,6 +324,28 @@ mod tests {
     #[test]
     fn summary_snapshot() {
         insta::assert_snapshot!(render(&report()));
+    }
+
+    #[test]
+    fn a_farmed_build_shows_each_node() {
+        let mut report = report();
+        report.outside.clear();
+        // Jobs 1 and 2 overlap on node a (3 GiB planned at once); job 3 runs later on node b.
+        let farmed = [
+            (1, "10.0.0.5:3632", 0, 4000),
+            (2, "10.0.0.5:3632", 1000, 5000),
+            (3, "10.0.0.6:3632", 6000, 8000),
+        ];
+        for (job_id, node, start_ms, end_ms) in farmed {
+            let job = &mut report.jobs[job_id - 1];
+            job.node = Some(node.into());
+            job.start_ms = start_ms;
+            job.end_ms = end_ms;
+            job.predicted = 3 << 29;
+        }
+        let text = render(&report);
+        assert!(text.contains("farm: 3 of"), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

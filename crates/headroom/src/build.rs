@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use headroom_farm::{Distcc, FarmSettings, Node};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
 use headroom_govern::session::Session;
@@ -65,6 +66,20 @@ pub struct BuildArgs {
         hide = true
     )]
     sample_interval_ms: Option<u64>,
+    /// Send compiles to a build farm node (distcc's `distccd`): `HOST:PORT=MEMORY/SLOTS`, such
+    /// as `10.0.0.5:3632=64G/16`, given once per node. headroom places each job on a node whose
+    /// memory fits its predicted peak; replaces `[build.farm] nodes` of headroom.toml.
+    #[arg(
+        long = "farm",
+        env = "HEADROOM_FARM",
+        value_name = "NODE",
+        value_delimiter = ',',
+        conflicts_with = "no_farm"
+    )]
+    farm: Vec<String>,
+    /// Build on this machine only, even where headroom.toml names a farm.
+    #[arg(long)]
+    no_farm: bool,
     /// Do not read or write the build history.
     #[arg(long)]
     no_history: bool,
@@ -85,6 +100,8 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         lower_flags: args.lower_flags,
         sample_interval_ms: args.sample_interval_ms,
         no_priorities: args.no_priorities,
+        farm: args.farm.clone(),
+        no_farm: args.no_farm,
     };
     let command = args
         .command
@@ -201,6 +218,7 @@ pub fn start_session(
         project_root: headroom_config::project_root(&cwd)
             .to_string_lossy()
             .into_owned(),
+        farm: reachable_farm(&settings.farm),
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     let session = Session::start(&exe, &config, state.dir())?;
@@ -209,6 +227,38 @@ pub fn start_session(
         history,
         settings,
         _state: state,
+    })
+}
+
+/// The farm of `nodes` that can be used now: the distcc client must be on PATH and a node must
+/// answer. Anything missing is a warning, not an error: the build then runs here, as it would
+/// without a farm.
+fn reachable_farm(nodes: &[Node]) -> Option<FarmSettings> {
+    if nodes.is_empty() {
+        return None;
+    }
+    let Some(engine) = Distcc::find() else {
+        eprintln!("headroom: warning: a build farm is configured, but `distcc` is not on PATH (Debian: apt install distcc); this build runs on this machine only");
+        return None;
+    };
+    let mut reachable = Vec::new();
+    for node in nodes {
+        match node.reachable() {
+            Ok(()) => reachable.push(node.clone()),
+            Err(err) => eprintln!(
+                "headroom: warning: farm node {} is unreachable ({err}); no job goes there",
+                node.address
+            ),
+        }
+    }
+    if reachable.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = reachable.iter().map(Node::to_string).collect();
+    eprintln!("headroom: farm: {}", names.join(", "));
+    Some(FarmSettings {
+        engine,
+        nodes: reachable,
     })
 }
 

@@ -361,5 +361,7 @@ fn job_record(job_id: u64, peak: u64) -> headroom_store::JobRecord {
         lowered_flags: None,
         over_budget: false,
         nice: 0,
+        node: None,
+        node_start_ms: None,
     }
 }

@@ -1,0 +1,342 @@
+//! `headroom build` with a build farm, against real `distccd` daemons on loopback, each node in
+//! a memory-limited cgroup of its own and this machine in another: the farm is faster than
+//! this machine alone with no OOM kill anywhere, a job that runs out of memory on a node is
+//! retried on one where it fits and never here unadmitted, a node stopped mid-build loses no
+//! job, and without a reachable farm the build runs as it does without one. Skips, saying
+//! why, where distcc or memory cgroups are missing.
+
+mod fakecc;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use headroom_probe::cgroup::Cgroup;
+use headroom_store::BuildReport;
+
+const MIB: u64 = 1 << 20;
+
+/// One farm node: a `distccd` in its own memory-limited cgroup.
+struct Node {
+    daemon: Child,
+    cgroup: Cgroup,
+    port: u16,
+}
+
+impl Node {
+    /// Starts a node whose compiles may use `limit` bytes in all, running `slots` at once.
+    fn start(name: &str, limit: u64, slots: usize) -> Option<Node> {
+        let cgroup = limited_cgroup(name, limit)?;
+        let port = free_port();
+        let mut daemon = Command::new("distccd");
+        daemon
+            .args([
+                "--no-detach",
+                "--daemon",
+                "--log-stderr",
+                "--enable-tcp-insecure",
+            ])
+            .args(["--allow", "127.0.0.1", "--listen", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--jobs", &slots.to_string()])
+            .stderr(Stdio::null());
+        cgroup.attach(&mut daemon);
+        let node = Node {
+            daemon: daemon.spawn().expect("distccd starts"),
+            cgroup,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "distccd listens on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(node)
+    }
+
+    /// The node as `--farm` takes it, declaring `memory` and `slots`.
+    fn farm_flag(&self, memory: &str, slots: usize) -> String {
+        format!("--farm=127.0.0.1:{}={memory}/{slots}", self.port)
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the node as a crash would: every process of it killed at once.
+    fn kill(&mut self) {
+        for pid in self.cgroup.pids().unwrap_or_default() {
+            // SAFETY: kill(2) on the processes of this test's own daemon.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = self.daemon.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.cgroup.pids().unwrap_or_default().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir(self.cgroup.dir());
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
+    let name = format!("headroom-farm-{name}-{}", std::process::id());
+    match Cgroup::create_under_self(&name, Some(limit)) {
+        Ok(cgroup) => Some(cgroup),
+        Err(err) => {
+            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
+            None
+        }
+    }
+}
+
+fn have_distcc() -> bool {
+    let found = ["distcc", "distccd"]
+        .iter()
+        .all(|tool| Command::new(tool).arg("--version").output().is_ok());
+    if !found {
+        eprintln!("skipping: distcc is not installed (apt-get install distcc)");
+    }
+    found
+}
+
+/// A project of `units` compiles by the stand-in compiler named `g++`, each taking the memory
+/// and time its `mem/UNIT` file says (`MIB MILLIS`). distccd runs as `nobody`: the project
+/// must be readable by all.
+fn project(units: &[&str], mib: u64, millis: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for sub in ["bin", "mem"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    std::os::unix::fs::symlink(fakecc::path(), dir.path().join("bin/g++")).unwrap();
+    let objects: Vec<String> = units.iter().map(|unit| format!("{unit}.o")).collect();
+    let mut makefile = format!("all: {}\n", objects.join(" "));
+    for unit in units {
+        // A node compiles in a directory of its own: the file is named by its full path.
+        makefile += &format!(
+            "{unit}.o:\n\tg++ --mem-file $(CURDIR)/mem/{unit} -c {unit}.cpp -o {unit}.o\n"
+        );
+    }
+    std::fs::write(dir.path().join("Makefile"), makefile).unwrap();
+    set_memory(dir.path(), units, mib, millis);
+    dir
+}
+
+fn set_memory(dir: &Path, units: &[&str], mib: u64, millis: u64) {
+    for unit in units {
+        std::fs::write(dir.join("mem").join(unit), format!("{mib} {millis}\n")).unwrap();
+        let _ = std::fs::remove_file(dir.join(format!("{unit}.o")));
+    }
+}
+
+/// Runs `headroom build ARGS -- make -j8` in `dir`, inside `cgroup` (this machine's cap).
+/// Returns how it ended, how long it took and its report.
+fn headroom_build(dir: &Path, cgroup: &Cgroup, args: &[String]) -> (Output, f64, BuildReport) {
+    let mut headroom = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    headroom
+        .current_dir(dir)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.join("bin").display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("HEADROOM_STATE_DIR", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("MAKEFLAGS")
+        .env_remove("HEADROOM_FARM")
+        .args(["build", "--report", "report.json"])
+        .args(args)
+        .args(["--", "make", "-j8"]);
+    cgroup.attach(&mut headroom);
+    let start = Instant::now();
+    let output = headroom.output().unwrap();
+    let seconds = start.elapsed().as_secs_f64();
+    let report = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap())
+        .expect("the build wrote its report");
+    (output, seconds, report)
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_farm_is_faster_than_this_machine_alone_with_no_oom_kill_anywhere() {
+    if !have_distcc() {
+        return;
+    }
+    // This machine fits one 400 MiB job at a time; so does each node.
+    let Some(here) = limited_cgroup("here", 800 * MIB) else {
+        return;
+    };
+    let (Some(a), Some(b)) = (
+        Node::start("a", 700 * MIB, 2),
+        Node::start("b", 700 * MIB, 2),
+    ) else {
+        return;
+    };
+    let units = ["u1", "u2", "u3", "u4", "u5", "u6"];
+    let dir = project(&units, 400, 1500);
+    let (alone, alone_seconds, _) =
+        headroom_build(dir.path(), &here, &["--budget".into(), "600M".into()]);
+    assert!(alone.status.success(), "{}", stderr(&alone));
+
+    set_memory(dir.path(), &units, 400, 1500);
+    let farm = [a.farm_flag("600M", 2), b.farm_flag("600M", 2)];
+    let mut args = vec!["--budget".to_string(), "600M".to_string()];
+    args.extend(farm);
+    let (farmed, farm_seconds, report) = headroom_build(dir.path(), &here, &args);
+    let log = stderr(&farmed);
+    assert!(farmed.status.success(), "{log}");
+    assert!(
+        farm_seconds < 0.8 * alone_seconds,
+        "with the farm {farm_seconds:.1} s, alone {alone_seconds:.1} s: {log}"
+    );
+    assert_eq!(here.oom_kills(), 0, "{log}");
+    assert_eq!(
+        (a.cgroup.oom_kills(), b.cgroup.oom_kills()),
+        (0, 0),
+        "{log}"
+    );
+    let nodes = report.nodes();
+    assert_eq!(nodes.len(), 2, "both nodes compiled: {log}");
+    for node in &nodes {
+        assert!(node.planned_peak <= 600 * MIB, "{node:?}");
+    }
+    assert!(log.contains("farm: "), "{log}");
+    for unit in units {
+        assert!(dir.path().join(format!("{unit}.o")).exists());
+    }
+    let _ = std::fs::remove_dir(here.dir());
+}
+
+#[test]
+fn a_job_out_of_memory_on_a_node_is_retried_where_it_fits_and_never_here() {
+    if !have_distcc() {
+        return;
+    }
+    // This machine cannot hold the 400 MiB job at all: run here, it would be OOM-killed.
+    let Some(here) = limited_cgroup("small-here", 250 * MIB) else {
+        return;
+    };
+    let (Some(small), Some(large)) = (
+        Node::start("small", 300 * MIB, 1),
+        Node::start("large", 800 * MIB, 1),
+    ) else {
+        return;
+    };
+    let dir = project(&["grows"], 100, 300);
+    let budget = ["--budget".to_string(), "200M".to_string()];
+    let (first, _, _) = headroom_build(dir.path(), &here, &budget);
+    assert!(first.status.success(), "{}", stderr(&first));
+
+    // An edited header: the job now needs 400 MiB, and the history says about 100.
+    set_memory(dir.path(), &["grows"], 400, 1000);
+    let mut args = budget.to_vec();
+    args.extend([small.farm_flag("280M", 1), large.farm_flag("700M", 1)]);
+    let (farmed, _, report) = headroom_build(dir.path(), &here, &args);
+    let log = stderr(&farmed);
+    assert!(farmed.status.success(), "{log}");
+    assert!(
+        small.cgroup.oom_kills() >= 1,
+        "it ran out on the small node: {log}"
+    );
+    let job = &report.jobs[0];
+    assert_eq!(job.node.as_deref(), Some(large.address().as_str()), "{log}");
+    assert_eq!(job.oom_retries, 1, "{log}");
+    assert!(
+        job.peak < 100 * MIB,
+        "only distcc's client ran here: {job:?}"
+    );
+    assert_eq!(
+        here.oom_kills(),
+        0,
+        "nothing fell back to this machine: {log}"
+    );
+    assert!(dir.path().join("grows.o").exists());
+    let _ = std::fs::remove_dir(here.dir());
+}
+
+#[test]
+fn a_node_stopped_mid_build_loses_no_job() {
+    if !have_distcc() {
+        return;
+    }
+    let Some(here) = limited_cgroup("stop-here", 2048 * MIB) else {
+        return;
+    };
+    let (Some(mut doomed), Some(survivor)) = (
+        Node::start("doomed", 1024 * MIB, 2),
+        Node::start("survivor", 1024 * MIB, 2),
+    ) else {
+        return;
+    };
+    let units = ["s1", "s2", "s3", "s4"];
+    let dir = project(&units, 200, 3000);
+    let args = [
+        "--budget".to_string(),
+        "1G".to_string(),
+        doomed.farm_flag("1G", 2),
+        survivor.farm_flag("1G", 2),
+    ];
+    let (output, _, report) = std::thread::scope(|scope| {
+        let build = scope.spawn(|| headroom_build(dir.path(), &here, &args));
+        // Stop it while its compiles run.
+        std::thread::sleep(Duration::from_millis(1500));
+        doomed.kill();
+        build.join().unwrap()
+    });
+    let log = stderr(&output);
+    assert!(output.status.success(), "{log}");
+    assert!(log.contains("unreachable"), "{log}");
+    assert_eq!(report.jobs.len(), units.len());
+    for job in &report.jobs {
+        assert_eq!(job.exit_code, Some(0), "{job:?}");
+        assert_ne!(
+            job.node.as_deref(),
+            Some(doomed.address().as_str()),
+            "{log}"
+        );
+    }
+    for unit in units {
+        assert!(dir.path().join(format!("{unit}.o")).exists());
+    }
+    let _ = std::fs::remove_dir(here.dir());
+}
+
+#[test]
+fn without_a_reachable_farm_the_build_runs_here_as_always() {
+    let Some(here) = limited_cgroup("unreachable", 2048 * MIB) else {
+        return;
+    };
+    let units = ["l1", "l2"];
+    let dir = project(&units, 50, 200);
+    let closed = free_port();
+    let args = [format!("--farm=127.0.0.1:{closed}=8G/4")];
+    let (output, _, report) = headroom_build(dir.path(), &here, &args);
+    let log = stderr(&output);
+    assert!(output.status.success(), "{log}");
+    assert!(
+        log.contains(&format!("farm node 127.0.0.1:{closed} is unreachable"))
+            || log.contains("`distcc` is not on PATH"),
+        "{log}"
+    );
+    assert!(report.jobs.iter().all(|job| job.node.is_none()), "{log}");
+    assert!(report.nodes().is_empty());
+    assert_eq!(report.jobs.len(), units.len());
+    let _ = std::fs::remove_dir(here.dir());
+}
