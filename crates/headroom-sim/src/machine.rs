@@ -106,9 +106,10 @@ impl FromStr for FarmSpec {
         if nodes == 0 {
             return Err(invalid("a farm needs at least 1 node".into()));
         }
-        let node = node
-            .parse()
-            .map_err(|err: SimError| invalid(format!("node: {err}")))?;
+        let node = node.parse().map_err(|err| match err {
+            SimError::Machine { reason, .. } => invalid(format!("each node's `{node}`: {reason}")),
+            other => other,
+        })?;
         Ok(FarmSpec { nodes, node })
     }
 }
