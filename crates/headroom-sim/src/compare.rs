@@ -4,25 +4,29 @@ use serde::Serialize;
 
 use crate::bound::LowerBound;
 use crate::engine::{simulate, Outcome};
-use crate::machine::Machine;
+use crate::machine::{site_name, Machine};
 use crate::policy::PolicySpec;
 use crate::workload::{SimConfig, Workload};
 use crate::SimError;
 
-/// Every policy's outcome on one trace and machine, with the lower bound.
+/// Every policy's outcome on one trace and machine (and farm), with the lower bound.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     pub trace: String,
     pub machine: String,
+    /// The build farm beside the machine, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub farm: Option<String>,
     /// The machine's memory in bytes.
     pub machine_memory: u64,
     /// The bytes of it that headroom (and the clairvoyant reference) were given.
     pub headroom_budget: u64,
+    /// The bound on the machine and its farm's nodes together, as if one machine.
     pub lower_bound: LowerBound,
     pub outcomes: Vec<Outcome>,
 }
 
-/// Simulates each policy of `specs` on `workload` and `machine`.
+/// Simulates each policy of `specs` on `workload` and `machine`, beside `config`'s farm.
 pub fn compare(
     workload: &Workload,
     machine: Machine,
@@ -31,21 +35,30 @@ pub fn compare(
 ) -> Result<Comparison, SimError> {
     let mut outcomes = Vec::new();
     for spec in specs {
-        for mut policy in spec.instantiate(machine, workload, config) {
+        for mut policy in spec.instantiate(machine, workload, config)? {
             outcomes.push(simulate(workload, machine, policy.as_mut(), config)?);
         }
     }
     Ok(Comparison {
         trace: workload.name.clone(),
         machine: machine.to_string(),
+        farm: config.farm.map(|farm| farm.to_string()),
         machine_memory: machine.memory,
         headroom_budget: config.budget.bytes(machine.memory),
-        lower_bound: LowerBound::new(workload, machine),
+        lower_bound: LowerBound::new(
+            workload,
+            config.farm.map_or(machine, |farm| farm.with(machine)),
+        ),
         outcomes,
     })
 }
 
 impl Comparison {
+    /// The machine, and its farm when it had one ([`site_name`]).
+    pub fn site(&self) -> String {
+        site_name(&self.machine, self.farm.as_deref())
+    }
+
     /// The outcome of the named headroom run (`headroom (cold)` or `headroom (warm)`).
     pub fn outcome(&self, policy: &str) -> Option<&Outcome> {
         self.outcomes

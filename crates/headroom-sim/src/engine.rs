@@ -3,11 +3,17 @@
 //! events every job's memory changes linearly, so the machine's total is exact at every
 //! instant: when the jobs would take more than the machine has, the kernel's OOM killer acts
 //! at that very moment and the event is counted.
+//!
+//! With a farm ([`SimConfig::farm`]) each node is such a machine of its own: a job the policy
+//! sends to a node takes that node's memory and shares its cores, its node's kernel kills the
+//! largest job there when the node runs out, and this machine holds only the engine's client
+//! for it ([`CLIENT_BYTES`]) until it ends.
 
-use headroom_sched::{chain, Action, JobId, Profile, ProfileRecorder, Ran};
+use headroom_sched::driver::DEFAULT_LOCAL_SHARE;
+use headroom_sched::{chain, Action, JobId, NodeId, Profile, ProfileRecorder, Ran};
 use serde::Serialize;
 
-use crate::machine::Machine;
+use crate::machine::{FarmSpec, Machine};
 use crate::workload::{SimConfig, SimJob, Workload, PROGRESS_EPSILON};
 use crate::SimError;
 
@@ -15,8 +21,11 @@ use crate::SimError;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunningJob {
     pub id: JobId,
-    /// Bytes the job's processes use now.
+    /// Bytes the job's processes use on this machine now: for a job compiled on a farm node,
+    /// its engine client's.
     pub bytes: u64,
+    /// The farm node it compiles on; `None` when it compiles here.
+    pub node: Option<NodeId>,
     /// CPU seconds this attempt has used.
     pub cpu_seconds: f64,
     /// Simulated second at which this attempt started.
@@ -33,7 +42,26 @@ pub struct View<'a> {
     pub machine: Machine,
     /// Running jobs, oldest attempt first.
     pub running: &'a [RunningJob],
+    /// The farm's nodes in order, as their engine's scheduler sees them (empty without one).
+    pub nodes: &'a [NodeLoad],
 }
+
+/// What one farm node runs now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeLoad {
+    /// Its cores and memory.
+    pub spec: Machine,
+    /// Jobs compiling on it.
+    pub jobs: usize,
+    /// Cores those jobs want.
+    pub threads: f64,
+    /// Bytes those jobs use.
+    pub used: u64,
+}
+
+/// What a job compiled on a farm node holds on this machine while it runs: the engine's
+/// client and its preprocessing, the figure headroom's driver assumes too.
+pub const CLIENT_BYTES: u64 = DEFAULT_LOCAL_SHARE;
 
 impl View<'_> {
     /// Bytes all running jobs use, suspended ones included.
@@ -60,6 +88,11 @@ pub trait Policy {
     }
     fn offer(&mut self, job: &SimJob);
     fn decide(&mut self, view: &View<'_>) -> Vec<Action>;
+    /// The farm node the policy sends job `id` to as it starts it; `None` (the default, and
+    /// for every policy without a farm) runs it here.
+    fn node_of(&self, _id: JobId) -> Option<NodeId> {
+        None
+    }
     /// The job ended at `now`, having used at most `peak` bytes.
     fn finished(&mut self, job: &SimJob, peak: u64, now: f64);
     /// The kernel killed the job for want of memory; the policy decides how it is retried.
@@ -73,10 +106,12 @@ pub struct Outcome {
     pub family: String,
     /// Seconds from the first offer to the last job's end.
     pub makespan: f64,
-    /// Highest total memory of the running jobs.
+    /// Highest total memory of the running jobs on this machine (not on the farm's nodes).
     pub peak_memory: u64,
-    /// Jobs the kernel's OOM killer killed.
+    /// Jobs the kernel's OOM killer killed, here and on the farm's nodes.
     pub oom_events: u32,
+    /// Of those, the ones killed on a farm node.
+    pub node_oom_events: u32,
     /// Jobs the policy itself killed and requeued.
     pub policy_kills: u32,
     pub suspensions: u32,
@@ -113,8 +148,33 @@ struct Run {
     nice: u8,
     /// The fraction of full speed it runs at now ([`Simulation::share_cores`]).
     speed: f64,
+    /// Where it compiles: `None` here, or on a farm node.
+    node: Option<NodeId>,
+    /// Bytes it uses where it compiles.
     bytes: f64,
     peak: f64,
+}
+
+/// This machine, as a place: farm node `n` is place `n + 1`.
+const HERE: usize = 0;
+
+impl Run {
+    /// The place it compiles on.
+    fn place(&self) -> usize {
+        self.node.map_or(HERE, |node| node + 1)
+    }
+
+    /// Bytes it uses on `place`: where it compiles, its own; here, its engine client's when
+    /// it compiles on a node.
+    fn bytes_on(&self, place: usize) -> f64 {
+        if self.place() == place {
+            self.bytes
+        } else if place == HERE {
+            CLIENT_BYTES as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 /// The kernel's CPU weight of a thread at each niceness from 0 to 19 (`sched_prio_to_weight`
@@ -151,6 +211,7 @@ pub fn simulate(
 struct Simulation<'a> {
     workload: &'a Workload,
     machine: Machine,
+    farm: Option<FarmSpec>,
     tick: f64,
     policy: &'a mut dyn Policy,
     now: f64,
@@ -177,6 +238,7 @@ impl<'a> Simulation<'a> {
             makespan: 0.0,
             peak_memory: 0,
             oom_events: 0,
+            node_oom_events: 0,
             policy_kills: 0,
             suspensions: 0,
             wasted_seconds: 0.0,
@@ -186,6 +248,7 @@ impl<'a> Simulation<'a> {
         Simulation {
             workload,
             machine,
+            farm: config.farm,
             tick: config.tick,
             policy,
             now: 0.0,
@@ -210,17 +273,19 @@ impl<'a> Simulation<'a> {
         for _ in 0..event_limit {
             self.kernel_oom_kills();
             let view_jobs = self.running_view();
+            let nodes = self.node_loads();
             let view = View {
                 now: self.now,
                 tick: tick_due,
                 machine: self.machine,
                 running: &view_jobs,
+                nodes: &nodes,
             };
             let actions = self.policy.decide(&view);
             let sampled = tick_due || !self.policy.needs_ticks();
             tick_due = false;
             self.apply(&actions)?;
-            if self.used() >= self.capacity_limit() {
+            if self.overfull_place().is_some() {
                 continue;
             }
             if self.finished == self.workload.jobs.len() {
@@ -262,12 +327,58 @@ impl<'a> Simulation<'a> {
         self.outcome
     }
 
-    fn capacity_limit(&self) -> f64 {
-        self.machine.memory as f64 - OOM_TOLERANCE
+    /// This machine, then each farm node.
+    fn places(&self) -> usize {
+        1 + self.farm.map_or(0, |farm| farm.nodes)
     }
 
+    fn machine_of(&self, place: usize) -> Machine {
+        match self.farm {
+            Some(farm) if place != HERE => farm.node,
+            _ => self.machine,
+        }
+    }
+
+    /// Bytes in use on `place`.
+    fn used_on(&self, place: usize) -> f64 {
+        self.runs.iter().map(|run| run.bytes_on(place)).sum()
+    }
+
+    /// Bytes in use on this machine.
     fn used(&self) -> f64 {
-        self.runs.iter().map(|run| run.bytes).sum()
+        self.used_on(HERE)
+    }
+
+    /// The first place whose jobs take all its memory, when one does.
+    fn overfull_place(&self) -> Option<usize> {
+        (0..self.places()).find(|&place| {
+            !self.runs.is_empty()
+                && self.used_on(place) >= self.machine_of(place).memory as f64 - OOM_TOLERANCE
+        })
+    }
+
+    fn node_loads(&self) -> Vec<NodeLoad> {
+        let Some(farm) = self.farm else {
+            return Vec::new();
+        };
+        let mut nodes = vec![
+            NodeLoad {
+                spec: farm.node,
+                jobs: 0,
+                threads: 0.0,
+                used: 0,
+            };
+            farm.nodes
+        ];
+        for run in &self.runs {
+            if let Some(node) = run.node {
+                let load = &mut nodes[node];
+                load.jobs += 1;
+                load.threads += self.workload.jobs[run.job].threads;
+                load.used += run.bytes.round() as u64;
+            }
+        }
+        nodes
     }
 
     fn running_view(&self) -> Vec<RunningJob> {
@@ -275,7 +386,8 @@ impl<'a> Simulation<'a> {
             .iter()
             .map(|run| RunningJob {
                 id: run.job as JobId,
-                bytes: run.bytes.round() as u64,
+                bytes: run.bytes_on(HERE).round() as u64,
+                node: run.node,
                 cpu_seconds: run.progress * self.workload.jobs[run.job].threads,
                 started: run.started,
                 suspended: run.suspended,
@@ -318,6 +430,11 @@ impl<'a> Simulation<'a> {
                     if !startable {
                         return Err(invalid());
                     }
+                    let node = self.policy.node_of(id);
+                    let nodes = self.farm.map_or(0, |farm| farm.nodes);
+                    if node.is_some_and(|node| node >= nodes) {
+                        return Err(invalid());
+                    }
                     let sim_job = &self.workload.jobs[job];
                     let bytes = sim_job.memory_at(0.0, 0);
                     self.runs.push(Run {
@@ -328,6 +445,7 @@ impl<'a> Simulation<'a> {
                         suspended: false,
                         nice: nice.min(chain::LOWEST_PRIORITY),
                         speed: 1.0,
+                        node,
                         bytes,
                         peak: bytes,
                     });
@@ -352,63 +470,45 @@ impl<'a> Simulation<'a> {
         Ok(())
     }
 
-    /// The kernel's OOM killer: while the machine is full, kill the job using the most memory.
+    /// Each kernel's OOM killer: while a machine (this one or a farm node) is full, kill the
+    /// job using the most memory on it. Killing a job's engine client here ends its compile on
+    /// the node too.
     fn kernel_oom_kills(&mut self) {
-        while !self.runs.is_empty() && self.used() >= self.capacity_limit() {
+        while let Some(place) = self.overfull_place() {
             let largest = self
                 .runs
                 .iter()
                 .enumerate()
-                .max_by(|a, b| a.1.bytes.total_cmp(&b.1.bytes).then(a.0.cmp(&b.0)))
+                .max_by(|a, b| {
+                    a.1.bytes_on(place)
+                        .total_cmp(&b.1.bytes_on(place))
+                        .then(a.0.cmp(&b.0))
+                })
                 .map(|(index, _)| index)
                 .unwrap_or(0);
             let run = self.runs.remove(largest);
             self.outcome.oom_events += 1;
+            if place != HERE {
+                self.outcome.node_oom_events += 1;
+            }
             self.outcome.wasted_seconds += run.progress;
             let job = &self.workload.jobs[run.job];
             self.policy.oom_killed(job, run.peak.round() as u64);
         }
     }
 
-    /// Sets each run's speed, the fraction of full speed it gets (0 while suspended): all of
-    /// it unless the jobs want more cores than the machine has. Then each job's threads get
-    /// cores in proportion to their weight, and a job that would get more than it can use
-    /// (its threads) gets just that, the rest going to the others.
+    /// Sets each run's speed, the fraction of full speed it gets (0 while suspended), on each
+    /// machine apart ([`share_cores`]).
     fn share_cores(&mut self) {
         let jobs = &self.workload.jobs;
-        let threads = |run: &Run| {
-            if run.suspended {
-                0.0
-            } else {
-                jobs[run.job].threads
-            }
-        };
-        let weight = |run: &Run| CPU_WEIGHTS[usize::from(run.nice)];
-        let mut cores_left = self.machine.cores as f64;
-        let demand: f64 = self.runs.iter().map(threads).sum();
-        let first_nice = self.runs.first().map(|run| run.nice);
-        if demand <= cores_left || self.runs.iter().all(|run| Some(run.nice) == first_nice) {
-            let speed = (cores_left / demand).min(1.0);
-            for run in &mut self.runs {
-                run.speed = if run.suspended { 0.0 } else { speed };
-            }
-            return;
-        }
-        // The heaviest jobs are the ones that may get all they want; once one cannot, the
-        // cores left per weight stay the same for every lighter job.
-        let mut heaviest_first: Vec<usize> = (0..self.runs.len()).collect();
-        heaviest_first.sort_by(|&a, &b| weight(&self.runs[b]).total_cmp(&weight(&self.runs[a])));
-        let mut weight_left: f64 = self.runs.iter().map(|run| threads(run) * weight(run)).sum();
-        for index in heaviest_first {
-            let run = &mut self.runs[index];
-            let (threads, weight) = (threads(run), weight(run));
-            run.speed = if threads > 0.0 {
-                (weight * cores_left / weight_left).min(1.0)
-            } else {
-                0.0
-            };
-            cores_left -= run.speed * threads;
-            weight_left -= threads * weight;
+        for place in 0..self.places() {
+            let cores = self.machine_of(place).cores;
+            let mut runs: Vec<&mut Run> = self
+                .runs
+                .iter_mut()
+                .filter(|run| run.place() == place)
+                .collect();
+            share_cores(&mut runs, jobs, cores);
         }
     }
 
@@ -417,17 +517,21 @@ impl<'a> Simulation<'a> {
     fn advance(&mut self) -> Option<bool> {
         self.share_cores();
         let mut step = f64::INFINITY;
-        let mut slope = 0.0;
+        // Bytes gained per second on each place (an engine client's stay as they are).
+        let mut slopes = vec![0.0; self.places()];
         for run in self.runs.iter().filter(|run| !run.suspended) {
             let (job, speed) = (&self.workload.jobs[run.job], run.speed);
             let to_end = (job.duration - run.progress).max(0.0) / speed;
             let to_turn = (job.segment_end(run.segment) - run.progress).max(0.0) / speed;
             step = step.min(to_end).min(to_turn);
-            slope += job.slope(run.segment) * speed;
+            slopes[run.place()] += job.slope(run.segment) * speed;
         }
-        if slope > 0.0 {
-            let room = (self.machine.memory as f64 - self.used()).max(0.0);
-            step = step.min(room / slope);
+        for (place, &slope) in slopes.iter().enumerate() {
+            if slope > 0.0 {
+                let memory = self.machine_of(place).memory as f64;
+                let room = (memory - self.used_on(place)).max(0.0);
+                step = step.min(room / slope);
+            }
         }
         let ticks = self.policy.needs_ticks();
         if ticks {
@@ -475,5 +579,46 @@ impl<'a> Simulation<'a> {
         }
         ready.sort_unstable();
         self.offer(&ready);
+    }
+}
+
+/// Sets the speed of each of `runs`, the jobs on one machine with `cores` cores: full speed
+/// unless they want more cores than there are. Then each job's threads get cores in proportion
+/// to their weight, and a job that would get more than it can use (its threads) gets just
+/// that, the rest going to the others.
+fn share_cores(runs: &mut [&mut Run], jobs: &[SimJob], cores: usize) {
+    let threads = |run: &Run| {
+        if run.suspended {
+            0.0
+        } else {
+            jobs[run.job].threads
+        }
+    };
+    let weight = |run: &Run| CPU_WEIGHTS[usize::from(run.nice)];
+    let mut cores_left = cores as f64;
+    let demand: f64 = runs.iter().map(|run| threads(run)).sum();
+    let first_nice = runs.first().map(|run| run.nice);
+    if demand <= cores_left || runs.iter().all(|run| Some(run.nice) == first_nice) {
+        let speed = (cores_left / demand).min(1.0);
+        for run in runs.iter_mut() {
+            run.speed = if run.suspended { 0.0 } else { speed };
+        }
+        return;
+    }
+    // The heaviest jobs are the ones that may get all they want; once one cannot, the cores
+    // left per weight stay the same for every lighter job.
+    let mut heaviest_first: Vec<usize> = (0..runs.len()).collect();
+    heaviest_first.sort_by(|&a, &b| weight(runs[b]).total_cmp(&weight(runs[a])));
+    let mut weight_left: f64 = runs.iter().map(|run| threads(run) * weight(run)).sum();
+    for index in heaviest_first {
+        let run = &mut *runs[index];
+        let (threads, weight) = (threads(run), weight(run));
+        run.speed = if threads > 0.0 {
+            (weight * cores_left / weight_left).min(1.0)
+        } else {
+            0.0
+        };
+        cores_left -= run.speed * threads;
+        weight_left -= threads * weight;
     }
 }

@@ -63,10 +63,10 @@ use std::path::PathBuf;
 
 pub use bound::LowerBound;
 pub use compare::{compare, Comparison};
-pub use engine::{simulate, Outcome, Policy, RunningJob, View};
+pub use engine::{simulate, NodeLoad, Outcome, Policy, RunningJob, View, CLIENT_BYTES};
 pub use headroom_sched::budget::BudgetSpec;
-pub use machine::Machine;
-pub use policy::{PolicySpec, ALL_POLICIES};
+pub use machine::{site_name, FarmSpec, Machine};
+pub use policy::{Engine, PolicySpec, ALL_POLICIES, FARM_POLICIES};
 pub use trace::{JobKind, Recording, Trace, TraceJob, SCHEMA};
 pub use workload::{SimConfig, SimJob, Workload};
 
@@ -97,6 +97,8 @@ pub enum SimError {
     },
     #[error("invalid machine `{input}`: {reason}; write cores and memory like `16c/64G`")]
     Machine { input: String, reason: String },
+    #[error("invalid farm `{input}`: {reason}; write the nodes and each one's cores and memory like `32x16c/64G`")]
+    Farm { input: String, reason: String },
     #[error("invalid policy `{input}`: {reason}")]
     Policy { input: String, reason: String },
     #[error("machine {machine} is too small for trace `{trace}`: job `{job}` alone peaks at {peak} bytes; pick a `--machine` with more memory")]

@@ -1,4 +1,5 @@
-//! Simulated machines, named the way users describe theirs: `16c/64G` is 16 cores and 64 GiB.
+//! Simulated machines, named the way users describe theirs: `16c/64G` is 16 cores and 64 GiB;
+//! and build farms of alike nodes beside them: `32x16c/64G` is 32 such nodes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,6 +9,7 @@ use serde::Serialize;
 
 use crate::SimError;
 
+/// A machine: the one the build runs on, or one node of a farm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Machine {
     pub cores: usize,
@@ -62,6 +64,71 @@ impl fmt::Display for Machine {
     }
 }
 
+/// A build farm beside the machine: `nodes` alike machines that a distributed compile engine
+/// (distcc, sccache-dist, icecream) sends compiles to, each running one per core at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FarmSpec {
+    pub nodes: usize,
+    pub node: Machine,
+}
+
+impl FarmSpec {
+    /// The cores and memory of all nodes together, and of `machine` beside them: what no
+    /// schedule can do better than (see [`crate::LowerBound`]).
+    pub fn with(&self, machine: Machine) -> Machine {
+        Machine {
+            cores: machine.cores + self.nodes * self.node.cores,
+            memory: machine.memory + self.nodes as u64 * self.node.memory,
+        }
+    }
+
+    /// Compile slots of the whole farm: the `-j` users give a build that uses it.
+    pub fn slots(&self) -> usize {
+        self.nodes * self.node.cores
+    }
+}
+
+impl FromStr for FarmSpec {
+    type Err = SimError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = |reason: String| SimError::Farm {
+            input: text.to_string(),
+            reason,
+        };
+        let (nodes, node) = text.split_once(['x', 'X']).ok_or_else(|| {
+            invalid("there is no `x` between the nodes and each one's form".into())
+        })?;
+        let nodes: usize = nodes
+            .trim()
+            .parse()
+            .map_err(|_| invalid(format!("`{nodes}` is not a number of nodes")))?;
+        if nodes == 0 {
+            return Err(invalid("a farm needs at least 1 node".into()));
+        }
+        let node = node.parse().map_err(|err| match err {
+            SimError::Machine { reason, .. } => invalid(format!("each node's `{node}`: {reason}")),
+            other => other,
+        })?;
+        Ok(FarmSpec { nodes, node })
+    }
+}
+
+impl fmt::Display for FarmSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.nodes, self.node)
+    }
+}
+
+/// How reports name a machine with the farm beside it, when there is one:
+/// `16c/32G + farm 4x16c/64G`.
+pub fn site_name(machine: &str, farm: Option<&str>) -> String {
+    match farm {
+        Some(farm) => format!("{machine} + farm {farm}"),
+        None => machine.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +153,20 @@ mod tests {
         assert!("16c".parse::<Machine>().is_err());
         assert!("0c/8G".parse::<Machine>().is_err());
         assert!("4c/lots".parse::<Machine>().is_err());
+    }
+
+    #[test]
+    fn parses_and_prints_farms_of_alike_nodes() {
+        let farm: FarmSpec = "32x16c/64G".parse().expect("valid farm");
+        assert_eq!(farm.nodes, 32);
+        assert_eq!(farm.node, "16c/64G".parse().unwrap());
+        assert_eq!(farm.to_string(), "32x16c/64G");
+        assert_eq!(farm.slots(), 512);
+        let beside = farm.with("8c/32G".parse().unwrap());
+        assert_eq!((beside.cores, beside.memory), (520, (32 * 64 + 32) << 30));
+        for bad in ["32", "0x16c/64G", "manyx16c/64G", "4x16c"] {
+            let err = bad.parse::<FarmSpec>().unwrap_err().to_string();
+            assert!(err.contains("32x16c/64G"), "{bad}: {err}");
+        }
     }
 }

@@ -15,11 +15,11 @@ fn ratio(outcome: &Outcome, comparison: &Comparison) -> f64 {
     outcome.makespan / comparison.lower_bound.seconds
 }
 
-/// The machine, and how much of its memory headroom was given.
+/// The machine (and its farm), and how much of its memory headroom was given.
 fn machine_and_budget(comparison: &Comparison) -> String {
     format!(
         "{} (headroom's budget {})",
-        comparison.machine,
+        comparison.site(),
         format_size(comparison.headroom_budget)
     )
 }
@@ -55,7 +55,7 @@ fn verdict(comparison: &Comparison) -> String {
 }
 
 /// A table of every comparison; of the `-jN` sweep only the best N are shown unless
-/// `every_static` is set.
+/// `every_static` is set. With a farm, a last column counts the OOM events on its nodes.
 pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
     let mut text = String::new();
     for comparison in comparisons {
@@ -65,10 +65,19 @@ pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
             comparison.trace,
             machine_and_budget(comparison)
         );
+        let farm = comparison.farm.is_some();
         let _ = writeln!(
             text,
-            "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}",
-            "policy", "makespan", "×bound", "peak", "OOM", "kills", "susp", "wasted"
+            "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}{}",
+            "policy",
+            "makespan",
+            "×bound",
+            "peak",
+            "OOM",
+            "kills",
+            "susp",
+            "wasted",
+            if farm { "  on nodes" } else { "" }
         );
         let shown: Vec<&Outcome> = if every_static {
             comparison.outcomes.iter().collect()
@@ -84,9 +93,14 @@ pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
             } else {
                 ("stalled".to_string(), "-".to_string())
             };
+            let on_nodes = if farm {
+                format!(" {:>9}", outcome.node_oom_events)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 text,
-                "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>9.1}s",
+                "  {:<30} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>9.1}s{on_nodes}",
                 outcome.policy,
                 makespan,
                 versus_bound,

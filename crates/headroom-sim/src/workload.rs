@@ -8,10 +8,11 @@ use headroom_sched::budget::BudgetSpec;
 use headroom_sched::chain::{self, Finished};
 use headroom_sched::{JobId, Profile, ProfileRecorder, Ran};
 
+use crate::machine::FarmSpec;
 use crate::trace::{JobKind, Trace};
 
 /// How a run is set up: how it departs from the recorded trace, how often policies sample,
-/// and the budget headroom is given.
+/// the budget headroom is given, and the farm beside the machine.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimConfig {
     /// Seconds between the policy's sampling ticks (the live governor samples every 100 ms).
@@ -27,6 +28,9 @@ pub struct SimConfig {
     /// headroom's `--budget` (and the clairvoyant reference's), out of the machine's memory:
     /// by default the governor's, the memory less its reserve.
     pub budget: BudgetSpec,
+    /// The build farm beside the machine, when the build has one: policies that know of
+    /// farms send compiles to its nodes.
+    pub farm: Option<FarmSpec>,
 }
 
 impl Default for SimConfig {
@@ -37,6 +41,7 @@ impl Default for SimConfig {
             variation: 0.03,
             growth: 0.0,
             budget: BudgetSpec::Auto,
+            farm: None,
         }
     }
 }

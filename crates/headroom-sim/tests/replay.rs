@@ -39,7 +39,9 @@ fn recorded_traces_replay_within_tolerance_of_their_wall_time() {
             PolicySpec::Static(Some(recording.jobs_flag)),
             PolicySpec::Headroom { warm: false },
         ] {
-            let mut policies = spec.instantiate(machine, &workload, &config);
+            let mut policies = spec
+                .instantiate(machine, &workload, &config)
+                .expect("no farm");
             let outcome =
                 simulate(&workload, machine, policies[0].as_mut(), &config).expect("runs");
             if outcome.oom_events > 0 {

@@ -46,7 +46,9 @@ fn run(trace: &Trace, machine: &str, policy: &str) -> headroom_sim::Outcome {
     let machine: Machine = machine.parse().expect("valid machine");
     let spec: PolicySpec = policy.parse().expect("valid policy");
     let workload = Workload::new(trace, &exact());
-    let mut policies = spec.instantiate(machine, &workload, &exact());
+    let mut policies = spec
+        .instantiate(machine, &workload, &exact())
+        .expect("a policy for one machine");
     simulate(&workload, machine, policies[0].as_mut(), &exact()).expect("valid run")
 }
 

@@ -8,7 +8,8 @@ use headroom_govern::budget::{parse_budget, BudgetSpec};
 use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
 use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
-    compare, report, Machine, PolicySpec, SimConfig, Trace, Workload, ALL_POLICIES,
+    compare, report, site_name, FarmSpec, Machine, PolicySpec, SimConfig, Trace, Workload,
+    ALL_POLICIES, FARM_POLICIES,
 };
 use headroom_size::Size;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -33,9 +34,20 @@ pub struct SimArgs {
         env = "HEADROOM_SIM_MACHINES"
     )]
     machines: Vec<Machine>,
-    /// Policies to compare (default: all but clairvoyant): headroom, headroom-warm, static,
-    /// static=N, ninja, parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel,
-    /// bazel-inputs, and clairvoyant (a reference that knows every job's exact memory curve).
+    /// Build farms to simulate beside each machine, as nodes x each node's cores/memory
+    /// (`32x16c/64G`); several, comma-separated, for a sweep. Each node runs one compile per
+    /// core.
+    #[arg(
+        long = "farm",
+        value_name = "NODESxCORES/MEMORY",
+        value_delimiter = ','
+    )]
+    farms: Vec<FarmSpec>,
+    /// Policies to compare (default: all but clairvoyant; with --farm: headroom,
+    /// headroom-warm, sccache-dist, icecream): headroom, headroom-warm, static, static=N,
+    /// ninja, parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs,
+    /// clairvoyant (a reference that knows every job's exact memory curve), and with --farm
+    /// sccache-dist and icecream (the engines placing compiles by themselves).
     #[arg(long = "policy", value_name = "POLICY", value_delimiter = ',')]
     policies: Vec<PolicySpec>,
     /// Seed of the run-to-run variation of peaks and durations.
@@ -148,13 +160,19 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
         budget: args.budget,
         ..SimConfig::default()
     };
-    let policies = if args.policies.is_empty() {
-        ALL_POLICIES.to_vec()
+    let policies = match (args.policies.is_empty(), args.farms.is_empty()) {
+        (true, true) => ALL_POLICIES.to_vec(),
+        (true, false) => FARM_POLICIES.to_vec(),
+        (false, _) => args.policies,
+    };
+    // One run without a farm, or one per farm.
+    let farms: Vec<Option<FarmSpec>> = if args.farms.is_empty() {
+        vec![None]
     } else {
-        args.policies
+        args.farms.into_iter().map(Some).collect()
     };
     // Drawn only on a terminal: large traces on many machines take a while.
-    let progress = ProgressBar::new((args.traces.len() * args.machines.len()) as u64);
+    let progress = ProgressBar::new((args.traces.len() * args.machines.len() * farms.len()) as u64);
     if let Ok(style) = ProgressStyle::with_template("simulating [{bar:30}] {pos}/{len} {wide_msg}")
     {
         progress.set_style(style.progress_chars("=> "));
@@ -164,11 +182,16 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
         let trace = Trace::load(path).context("loading a trace given on the command line")?;
         let workload = Workload::new(&trace, &config);
         for &machine in &args.machines {
-            progress.set_message(format!("{} on {machine}", trace.name));
-            let comparison = compare(&workload, machine, &policies, &config)
-                .with_context(|| format!("simulating {} on {machine}", path.display()))?;
-            comparisons.push(comparison);
-            progress.inc(1);
+            for &farm in &farms {
+                let farm_name = farm.map(|farm| farm.to_string());
+                let site = site_name(&machine.to_string(), farm_name.as_deref());
+                progress.set_message(format!("{} on {site}", trace.name));
+                let config = SimConfig { farm, ..config };
+                let comparison = compare(&workload, machine, &policies, &config)
+                    .with_context(|| format!("simulating {} on {site}", path.display()))?;
+                comparisons.push(comparison);
+                progress.inc(1);
+            }
         }
     }
     progress.finish_and_clear();

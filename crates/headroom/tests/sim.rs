@@ -104,6 +104,38 @@ fn headroom_keeps_to_the_budget_it_is_given() {
     assert!(peak <= budget, "peak {peak} over the budget {budget}");
 }
 
+/// `--farm`: one comparison per farm, headroom's placement against the engines' own.
+#[test]
+fn sim_compares_placement_on_each_farm() {
+    let comparisons = json_of(
+        headroom()
+            .args(["sim", "--machine", "16c/32G", "--json"])
+            .args(["--farm", "1x16c/32G,4x16c/32G"])
+            .arg(corpus().join("flash-attention.json")),
+    );
+    let comparisons = comparisons.as_array().expect("a list");
+    assert_eq!(comparisons.len(), 2);
+    assert_eq!(comparisons[0]["farm"], "1x16c/32G");
+    assert_eq!(comparisons[1]["farm"], "4x16c/32G");
+    let outcomes = comparisons[0]["outcomes"].as_array().expect("outcomes");
+    let policies: Vec<&str> = outcomes
+        .iter()
+        .map(|outcome| outcome["policy"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            "headroom (cold)",
+            "headroom (warm)",
+            "sccache-dist -j16",
+            "icecream -j16"
+        ]
+    );
+    let node_ooms = |index: usize| outcomes[index]["node_oom_events"].as_u64().expect("count");
+    assert_eq!(node_ooms(1), 0, "headroom warm knows each job's peak");
+    assert!(node_ooms(2) > 0, "sixteen 4.5 GB compiles on a 32 GiB node");
+}
+
 #[test]
 fn bad_input_exits_2_and_names_the_fix() {
     let output = headroom()
@@ -134,6 +166,30 @@ fn bad_input_exits_2_and_names_the_fix() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("--budget") && stderr.contains("16c/32G"),
+        "{stderr}"
+    );
+
+    // A farm's nodes need cores and memory; only farm policies run beside one.
+    let output = headroom()
+        .args(["sim", "--farm", "32x64G"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--farm") && stderr.contains("32x16c/64G"),
+        "{stderr}"
+    );
+    let output = headroom()
+        .args(["sim", "--farm", "2x16c/64G", "--policy", "ninja"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("ninja") && stderr.contains("sccache-dist"),
         "{stderr}"
     );
 

@@ -20,16 +20,18 @@ const MB: u64 = 1_000_000;
 
 /// A queued job and what the policy estimated for it when it was offered.
 #[derive(Debug, Clone, Copy)]
-struct Waiting {
-    id: JobId,
-    kind: JobKind,
+pub(super) struct Waiting {
+    pub(super) id: JobId,
+    pub(super) kind: JobKind,
+    /// Cores it keeps busy.
+    pub(super) threads: f64,
     estimate: u64,
     alone: bool,
 }
 
 /// Whether a job that cannot start yet holds back the jobs behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Order {
+pub(super) enum Order {
     /// Jobs start strictly in offer order (make, GNU parallel, Buck2, Bazel).
     Strict,
     /// Later jobs may pass one that waits for its pool (ninja).
@@ -38,7 +40,7 @@ enum Order {
 
 /// The build system's queue, shared by every baseline.
 #[derive(Debug, Default)]
-struct BuildQueue {
+pub(super) struct BuildQueue {
     waiting: VecDeque<Waiting>,
     /// Everything known about offered jobs, by id, for requeues.
     offered: HashMap<JobId, Waiting>,
@@ -47,10 +49,11 @@ struct BuildQueue {
 }
 
 impl BuildQueue {
-    fn offer(&mut self, job: &SimJob, estimate: u64) {
+    pub(super) fn offer(&mut self, job: &SimJob, estimate: u64) {
         let waiting = Waiting {
             id: job.id,
             kind: job.kind,
+            threads: job.threads,
             estimate,
             alone: false,
         };
@@ -58,7 +61,7 @@ impl BuildQueue {
         self.waiting.push_back(waiting);
     }
 
-    fn requeue(&mut self, id: JobId, alone: bool) {
+    pub(super) fn requeue(&mut self, id: JobId, alone: bool) {
         if let Some(&waiting) = self.offered.get(&id) {
             self.waiting.push_front(Waiting { alone, ..waiting });
         }
@@ -67,14 +70,21 @@ impl BuildQueue {
         }
     }
 
-    fn oom_killed(&mut self, id: JobId) {
+    pub(super) fn oom_killed(&mut self, id: JobId) {
         let kills = self.oom_kills.entry(id).or_insert(0);
         *kills += 1;
         let alone = *kills >= 2;
         self.requeue(id, alone);
     }
 
-    fn finished(&mut self, id: JobId) {
+    /// Puts a job whose attempt failed for a reason of its own first in line again, alone if
+    /// it ran alone: the build goes on, nothing is rerun.
+    pub(super) fn retry(&mut self, id: JobId) {
+        let alone = self.alone_running == Some(id);
+        self.requeue(id, alone);
+    }
+
+    pub(super) fn finished(&mut self, id: JobId) {
         if self.alone_running == Some(id) {
             self.alone_running = None;
         }
@@ -92,7 +102,7 @@ impl BuildQueue {
 
     /// Starts queued jobs while `admit` accepts them. `admit` is told about each start, so it
     /// can count what the started jobs take.
-    fn start_while(
+    pub(super) fn start_while(
         &mut self,
         running: &[RunningJob],
         order: Order,

@@ -5,16 +5,21 @@
 //! chains of jobs that waited on it (the trace's dependencies standing for the files the last
 //! build's commands named), and how far each job strayed in time and peak between the last two
 //! builds (the trace's run against one more run with a variation of its own).
+//!
+//! With a farm, the driver places every compile on the farm's nodes as the governor does
+//! beside a distributed compile engine; links and other jobs run here.
 
 use std::collections::HashMap;
 
 use headroom_sched::chain::{self, Finished};
 use headroom_sched::{
-    Action, AfterAttempt, Driver, Ended, JobId, Limits, Offer, PastRun, Profile, Ran, Reading,
+    Action, AfterAttempt, Driver, Ended, Farm, JobId, Limits, NodeId, NodeSpec, Offer, PastRun,
+    Profile, Ran, Reading,
 };
 
 use crate::engine::{Policy, View};
-use crate::machine::Machine;
+use crate::machine::{FarmSpec, Machine};
+use crate::trace::JobKind;
 use crate::workload::{SimJob, Workload};
 
 pub struct Headroom {
@@ -81,6 +86,20 @@ impl Headroom {
         }
     }
 
+    /// headroom placing compiles on `farm`'s nodes, each with all its memory and a slot per
+    /// core.
+    pub fn with_farm(mut self, farm: FarmSpec) -> Self {
+        let nodes = (0..farm.nodes)
+            .map(|node| NodeSpec {
+                name: format!("node{node}"),
+                memory: farm.node.memory,
+                slots: farm.node.cores,
+            })
+            .collect();
+        self.driver.set_farm(Farm::new(nodes));
+        self
+    }
+
     /// What the governor would know of `job` when the build system starts it.
     fn offer_of(&self, job: &SimJob) -> Offer {
         let (past, waiting_seconds) = match &self.waiting_seconds {
@@ -101,7 +120,7 @@ impl Headroom {
             past,
             waiting_seconds,
             lower_rungs: 0,
-            farmable: false,
+            farmable: self.driver.farm().is_some() && job.kind == JobKind::Compile,
             local_share: None,
         }
     }
@@ -190,6 +209,10 @@ impl Policy for Headroom {
             .collect()
     }
 
+    fn node_of(&self, id: JobId) -> Option<NodeId> {
+        self.driver.job(*self.driver_ids.get(&id)?)?.node
+    }
+
     fn finished(&mut self, job: &SimJob, peak: u64, now: f64) {
         let ended = Ended {
             succeeded: true,
@@ -204,7 +227,8 @@ impl Policy for Headroom {
     fn oom_killed(&mut self, job: &SimJob, peak: u64) {
         // The driver retries a job the kernel killed alone, sized by what it reached; once
         // alone it has nothing left to try (the simulator has no flag ladder), and the
-        // simulated build stalls as the real one fails.
+        // simulated build stalls as the real one fails. A job killed on a farm node goes to a
+        // node with more room, or here alone.
         let ended = Ended {
             succeeded: false,
             out_of_memory: true,

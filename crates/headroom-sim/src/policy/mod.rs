@@ -2,6 +2,7 @@
 
 mod baselines;
 mod clairvoyant;
+mod farm_engines;
 mod headroom;
 
 use std::fmt;
@@ -12,6 +13,7 @@ pub use baselines::{
     StaticJobs,
 };
 pub use clairvoyant::Clairvoyant;
+pub use farm_engines::{Engine, FarmEngine};
 pub use headroom::Headroom;
 
 use headroom_size::parse_size;
@@ -40,6 +42,8 @@ pub enum PolicySpec {
     /// Not a policy anyone can run: greedy admission that knows every job's exact memory
     /// curve, to show how much of a gap is knowledge and how much is greedy admission.
     Clairvoyant,
+    /// A distributed compile engine placing compiles on the farm by itself.
+    Engine(Engine),
 }
 
 /// Every policy, in report order (the clairvoyant reference only when asked for).
@@ -55,8 +59,18 @@ pub const ALL_POLICIES: [PolicySpec; 9] = [
     PolicySpec::Bazel(BazelEstimate::Inputs),
 ];
 
+/// The policies compared on a farm, in report order: headroom's placement against each
+/// engine's own.
+pub const FARM_POLICIES: [PolicySpec; 4] = [
+    PolicySpec::Headroom { warm: false },
+    PolicySpec::Headroom { warm: true },
+    PolicySpec::Engine(Engine::SccacheDist),
+    PolicySpec::Engine(Engine::Icecream),
+];
+
 const POLICY_NAMES: &str = "headroom, headroom-warm, static, static=N, ninja, \
-    parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs, clairvoyant";
+    parallel-memfree[=SIZE], parallel-memsuspend[=SIZE], buck2, bazel, bazel-inputs, clairvoyant, \
+    and with a farm sccache-dist, icecream";
 
 impl FromStr for PolicySpec {
     type Err = SimError;
@@ -93,6 +107,8 @@ impl FromStr for PolicySpec {
             "bazel" => PolicySpec::Bazel(BazelEstimate::Fixed),
             "bazel-inputs" => PolicySpec::Bazel(BazelEstimate::Inputs),
             "clairvoyant" => PolicySpec::Clairvoyant,
+            "sccache-dist" => PolicySpec::Engine(Engine::SccacheDist),
+            "icecream" => PolicySpec::Engine(Engine::Icecream),
             _ => return Err(invalid(format!("`{name}` is not a policy"))),
         };
         let takes_value = matches!(
@@ -122,42 +138,69 @@ impl fmt::Display for PolicySpec {
             PolicySpec::Bazel(BazelEstimate::Fixed) => write!(f, "bazel"),
             PolicySpec::Bazel(BazelEstimate::Inputs) => write!(f, "bazel-inputs"),
             PolicySpec::Clairvoyant => write!(f, "clairvoyant"),
+            PolicySpec::Engine(engine) => write!(f, "{}", engine.name()),
         }
     }
 }
 
 impl PolicySpec {
     /// The policies to run for this spec on `machine`, fresh for one simulation each; headroom
-    /// and the clairvoyant reference get the budget `config` asks for.
+    /// and the clairvoyant reference get the budget `config` asks for. With a farm in
+    /// `config`, only headroom and the engines run (the others know nothing of farms); the
+    /// engines run only with one.
     pub fn instantiate(
         &self,
         machine: Machine,
         workload: &Workload,
         config: &SimConfig,
-    ) -> Vec<Box<dyn Policy>> {
+    ) -> Result<Vec<Box<dyn Policy>>, SimError> {
+        let invalid = |reason: &str| SimError::Policy {
+            input: self.to_string(),
+            reason: reason.to_string(),
+        };
         let largest = workload.largest_peak();
         let budget = config.budget.bytes(machine.memory);
-        match *self {
-            PolicySpec::Headroom { warm } => {
-                vec![Box::new(Headroom::new(machine, workload, warm, budget))]
+        let policies: Vec<Box<dyn Policy>> = match (*self, config.farm) {
+            (PolicySpec::Headroom { warm }, farm) => {
+                let headroom = Headroom::new(machine, workload, warm, budget);
+                vec![Box::new(match farm {
+                    Some(farm) => headroom.with_farm(farm),
+                    None => headroom,
+                })]
             }
-            PolicySpec::Static(Some(jobs)) => vec![Box::new(StaticJobs::new(jobs))],
-            PolicySpec::Static(None) => (1..=machine.cores)
+            (PolicySpec::Engine(engine), Some(farm)) => {
+                vec![Box::new(FarmEngine::new(engine, farm))]
+            }
+            (PolicySpec::Engine(_), None) => return Err(invalid(
+                "it places jobs on a build farm; give one with `--farm`, like `--farm 4x16c/64G`",
+            )),
+            (_, Some(_)) => {
+                return Err(invalid(
+                    "it knows nothing of build farms; with `--farm`, compare headroom, \
+                     headroom-warm, sccache-dist and icecream",
+                ))
+            }
+            (PolicySpec::Static(Some(jobs)), None) => vec![Box::new(StaticJobs::new(jobs))],
+            (PolicySpec::Static(None), None) => (1..=machine.cores)
                 .map(|jobs| Box::new(StaticJobs::new(jobs)) as Box<dyn Policy>)
                 .collect(),
-            PolicySpec::Ninja => vec![Box::new(NinjaPools::new(machine))],
-            PolicySpec::ParallelMemfree(size) => vec![Box::new(ParallelMemfree::new(
+            (PolicySpec::Ninja, None) => vec![Box::new(NinjaPools::new(machine))],
+            (PolicySpec::ParallelMemfree(size), None) => vec![Box::new(ParallelMemfree::new(
                 machine,
                 size.unwrap_or(largest),
             ))],
-            PolicySpec::ParallelMemsuspend(size) => vec![Box::new(ParallelMemsuspend::new(
-                machine,
-                size.unwrap_or(largest),
-            ))],
-            PolicySpec::Buck2 => vec![Box::new(Buck2Pressure::new(machine))],
-            PolicySpec::Bazel(estimate) => vec![Box::new(BazelEstimates::new(machine, estimate))],
-            PolicySpec::Clairvoyant => vec![Box::new(Clairvoyant::new(machine, workload, budget))],
-        }
+            (PolicySpec::ParallelMemsuspend(size), None) => vec![Box::new(
+                ParallelMemsuspend::new(machine, size.unwrap_or(largest)),
+            )],
+            (PolicySpec::Buck2, None) => vec![Box::new(Buck2Pressure::new(machine))],
+            (PolicySpec::Bazel(estimate), None) => {
+                vec![Box::new(BazelEstimates::new(machine, estimate))]
+            }
+            (PolicySpec::Clairvoyant, None) => {
+                vec![Box::new(Clairvoyant::new(machine, workload, budget))]
+            }
+        };
+        Ok(policies)
     }
 }
 
@@ -167,7 +210,13 @@ mod tests {
 
     #[test]
     fn every_policy_name_round_trips() {
-        for spec in ALL_POLICIES.into_iter().chain([PolicySpec::Clairvoyant]) {
+        let every = || {
+            ALL_POLICIES
+                .into_iter()
+                .chain(FARM_POLICIES)
+                .chain([PolicySpec::Clairvoyant])
+        };
+        for spec in every() {
             assert_eq!(spec.to_string().parse::<PolicySpec>().ok(), Some(spec));
         }
         assert_eq!(
@@ -181,7 +230,7 @@ mod tests {
         assert!("static=0".parse::<PolicySpec>().is_err());
         assert!("ninja=3".parse::<PolicySpec>().is_err());
         let unknown = "make".parse::<PolicySpec>().unwrap_err().to_string();
-        for spec in ALL_POLICIES.into_iter().chain([PolicySpec::Clairvoyant]) {
+        for spec in every() {
             let name = spec.to_string();
             assert!(unknown.contains(&name), "{name} missing from: {unknown}");
         }
