@@ -10,7 +10,8 @@
 #   headroom+farm   headroom build --farm NODE=NODE_MEMORY/NODE_SLOTS (both) -- make -j8
 # Each run records wall time, exit status, OOM kills here and on each node, and how often
 # distcc fell back to compiling here. It writes PREFIX.csv and PREFIX.md (medians, and the
-# farm's speed-up over local only, paired within each repeat).
+# farm's speed-up over local only, paired within each repeat), and each build's output in
+# PREFIX.logs/WAY-REPEAT.log.
 #
 # The nodes share this machine's cores: the farm adds memory, not CPU. Where memory allows
 # only one heavy unit at a time here, it lets three run at once.
@@ -70,6 +71,7 @@ start_node() {
   bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' node "$cgroup" \
     distccd --no-detach --daemon --log-stderr --enable-tcp-insecure --allow 127.0.0.1 \
     --listen 127.0.0.1 --port "$port" --jobs "$NODE_SLOTS" 2>/dev/null &
+  disown
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
     sleep 0.05
@@ -88,7 +90,7 @@ stop_cgroup() {
 }
 
 csv="$RESULTS.csv"
-mkdir -p "$(dirname "$csv")"
+mkdir -p "$(dirname "$csv")" "$RESULTS.logs"
 echo "repeat,way,wall_s,exit,oom_here,oom_node1,oom_node2,local_fallbacks" >"$csv"
 
 # Runs one build the way $2 says, for repeat $1, and appends its row.
@@ -118,7 +120,7 @@ run() {
   printf '%s,%s,%.1f,%s,%s,%s,%s,%s\n' "$repeat" "$way" "$(awk -v a="$start" -v b="$end" "BEGIN { print b - a }")" "$status" \
     "$(cgroup_oom_kills "$here")" "$(cgroup_oom_kills "$node1")" "$(cgroup_oom_kills "$node2")" \
     "$fallbacks" | tee -a "$csv" >&2
-  cp "$work_dir/build.log" "$work_dir/$way-$repeat.log"
+  cp "$work_dir/build.log" "$RESULTS.logs/$way-$repeat.log"
   for cgroup in "$here" "$node1" "$node2"; do stop_cgroup "$cgroup"; done
 }
 

@@ -121,7 +121,9 @@ pub fn reruns(builds: &[Vec<JobRecord>]) -> Vec<(CleanRun, CleanRun)> {
             wall_seconds: job.wall_seconds(),
         };
         let once = job.attempts <= 1 && job.suspends == 0 && job.requeues == 0;
-        (job.exit_code == Some(0) && once).then_some(CleanRun {
+        // A farm node compiled it: its peak here is distcc's client, and its time the node's.
+        let here = job.node.is_none();
+        (job.exit_code == Some(0) && once && here).then_some(CleanRun {
             ran,
             peak: job.peak,
         })
@@ -304,13 +306,18 @@ mod tests {
             exit_code: Some(1),
             ..run("c", 1_000, 1_000)
         };
+        let farmed = JobRecord {
+            node: Some("10.0.0.5:3632".into()),
+            ..run("d", 500, 500)
+        };
         let builds = [
-            vec![run("a", 11_000, 11_000), stopped, failed],
+            vec![run("a", 11_000, 11_000), stopped, failed, farmed],
             vec![run("a", 10_000, 10_000), run("b", 9_000, 9_000)],
             vec![
                 run("a", 8_000, 8_000),
                 run("b", 10_000, 10_000),
                 run("c", 2_000, 2_000),
+                run("d", 3_000, 3_000),
             ],
         ];
         let seconds = |run: CleanRun| {
@@ -321,7 +328,7 @@ mod tests {
             .into_iter()
             .map(|(earlier, later)| (seconds(earlier), seconds(later)))
             .collect();
-        // b's stopped run and c's failed one do not count; a pairs only its two newest runs;
+        // b's stopped run, c's failed one and d's on a farm node do not count; a pairs only its two newest runs;
         // b's later run ended in an older build than a's, so it comes first.
         assert_eq!(
             pairs,

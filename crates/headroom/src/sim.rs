@@ -231,6 +231,12 @@ fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
 fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
     output::check("--out", &args.out)?;
     let report = crate::report::load(args.build.as_deref())?;
+    let farmed = report.jobs.iter().filter(|job| job.node.is_some()).count();
+    anyhow::ensure!(
+        farmed == 0,
+        "build {} compiled {farmed} jobs on farm nodes, where headroom measures neither their memory nor their time; import a build run without --farm",
+        report.build.id
+    );
     let machine = match args.machine {
         Some(machine) => machine,
         None => this_machine()?,
