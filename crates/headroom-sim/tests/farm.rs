@@ -1,11 +1,14 @@
 //! Farms in the simulator: each node's memory and cores simulated apart, headroom's placement
 //! against the engines' own, on hand-made traces whose heavy jobs cannot all share a node.
 
+mod jobs;
+
 use headroom_sched::{Action, JobId, NodeId};
 use headroom_sim::{
     compare, simulate, FarmSpec, JobKind, Machine, Outcome, Policy, PolicySpec, SimConfig, SimJob,
     Trace, TraceJob, View, Workload, CLIENT_BYTES, SCHEMA,
 };
+use jobs::ramp_job;
 
 const GIB: u64 = 1 << 30;
 
@@ -13,15 +16,8 @@ const GIB: u64 = 1 << 30;
 fn compiles(count: usize, peak: u64, duration: f64) -> Vec<TraceJob> {
     (0..count)
         .map(|index| TraceJob {
-            label: format!("unit{index}.o"),
             group: "nvcc -O3".into(),
-            kind: JobKind::Compile,
-            deps: Vec::new(),
-            peak,
-            duration,
-            cpu: duration,
-            profile: Vec::new(),
-            input_bytes: None,
+            ..ramp_job(&format!("unit{index}.o"), peak, duration)
         })
         .collect()
 }

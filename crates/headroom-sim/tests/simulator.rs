@@ -1,6 +1,8 @@
 //! The simulator end to end on small, hand-made traces whose outcome can be worked out by hand,
 //! and on the committed corpus for determinism.
 
+mod jobs;
+
 use std::path::Path;
 
 use headroom_sched::Action;
@@ -8,22 +10,9 @@ use headroom_sim::{
     compare, simulate, JobKind, Machine, Policy, PolicySpec, SimConfig, SimJob, Trace, TraceJob,
     View, Workload, ALL_POLICIES, SCHEMA,
 };
+use jobs::ramp_job;
 
 const GIB: u64 = 1 << 30;
-
-fn ramp_job(label: &str, peak: u64, duration: f64) -> TraceJob {
-    TraceJob {
-        label: label.into(),
-        group: "cc".into(),
-        kind: JobKind::Compile,
-        deps: Vec::new(),
-        peak,
-        duration,
-        cpu: duration,
-        profile: Vec::new(),
-        input_bytes: None,
-    }
-}
 
 fn trace(jobs: Vec<TraceJob>) -> Trace {
     Trace {

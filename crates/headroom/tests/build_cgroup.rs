@@ -6,6 +6,8 @@
 
 mod fakecc;
 
+use fakecc::command_in;
+
 use std::process::Command;
 
 use headroom_probe::cgroup::Cgroup;
@@ -49,24 +51,6 @@ fn oom_killed_alone(name: &str, limit: u64, mut build: Command, why: &str) -> bo
     assert!(bare.oom_kills() >= 1, "the kernel OOM-killed a job");
     bare.remove().unwrap();
     true
-}
-
-fn command_in(dir: &std::path::Path, program: &str) -> Command {
-    let mut command = Command::new(program);
-    command
-        .current_dir(dir)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                dir.join("bin").display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .env("HEADROOM_STATE_DIR", dir.join("state"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env_remove("MAKEFLAGS");
-    command
 }
 
 #[test]

@@ -143,20 +143,8 @@ fn set_memory(dir: &Path, units: &[&str], mib: u64, millis: u64) {
 /// Runs `headroom build ARGS -- make -j8` in `dir`, inside `cgroup` (this machine's cap).
 /// Returns how it ended, how long it took and its report.
 fn headroom_build(dir: &Path, cgroup: &Cgroup, args: &[String]) -> (Output, f64, BuildReport) {
-    let mut headroom = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut headroom = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"));
     headroom
-        .current_dir(dir)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                dir.join("bin").display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .env("HEADROOM_STATE_DIR", dir.join("state"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env_remove("MAKEFLAGS")
         .env_remove("HEADROOM_FARM")
         .args(["build", "--report", "report.json"])
         .args(args)

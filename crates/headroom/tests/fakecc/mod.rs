@@ -3,6 +3,7 @@
 //! once, with the cargo that runs the tests.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
 
 pub fn path() -> &'static Path {
@@ -17,4 +18,25 @@ pub fn path() -> &'static Path {
             .path()
             .to_path_buf()
     })
+}
+
+/// `program` run in the project `dir`, whose `bin/` (the stand-in compiler, as `g++`) comes
+/// first on PATH, with headroom's state and runtime directories inside it.
+#[allow(dead_code)] // not every test binary runs builds in a project
+pub fn command_in(dir: &Path, program: &str) -> Command {
+    let mut command = Command::new(program);
+    command
+        .current_dir(dir)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.join("bin").display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("HEADROOM_STATE_DIR", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("MAKEFLAGS");
+    command
 }
