@@ -480,19 +480,23 @@ impl Governor {
         }
     }
 
-    /// How the shim sends job `id`'s attempt to farm node `node`, with the engine's state in a
-    /// directory of the job's own.
+    /// How the shim sends job `id`'s attempt to farm node `node`.
     fn remote_launch(&self, id: JobId, node: usize) -> RemoteLaunch {
         let farm = self
             .config
             .farm
             .as_ref()
             .expect("a job goes to a farm node");
-        let state_dir = self.farm_state.join(format!("job-{id}"));
+        let state_dir = self.farm_state_of(id);
         if let Err(err) = std::fs::create_dir_all(&state_dir) {
             tracing::warn!("cannot create {}: {err}", state_dir.display());
         }
         farm.engine.launch(&farm.nodes[node], &state_dir)
+    }
+
+    /// Where job `id` keeps its engine's state (distcc's host backoff), a directory of its own.
+    fn farm_state_of(&self, id: JobId) -> PathBuf {
+        self.farm_state.join(format!("job-{id}"))
     }
 
     /// Tells the user, once per node, that the engine could not reach a node any more.
@@ -537,7 +541,7 @@ impl Governor {
             self.warn_node_down(&state, node, &attempt.stderr_tail);
         }
         if remote.is_some() {
-            let _ = std::fs::remove_dir_all(self.farm_state.join(format!("job-{id}")));
+            let _ = std::fs::remove_dir_all(self.farm_state_of(id));
         }
         let ended = Ended {
             succeeded: attempt.exit_code == Some(0),
@@ -626,7 +630,7 @@ impl Governor {
                 .as_ref()
                 .zip(job.node)
                 .map(|(farm, node)| farm.nodes[node].address.clone()),
-            node_start_ms: job.node.map(|_| (job.node_start * 1000.0) as u64),
+            node_start_ms: job.node.map(|_| (job.attempt_started() * 1000.0) as u64),
         }
     }
 

@@ -328,8 +328,8 @@ mod tests {
             .into_iter()
             .map(|(earlier, later)| (seconds(earlier), seconds(later)))
             .collect();
-        // b's stopped run, c's failed one and d's on a farm node do not count; a pairs only its two newest runs;
-        // b's later run ended in an older build than a's, so it comes first.
+        // b's stopped run, c's failed one and d's on a farm node do not count; a pairs only its
+        // two newest runs; b's later run ended in an older build than a's, so it comes first.
         assert_eq!(
             pairs,
             vec![((10.0, 10.0), (9.0, 9.0)), ((10.0, 10.0), (11.0, 11.0))]

@@ -15,13 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStderr, Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use headroom_farm::RemoteLaunch;
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{kill_process_group, setpriority_process, Pid, Signal};
 
 use crate::ladder::Rung;
-use headroom_farm::RemoteLaunch;
-
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 
 /// The name under which the shim works as a compiler launcher: `headroom-launch COMPILER ARGS…`.

@@ -78,8 +78,6 @@ pub struct Job {
     pub node: Option<NodeId>,
     /// The predicted peak planned on `node` for that attempt.
     pub planned_on_node: u64,
-    /// Seconds from the build's start to that attempt's start.
-    pub node_start: f64,
     /// The same, while the attempt holds it on the node.
     placed: Option<u64>,
     farmable: bool,
@@ -113,6 +111,18 @@ impl Job {
         self.active_seconds = 0.0;
         self.attempt_started = now;
         self.first_start.get_or_insert(now);
+    }
+
+    /// Seconds from the build's start to the start of its current (or last) attempt.
+    pub fn attempt_started(&self) -> f64 {
+        self.attempt_started
+    }
+
+    /// Takes the job off the farm node its attempt holds, if any: returns the node and the
+    /// room the job had there ([`Farm::release`]).
+    fn leave_node(&mut self, farm: Option<&mut Farm>) -> Option<(NodeId, u64)> {
+        let (farm, node, need) = (farm?, self.node?, self.placed.take()?);
+        Some((node, farm.release(node, need)))
     }
 
     pub fn suspended(&self) -> bool {
@@ -286,7 +296,6 @@ impl Driver {
                 nice: 0,
                 node: None,
                 planned_on_node: 0,
-                node_start: 0.0,
                 placed: None,
                 farmable: offer.farmable,
                 local_share: offer.local_share,
@@ -391,11 +400,7 @@ impl Driver {
                 }
                 Action::Kill(_) => {
                     job.requeues += 1;
-                    if let (Some(farm), Some(node), Some(need)) =
-                        (self.farm.as_mut(), job.node, job.placed.take())
-                    {
-                        farm.release(node, need);
-                    }
+                    job.leave_node(self.farm.as_mut());
                     let began = matches!(job.state, JobState::Running { .. });
                     job.state = if began {
                         JobState::Killed
@@ -448,7 +453,6 @@ impl Driver {
             job.begin(Some(node), 0, now);
             job.placed = Some(need);
             job.planned_on_node = need;
-            job.node_start = now;
             to_do.push(Action::Start { id, nice: 0 });
         }
     }
@@ -477,11 +481,8 @@ impl Driver {
             // The scheduler requeued it when it chose the kill.
             return (AfterAttempt::Retry, true);
         }
-        if let (Some(farm), Some(node), Some(need)) =
-            (self.farm.as_mut(), job.node, job.placed.take())
-        {
-            let room_had = farm.room_had(node, need);
-            farm.release(node, need);
+        if let Some((node, room_had)) = job.leave_node(self.farm.as_mut()) {
+            let farm = self.farm.as_mut().expect("the job left a farm node");
             if ended.node_unreachable {
                 farm.mark_down(node);
                 tracing::info!(
@@ -605,11 +606,7 @@ impl Driver {
         self.scheduler.remove(id);
         self.predictor.forget(id);
         let mut job = self.jobs.remove(&id)?;
-        if let (Some(farm), Some(node), Some(need)) =
-            (self.farm.as_mut(), job.node, job.placed.take())
-        {
-            farm.release(node, need);
-        }
+        job.leave_node(self.farm.as_mut());
         Some(job)
     }
 }

@@ -95,18 +95,15 @@ impl Farm {
         Some(chosen)
     }
 
-    /// A job placed with `need` on `node` is no longer there.
-    pub fn release(&mut self, node: NodeId, need: u64) {
+    /// A job placed with `need` on `node` is no longer there. Returns the room it had there
+    /// at most: the node's memory less what the other jobs there were planned to use. A job
+    /// that ran out of memory there needs more.
+    pub fn release(&mut self, node: NodeId, need: u64) -> u64 {
         let node = &mut self.nodes[node];
-        node.planned = node.planned.saturating_sub(need);
+        let others = node.planned.saturating_sub(need);
+        node.planned = others;
         node.running = node.running.saturating_sub(1);
-    }
-
-    /// What a job placed on `node` with `need` had at most: the node's memory less what the
-    /// other jobs there were planned to use. A job that ran out of memory there needs more.
-    pub fn room_had(&self, node: NodeId, need: u64) -> u64 {
-        let node = &self.nodes[node];
-        node.spec.memory - node.planned.saturating_sub(need)
+        node.spec.memory - others
     }
 
     /// The engine could not reach `node`: nothing more goes there in this build.
@@ -183,10 +180,11 @@ mod tests {
     }
 
     #[test]
-    fn room_had_leaves_out_the_other_jobs_on_the_node() {
+    fn the_room_a_job_had_leaves_out_the_other_jobs_on_the_node() {
         let mut farm = farm(&[(4 * GIB, 2)]);
         farm.place(GIB).unwrap();
         farm.place(GIB).unwrap();
-        assert_eq!(farm.room_had(0, GIB), 3 * GIB);
+        assert_eq!(farm.release(0, GIB), 3 * GIB);
+        assert_eq!(farm.release(0, GIB), 4 * GIB);
     }
 }

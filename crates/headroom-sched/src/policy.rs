@@ -528,9 +528,8 @@ impl Scheduler {
     /// build must go on) and nothing is stopped: memory is short then. It takes none of this
     /// machine's slots. Returns whether it started.
     pub fn start_elsewhere(&mut self, id: JobId, local_share: Estimate) -> bool {
-        let budget = self.limits.budget.saturating_sub(self.outside);
         let fits = self.running.is_empty()
-            || self.reservations().with(local_share.need()).bytes() <= budget;
+            || self.reservations().with(local_share.need()).bytes() <= self.jobs_budget();
         let Some(index) = self.queue.iter().position(|job| job.id == id) else {
             return false;
         };
@@ -549,6 +548,11 @@ impl Scheduler {
             suspended: false,
         });
         true
+    }
+
+    /// The budget left to jobs: what runs outside them takes its part first.
+    fn jobs_budget(&self) -> u64 {
+        self.limits.budget.saturating_sub(self.outside)
     }
 
     /// How many running jobs compile on this machine (not on a farm node).
@@ -573,8 +577,7 @@ impl Scheduler {
     /// their group when `defer_learning` is set. Returns whether a later pass may start more:
     /// not once an alone job started or a job was overtaken too often to be passed again.
     fn admit_pass(&mut self, actions: &mut Vec<Action>, defer_learning: bool) -> bool {
-        // What runs outside the jobs takes its part of the budget first.
-        let budget = self.limits.budget.saturating_sub(self.outside);
+        let budget = self.jobs_budget();
         let slack_for = self.slack_for();
         // The longest path of the jobs queued or running, found at the first start: starting
         // a job moves it from one to the other, so it holds for the whole round.

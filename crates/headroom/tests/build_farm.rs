@@ -100,6 +100,24 @@ fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
     }
 }
 
+/// This machine's cgroup, `(name, limit)`, and two nodes, each `(name, limit, slots)`; `None`
+/// (the test skips, saying why) without distcc or memory cgroups.
+fn here_and_two_nodes(
+    here: (&str, u64),
+    a: (&str, u64, usize),
+    b: (&str, u64, usize),
+) -> Option<(Cgroup, Node, Node)> {
+    if !have_distcc() {
+        return None;
+    }
+    let here = limited_cgroup(here.0, here.1)?;
+    Some((
+        here,
+        Node::start(a.0, a.1, a.2)?,
+        Node::start(b.0, b.1, b.2)?,
+    ))
+}
+
 fn have_distcc() -> bool {
     let found = ["distcc", "distccd"]
         .iter()
@@ -164,16 +182,11 @@ fn stderr(output: &Output) -> String {
 
 #[test]
 fn the_farm_is_faster_than_this_machine_alone_with_no_oom_kill_anywhere() {
-    if !have_distcc() {
-        return;
-    }
     // This machine fits one 400 MiB job at a time; so does each node.
-    let Some(here) = limited_cgroup("here", 800 * MIB) else {
-        return;
-    };
-    let (Some(a), Some(b)) = (
-        Node::start("a", 700 * MIB, 2),
-        Node::start("b", 700 * MIB, 2),
+    let Some((here, a, b)) = here_and_two_nodes(
+        ("here", 800 * MIB),
+        ("a", 700 * MIB, 2),
+        ("b", 700 * MIB, 2),
     ) else {
         return;
     };
@@ -214,16 +227,11 @@ fn the_farm_is_faster_than_this_machine_alone_with_no_oom_kill_anywhere() {
 
 #[test]
 fn a_job_out_of_memory_on_a_node_is_retried_where_it_fits_and_never_here() {
-    if !have_distcc() {
-        return;
-    }
     // This machine cannot hold the 400 MiB job at all: run here, it would be OOM-killed.
-    let Some(here) = limited_cgroup("small-here", 250 * MIB) else {
-        return;
-    };
-    let (Some(small), Some(large)) = (
-        Node::start("small", 300 * MIB, 1),
-        Node::start("large", 800 * MIB, 1),
+    let Some((here, small, large)) = here_and_two_nodes(
+        ("small-here", 250 * MIB),
+        ("small", 300 * MIB, 1),
+        ("large", 800 * MIB, 1),
     ) else {
         return;
     };
@@ -261,15 +269,10 @@ fn a_job_out_of_memory_on_a_node_is_retried_where_it_fits_and_never_here() {
 
 #[test]
 fn a_node_stopped_mid_build_loses_no_job() {
-    if !have_distcc() {
-        return;
-    }
-    let Some(here) = limited_cgroup("stop-here", 2048 * MIB) else {
-        return;
-    };
-    let (Some(mut doomed), Some(survivor)) = (
-        Node::start("doomed", 1024 * MIB, 2),
-        Node::start("survivor", 1024 * MIB, 2),
+    let Some((here, mut doomed, survivor)) = here_and_two_nodes(
+        ("stop-here", 2048 * MIB),
+        ("doomed", 1024 * MIB, 2),
+        ("survivor", 1024 * MIB, 2),
     ) else {
         return;
     };
