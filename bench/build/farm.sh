@@ -18,7 +18,7 @@
 #
 # Environment (all optional):
 #   LOCAL_CAP=1.5G   NODE_CAP=1.5G   NODE_SLOTS=2   NODE_MEMORY (default NODE_CAP - 128M)
-#   REPEATS=3
+#   REPEATS=3       WAYS="local distcc farm" (a subset runs only those)
 #   MAKE_VARS="HEAVY=6 HEAVY_MIB=1024 LIGHT=6 LIGHT_MIB=150"
 #   HEADROOM=path    (default target/release/headroom)
 #   RESULTS=prefix   (default bench/build/results/farm)
@@ -34,6 +34,7 @@ LOCAL_CAP=${LOCAL_CAP:-1.5G}
 NODE_CAP=${NODE_CAP:-1.5G}
 NODE_SLOTS=${NODE_SLOTS:-2}
 REPEATS=${REPEATS:-3}
+WAYS=${WAYS:-local distcc farm}
 MAKE_VARS=${MAKE_VARS:-HEAVY=6 HEAVY_MIB=1024 LIGHT=6 LIGHT_MIB=150}
 HEADROOM=${HEADROOM:-target/release/headroom}
 RESULTS=${RESULTS:-$script_dir/results/farm}
@@ -104,10 +105,10 @@ run() {
   here=$cgroup
   local -a build
   case "$way" in
-  local) build=("$HEADROOM" build -- make -j8 "${make_vars[@]}") ;;
+  local) build=("$HEADROOM" build --report "$RESULTS.logs/$way-$repeat.json" -- make -j8 "${make_vars[@]}") ;;
   distcc) build=(env "DISTCC_HOSTS=127.0.0.1:$port1/$NODE_SLOTS 127.0.0.1:$port2/$NODE_SLOTS"
     "DISTCC_DIR=$work_dir/distcc-$repeat" make -j8 "${make_vars[@]}" "CXX=distcc g++") ;;
-  farm) build=("$HEADROOM" build --farm "127.0.0.1:$port1=$NODE_MEMORY/$NODE_SLOTS"
+  farm) build=("$HEADROOM" build --report "$RESULTS.logs/$way-$repeat.json" --farm "127.0.0.1:$port1=$NODE_MEMORY/$NODE_SLOTS"
     --farm "127.0.0.1:$port2=$NODE_MEMORY/$NODE_SLOTS" -- make -j8 "${make_vars[@]}") ;;
   esac
   make -C "$project" clean >/dev/null
@@ -126,7 +127,7 @@ run() {
 
 log "cgroup v$cgroup_version; here $LOCAL_CAP; 2 nodes of $NODE_CAP (declared $NODE_MEMORY/$NODE_SLOTS); mix: $MAKE_VARS; $REPEATS repeats"
 for repeat in $(seq "$REPEATS"); do
-  for way in local distcc farm; do run "$repeat" "$way"; done
+  for way in $WAYS; do run "$repeat" "$way"; done
 done
 
 python3 - "$csv" "$RESULTS.md" "$LOCAL_CAP" "$NODE_CAP" "$NODE_MEMORY" "$NODE_SLOTS" "$MAKE_VARS" <<'PY'
@@ -137,7 +138,7 @@ ways = {"local": "local only: `headroom build -- make -j8`",
         "distcc": "distcc alone: `make -j8 CXX=\"distcc g++\"`",
         "farm": "headroom + farm: `headroom build --farm … -- make -j8`"}
 lines = [f"template-heavy ({mix}); this machine capped at {local_cap}; 2 loopback distccd nodes capped at {node_cap} each "
-         f"(declared {node_memory}/{slots}); {len(rows) // 3} repeats, interleaved.", "",
+         f"(declared {node_memory}/{slots}); {len({r['repeat'] for r in rows})} repeats, interleaved.", "",
          "| way | median wall (s) | failed builds | OOM kills here | OOM kills on nodes | distcc's local fallbacks |",
          "|---|---:|---:|---:|---:|---:|"]
 for way, label in ways.items():

@@ -18,8 +18,8 @@ use crate::profile::{Profile, ProfileRecorder, Ran};
 use crate::JobId;
 
 /// What a job sent to a farm node is taken to need on this machine (the engine's client and
-/// the preprocessor) before one such run has shown it: about what preprocessing a unit that
-/// includes the PyTorch C++ API takes.
+/// the preprocessor) before a farmed run of it, or of any job of the build, has shown it: about
+/// what preprocessing a unit that includes the PyTorch C++ API takes.
 pub const DEFAULT_LOCAL_SHARE: u64 = 256 << 20;
 
 /// A job the build system has just started, as the caller identified it.
@@ -191,6 +191,10 @@ pub struct Driver {
     last_sample: f64,
     /// The build farm's nodes, when the build has one.
     farm: Option<Farm>,
+    /// The largest local share known in this build, from the history of the jobs offered and
+    /// from farmed attempts that ended: what a farmed job nothing is known of reserves here.
+    /// Preprocessing costs about alike across a build's units, and far less than compiling.
+    largest_local_share: Option<u64>,
 }
 
 impl Driver {
@@ -207,6 +211,7 @@ impl Driver {
             priorities,
             last_sample: 0.0,
             farm: None,
+            largest_local_share: None,
         }
     }
 
@@ -281,6 +286,7 @@ impl Driver {
         );
         self.scheduler
             .submit(id, prediction.estimate.clone(), false);
+        self.note_local_share(offer.local_share);
         self.jobs.insert(
             id,
             Job {
@@ -437,7 +443,11 @@ impl Driver {
             let Some(node) = farm.place(need) else {
                 continue;
             };
-            let share = job.local_share.unwrap_or(DEFAULT_LOCAL_SHARE).min(need);
+            let share = job
+                .local_share
+                .or(self.largest_local_share)
+                .unwrap_or(DEFAULT_LOCAL_SHARE)
+                .min(need);
             if !self.scheduler.start_elsewhere(id, Estimate::flat(share)) {
                 // This machine has no room for even the client now: try again later.
                 farm.release(node, need);
@@ -519,6 +529,11 @@ impl Driver {
             }
         }
         let ran_here = job.node.is_none();
+        if ended.succeeded && !ran_here {
+            let share = job.peak;
+            self.note_local_share(Some(share));
+        }
+        let job = self.jobs.get_mut(&id).expect("checked above");
         if ended.out_of_memory && escalate(job) {
             tracing::info!(
                 "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
@@ -584,6 +599,11 @@ impl Driver {
             profile,
         };
         (AfterAttempt::Done(Box::new(finished)), !wait_for_followers)
+    }
+
+    /// Keeps the largest local share known in this build (see `largest_local_share`).
+    fn note_local_share(&mut self, share: Option<u64>) {
+        self.largest_local_share = self.largest_local_share.max(share);
     }
 
     /// Raises to `floor` the jobs of `group` still waiting with the default prediction: one of
@@ -797,6 +817,40 @@ mod tests {
         assert_eq!(finished.job.node, Some(0));
         assert_eq!(started(&driver.decide(None, 1.0)), vec![ids[3]]);
         assert_eq!(driver.job(ids[3]).unwrap().node, Some(0));
+    }
+
+    #[test]
+    fn a_farmed_job_nothing_is_known_of_reserves_the_local_share_the_build_has_shown() {
+        // Room here for a 100 MiB job and one default share (256 MiB) beside it, and three
+        // 1 GiB units of which no farmed run is known.
+        let mut driver = driver(400 << 20, 2);
+        driver.set_farm(Farm::new(
+            (0..3)
+                .map(|i| crate::NodeSpec {
+                    name: format!("node{i}"),
+                    memory: 2 * GIB,
+                    slots: 1,
+                })
+                .collect(),
+        ));
+        let here = driver.offer(with_history("link", 100 << 20)).0;
+        let farmed: Vec<JobId> = (0..3)
+            .map(|i| {
+                let offer = Offer {
+                    farmable: true,
+                    ..with_history(&format!("unit{i}.o"), GIB)
+                };
+                driver.offer(offer).0
+            })
+            .collect();
+        assert_eq!(started(&driver.decide(None, 0.0)), vec![farmed[0], here]);
+        driver.begin_attempt(farmed[0]);
+        driver.attempt_ended(farmed[0], succeeded(1.0, 20 << 20), 1.0);
+        assert_eq!(
+            started(&driver.decide(None, 1.0)),
+            farmed[1..].to_vec(),
+            "the first farmed run used 20 MiB here: the others reserve that, and both fit"
+        );
     }
 
     #[test]
