@@ -11,7 +11,7 @@
 # Each run records wall time, exit status, OOM kills here and on each node, and how often
 # distcc fell back to compiling here. It writes PREFIX.csv and PREFIX.md (medians, and the
 # farm's speed-up over local only, paired within each repeat), and each build's output in
-# PREFIX.logs/WAY-REPEAT.log.
+# PREFIX.logs/WAY-REPEAT.log, with where and when headroom ran each job.
 #
 # The nodes share this machine's cores: the farm adds memory, not CPU. Where memory allows
 # only one heavy unit at a time here, it lets three run at once.
@@ -90,6 +90,18 @@ stop_cgroup() {
   done
 }
 
+# Prints where and when each job of the report $1 ran, in the order they started.
+timeline() {
+  python3 - "$1" <<'PY'
+import json, sys
+jobs = sorted(json.load(open(sys.argv[1]))["jobs"], key=lambda job: job["start_ms"])
+print("timeline: start s, end s, where, peak here, job")
+for job in jobs:
+    print(f'  {job["start_ms"] / 1000:6.1f} {job["end_ms"] / 1000:6.1f}  {job.get("node") or "here":<16}'
+          f' {job["peak"] >> 20:5} MiB  {job["label"]}')
+PY
+}
+
 csv="$RESULTS.csv"
 mkdir -p "$(dirname "$csv")" "$RESULTS.logs"
 echo "repeat,way,wall_s,exit,oom_here,oom_node1,oom_node2,local_fallbacks" >"$csv"
@@ -105,10 +117,10 @@ run() {
   here=$cgroup
   local -a build
   case "$way" in
-  local) build=("$HEADROOM" build --report "$RESULTS.logs/$way-$repeat.json" -- make -j8 "${make_vars[@]}") ;;
+  local) build=("$HEADROOM" build --report "$work_dir/report.json" -- make -j8 "${make_vars[@]}") ;;
   distcc) build=(env "DISTCC_HOSTS=127.0.0.1:$port1/$NODE_SLOTS 127.0.0.1:$port2/$NODE_SLOTS"
     "DISTCC_DIR=$work_dir/distcc-$repeat" make -j8 "${make_vars[@]}" "CXX=distcc g++") ;;
-  farm) build=("$HEADROOM" build --report "$RESULTS.logs/$way-$repeat.json" --farm "127.0.0.1:$port1=$NODE_MEMORY/$NODE_SLOTS"
+  farm) build=("$HEADROOM" build --report "$work_dir/report.json" --farm "127.0.0.1:$port1=$NODE_MEMORY/$NODE_SLOTS"
     --farm "127.0.0.1:$port2=$NODE_MEMORY/$NODE_SLOTS" -- make -j8 "${make_vars[@]}") ;;
   esac
   make -C "$project" clean >/dev/null
@@ -121,7 +133,9 @@ run() {
   printf '%s,%s,%.1f,%s,%s,%s,%s,%s\n' "$repeat" "$way" "$(awk -v a="$start" -v b="$end" "BEGIN { print b - a }")" "$status" \
     "$(cgroup_oom_kills "$here")" "$(cgroup_oom_kills "$node1")" "$(cgroup_oom_kills "$node2")" \
     "$fallbacks" | tee -a "$csv" >&2
+  [[ -f "$work_dir/report.json" ]] && timeline "$work_dir/report.json" >>"$work_dir/build.log"
   cp "$work_dir/build.log" "$RESULTS.logs/$way-$repeat.log"
+  rm -f "$work_dir/report.json"
   for cgroup in "$here" "$node1" "$node2"; do stop_cgroup "$cgroup"; done
 }
 
