@@ -93,9 +93,11 @@ pub trait Policy {
     fn node_of(&self, _id: JobId) -> Option<NodeId> {
         None
     }
-    /// The job ended at `now`, having used at most `peak` bytes.
+    /// The job ended at `now`, having used at most `peak` bytes on this machine (its engine
+    /// client's, when a farm node compiled it), as the governor measures it.
     fn finished(&mut self, job: &SimJob, peak: u64, now: f64);
-    /// The kernel killed the job for want of memory; the policy decides how it is retried.
+    /// The kernel killed the job for want of memory, here or on its farm node, when it had
+    /// used at most `peak` bytes on this machine; the policy decides how it is retried.
     fn oom_killed(&mut self, job: &SimJob, peak: u64);
 }
 
@@ -173,6 +175,15 @@ impl Run {
             CLIENT_BYTES as f64
         } else {
             0.0
+        }
+    }
+
+    /// The most bytes it used on this machine: its own, or its engine client's.
+    fn peak_here(&self) -> u64 {
+        if self.node.is_some() {
+            CLIENT_BYTES
+        } else {
+            self.peak.round() as u64
         }
     }
 }
@@ -493,7 +504,7 @@ impl<'a> Simulation<'a> {
             }
             self.outcome.wasted_seconds += run.progress;
             let job = &self.workload.jobs[run.job];
-            self.policy.oom_killed(job, run.peak.round() as u64);
+            self.policy.oom_killed(job, run.peak_here());
         }
     }
 
@@ -569,7 +580,7 @@ impl<'a> Simulation<'a> {
             self.finished += 1;
             self.outcome.makespan = self.now;
             let job = &workload.jobs[run.job];
-            self.policy.finished(job, run.peak.round() as u64, self.now);
+            self.policy.finished(job, run.peak_here(), self.now);
             for &dependent in &workload.dependents[run.job] {
                 self.missing_deps[dependent] -= 1;
                 if self.missing_deps[dependent] == 0 {
