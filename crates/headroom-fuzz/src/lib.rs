@@ -74,9 +74,18 @@ pub const TARGETS: [Target; 10] = [
     },
 ];
 
-/// Traces with more jobs than this are parsed and checked but not simulated, so one input
-/// stays within a fuzzer's time per run.
+/// Traces with more jobs than this, or more seconds of jobs in all than `SIMULATED_SECONDS`,
+/// are parsed and checked but not simulated, so one input stays within a fuzzer's time per
+/// run: the simulator samples every running job each simulated tick, so its cost grows with
+/// the simulated time (a job mutated to 26 days took 10 s).
 const SIMULATED_JOBS: usize = 16;
+const SIMULATED_SECONDS: f64 = 100_000.0;
+
+/// Whether a trace is small enough to simulate in a fuzzer's run (see `SIMULATED_JOBS`).
+fn small_enough(trace: &Trace) -> bool {
+    trace.jobs.len() <= SIMULATED_JOBS
+        && trace.jobs.iter().map(|job| job.duration).sum::<f64>() <= SIMULATED_SECONDS
+}
 
 /// A machine for simulations and imports: small, so that fuzzed peaks matter.
 const MACHINE: Machine = Machine {
@@ -168,7 +177,7 @@ pub fn sim_trace(data: &[u8]) {
     let Ok(trace) = Trace::parse(text, Path::new("fuzz.json")) else {
         return;
     };
-    if trace.jobs.len() <= SIMULATED_JOBS {
+    if small_enough(&trace) {
         simulate(&trace);
     }
 }
@@ -195,7 +204,7 @@ pub fn report_json(data: &[u8]) {
         named_inputs: headroom_govern::last_build::named_inputs(&report.jobs),
     };
     let trace = trace_from_report(&report, &options);
-    if trace.validate().is_ok() && trace.jobs.len() <= SIMULATED_JOBS {
+    if trace.validate().is_ok() && small_enough(&trace) {
         simulate(&trace);
     }
 }
