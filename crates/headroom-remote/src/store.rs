@@ -12,7 +12,6 @@
 //! Every message about the store is redacted.
 
 use std::future::Future;
-use std::ops::Bound;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -187,18 +186,15 @@ impl Store {
     /// The value under `key`, or `None` where there is none. A value of more than `max_bytes`
     /// is refused (`TooBig`). Where the service tells a value's size without sending it (all
     /// but Redis, whose size query is a GET), such a value is refused before a byte of it is
-    /// read, and the read asks for exactly the size told; either way the read stops as soon as
-    /// it has more than `max_bytes`, so a server that sends endless bytes costs at most that and
-    /// one chunk. (Redis itself sends no value over its `proto-max-bulk-len`, 512 MiB.)
+    /// read; either way the read stops as soon as it has more than `max_bytes`, so a server
+    /// that sends endless bytes costs at most that and one chunk. (Redis itself sends no value over its `proto-max-bulk-len`, 512 MiB.)
     pub fn get(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         if self.address.service == Service::Fs {
             self.refuse_links(key)?;
         }
         let got = self.run("read", key, async {
-            let range = if matches!(self.address.service, Service::Redis { .. }) {
-                (Bound::Unbounded, Bound::Unbounded)
-            } else {
+            if !matches!(self.address.service, Service::Redis { .. }) {
                 match self.operator.stat(key).await {
                     Ok(metadata) if metadata.content_length() > max_bytes => {
                         return Ok(Got::TooBig)
@@ -206,16 +202,15 @@ impl Store {
                     Ok(metadata) if metadata.content_length() == 0 => {
                         return Ok(Got::Value(Vec::new()))
                     }
-                    Ok(metadata) => (
-                        Bound::Included(0),
-                        Bound::Excluded(metadata.content_length()),
-                    ),
+                    Ok(_) => {}
                     Err(err) if err.kind() == ErrorKind::NotFound => return Ok(Got::Absent),
                     Err(err) => return Err(err),
                 }
-            };
+            }
+            // The whole value as it is now, not the size the stat told: another builder may
+            // have replaced it since, and a read of the old size would then fail.
             let stream = match self.operator.reader(key).await {
-                Ok(reader) => reader.into_stream(range).await,
+                Ok(reader) => reader.into_stream(..).await,
                 Err(err) => Err(err),
             };
             let mut stream = match stream {
