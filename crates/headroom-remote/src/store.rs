@@ -187,7 +187,8 @@ impl Store {
     /// is refused (`TooBig`). Where the service tells a value's size without sending it (all
     /// but Redis, whose size query is a GET), such a value is refused before a byte of it is
     /// read; either way the read stops as soon as it has more than `max_bytes`, so a server
-    /// that sends endless bytes costs at most that and one chunk. (Redis itself sends no value over its `proto-max-bulk-len`, 512 MiB.)
+    /// that sends endless bytes costs at most that and one chunk. (Redis itself sends no value
+    /// over its `proto-max-bulk-len`, 512 MiB.)
     pub fn get(&self, key: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         if self.address.service == Service::Fs {

@@ -286,7 +286,7 @@ impl Driver {
         );
         self.scheduler
             .submit(id, prediction.estimate.clone(), false);
-        self.note_local_share(offer.local_share);
+        self.largest_local_share = self.largest_local_share.max(offer.local_share);
         self.jobs.insert(
             id,
             Job {
@@ -530,10 +530,8 @@ impl Driver {
         }
         let ran_here = job.node.is_none();
         if ended.succeeded && !ran_here {
-            let share = job.peak;
-            self.note_local_share(Some(share));
+            self.largest_local_share = self.largest_local_share.max(Some(job.peak));
         }
-        let job = self.jobs.get_mut(&id).expect("checked above");
         if ended.out_of_memory && escalate(job) {
             tracing::info!(
                 "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
@@ -599,11 +597,6 @@ impl Driver {
             profile,
         };
         (AfterAttempt::Done(Box::new(finished)), !wait_for_followers)
-    }
-
-    /// Keeps the largest local share known in this build (see `largest_local_share`).
-    fn note_local_share(&mut self, share: Option<u64>) {
-        self.largest_local_share = self.largest_local_share.max(share);
     }
 
     /// Raises to `floor` the jobs of `group` still waiting with the default prediction: one of

@@ -105,9 +105,14 @@ impl Server {
                     dir,
                 });
             }
+            // moto's S3 server, one request at a time: threaded, it races on concurrent PUTs
+            // of one key (a request reads a body another closed: HTTP 500), which real S3
+            // does not. Concurrent clients still interleave their requests.
             Kind::S3 => (
                 "moto_server",
                 vec![
+                    "-c".into(),
+                    MOTO_ONE_REQUEST_AT_A_TIME.into(),
                     "-H".into(),
                     "127.0.0.1".into(),
                     "-p".into(),
@@ -158,18 +163,10 @@ impl Server {
             eprintln!("skipping: {program_name} is not installed (bash .ci/stores.sh installs it)");
             return None;
         };
-        let (program, args) = match kind {
-            // moto's S3 server, one request at a time: threaded, it races on concurrent PUTs
-            // of one key (a request reads a body another closed: HTTP 500), which real S3
-            // does not. Concurrent clients still interleave their requests.
-            Kind::S3 => (
-                program.with_file_name("python3"),
-                ["-c".to_string(), MOTO_ONE_REQUEST_AT_A_TIME.to_string()]
-                    .into_iter()
-                    .chain(args)
-                    .collect(),
-            ),
-            _ => (program, args),
+        // `moto_server` is found to say whether moto is installed; its Python runs it.
+        let program = match kind {
+            Kind::S3 => program.with_file_name("python3"),
+            _ => program,
         };
         let child = Command::new(program)
             .args(&args)
