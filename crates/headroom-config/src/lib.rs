@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use headroom_farm::Node;
+use headroom_farm::{EngineKind, Node};
 use headroom_govern::budget::{parse_budget, BudgetSpec};
 use headroom_govern::ladder::{default_ladder, Rung};
 
@@ -106,10 +106,13 @@ pub struct BuildSection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FarmSection {
-    /// The distributed compile engine: `distcc` (the one supported).
+    /// The distributed compile engine, like `--farm-engine`: `distcc` (the default) or
+    /// `sccache-dist`.
     pub engine: Option<String>,
     /// Like `--farm`: nodes as `HOST:PORT=MEMORY/SLOTS`.
     pub nodes: Option<Vec<String>>,
+    /// Like `--farm-token`: the token sccache-dist's schedulers take from clients.
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -165,6 +168,8 @@ pub struct BuildOverrides {
     pub no_priorities: bool,
     /// `--farm` nodes; when given, they replace the files' nodes.
     pub farm: Vec<String>,
+    pub farm_engine: Option<String>,
+    pub farm_token: Option<String>,
     pub no_farm: bool,
 }
 
@@ -179,6 +184,10 @@ pub struct BuildSettings {
     pub priorities: bool,
     /// The build farm's nodes; empty builds on this machine only.
     pub farm: Vec<Node>,
+    /// The engine farm jobs go through.
+    pub farm_engine: EngineKind,
+    /// The token sccache-dist's schedulers take (empty where they take any).
+    pub farm_token: String,
 }
 
 impl BuildSettings {
@@ -228,15 +237,49 @@ impl BuildSettings {
             .unwrap_or(100);
         let priorities =
             !flags.no_priorities && project.priorities.or(user.priorities).unwrap_or(true);
+        let (project_farm, user_farm) = (project.farm.as_ref(), user.farm.as_ref());
+        let farm_engine = farm_engine(flags, project_farm, user_farm)?;
+        let farm_token = flags
+            .farm_token
+            .clone()
+            .or_else(|| project_farm.and_then(|s| s.token.clone()))
+            .or_else(|| user_farm.and_then(|s| s.token.clone()))
+            .unwrap_or_default();
         Ok(BuildSettings {
             budget,
             jobs,
             ladder,
             sample_interval_ms,
             priorities,
-            farm: farm_nodes(flags, project.farm.as_ref(), user.farm.as_ref())?,
+            farm: farm_nodes(flags, project_farm, user_farm, farm_engine)?,
+            farm_engine,
+            farm_token,
         })
     }
+}
+
+/// The farm's engine: `--farm-engine` (or `HEADROOM_FARM_ENGINE`), else the project's
+/// `[build.farm] engine`, else the user's, else distcc.
+fn farm_engine(
+    flags: &BuildOverrides,
+    project: Option<&FarmSection>,
+    user: Option<&FarmSection>,
+) -> Result<EngineKind> {
+    let from_files = [project, user]
+        .into_iter()
+        .flatten()
+        .find_map(|section| section.engine.as_deref());
+    let (name, place) = match (flags.farm_engine.as_deref(), from_files) {
+        (Some(name), _) => (name, "--farm-engine"),
+        (None, Some(name)) => (name, "[build.farm] engine"),
+        (None, None) => return Ok(EngineKind::default()),
+    };
+    EngineKind::parse(name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{place} `{name}` is not an engine headroom supports: write {}",
+            EngineKind::NAMES
+        )
+    })
 }
 
 /// The farm's nodes: `--farm` (or `HEADROOM_FARM`), else the project's `[build.farm]`, else
@@ -245,16 +288,10 @@ fn farm_nodes(
     flags: &BuildOverrides,
     project: Option<&FarmSection>,
     user: Option<&FarmSection>,
+    engine: EngineKind,
 ) -> Result<Vec<Node>> {
     if flags.no_farm {
         return Ok(Vec::new());
-    }
-    for section in [project, user].into_iter().flatten() {
-        if let Some(engine) = section.engine.as_deref().filter(|&e| e != "distcc") {
-            anyhow::bail!(
-                "[build.farm] engine = \"{engine}\" is not supported: headroom sends farm jobs through distcc (engine = \"distcc\", or leave it out)"
-            );
-        }
     }
     let texts = if flags.farm.is_empty() {
         project
@@ -266,7 +303,7 @@ fn farm_nodes(
     };
     Ok(texts
         .iter()
-        .map(|text| Node::parse(text))
+        .map(|text| Node::parse(text, engine.default_port()))
         .collect::<Result<_, _>>()?)
 }
 
@@ -306,6 +343,8 @@ mod tests {
                 sample_interval_ms: 100,
                 priorities: true,
                 farm: vec![],
+                farm_engine: EngineKind::Distcc,
+                farm_token: String::new(),
             }
         );
     }
@@ -358,9 +397,32 @@ mod tests {
         let icecream = file("[build.farm]\nengine = \"icecc\"\n");
         let err = BuildSettings::merge(&none, &icecream, &user, 2).unwrap_err();
         assert!(
-            err.to_string().contains("icecc") && err.to_string().contains("distcc"),
+            err.to_string().contains("[build.farm] engine `icecc`")
+                && err.to_string().contains("sccache-dist"),
             "{err}"
         );
+        let sccache = file(
+            "[build.farm]\nengine = \"sccache-dist\"\ntoken = \"t\"\nnodes = [\"sched=64G/16\"]\n",
+        );
+        let settings = BuildSettings::merge(&none, &sccache, &user, 2).unwrap();
+        assert_eq!(settings.farm_engine, EngineKind::SccacheDist);
+        assert_eq!(settings.farm_token, "t");
+        assert_eq!(
+            settings.farm[0].address, "sched:10600",
+            "the scheduler's port"
+        );
+        let flag_engine = BuildOverrides {
+            farm_engine: Some("sccache-dist".into()),
+            ..Default::default()
+        };
+        let settings = BuildSettings::merge(&flag_engine, &project, &user, 2).unwrap();
+        assert_eq!(settings.farm[0].address, "proj:10600");
+        let typo = BuildOverrides {
+            farm_engine: Some("scache".into()),
+            ..Default::default()
+        };
+        let err = BuildSettings::merge(&typo, &project, &user, 2).unwrap_err();
+        assert!(err.to_string().contains("--farm-engine `scache`"), "{err}");
         let bad = BuildOverrides {
             farm: vec!["a:1=1G".into()],
             ..Default::default()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Node, RemoteLaunch, RemoteOutcome};
+use crate::{is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
 
 /// The distcc client headroom sends jobs through.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,18 +38,7 @@ impl Distcc {
     /// else (a link, `-E`, `-march=native`, a response file) its client runs here, which a
     /// farmed job's small local reservation would not cover: such jobs stay local jobs.
     pub fn would_distribute(args: &[String]) -> bool {
-        let compiles = args.iter().any(|arg| arg == "-c");
-        let local_only = args.iter().any(|arg| {
-            matches!(arg.as_str(), "-E" | "-M" | "-MM" | "-" | "-save-temps")
-                || arg.starts_with('@')
-                || arg.starts_with("-Wp,")
-                || arg.ends_with("=native")
-        });
-        let sources = args
-            .iter()
-            .filter(|arg| !arg.starts_with('-') && is_source(arg))
-            .count();
-        compiles && !local_only && sources == 1
+        one_source_compiled(args, is_gcc_source)
     }
 
     /// How the shim runs an attempt on `node`, with distcc's state (its host backoff) kept in
@@ -69,6 +58,7 @@ impl Distcc {
                 .into_iter()
                 .map(|(name, value)| (name.to_string(), value))
                 .collect(),
+            fallback_markers: Vec::new(),
         }
     }
 
@@ -91,14 +81,6 @@ impl Distcc {
             _ => RemoteOutcome::Ran,
         }
     }
-}
-
-fn is_source(arg: &str) -> bool {
-    let extension = Path::new(arg).extension().and_then(|e| e.to_str());
-    matches!(
-        extension,
-        Some("c" | "cc" | "cp" | "cpp" | "cxx" | "c++" | "C" | "CPP" | "i" | "ii")
-    )
 }
 
 #[cfg(test)]
@@ -161,7 +143,7 @@ mod tests {
         let distcc = Distcc {
             client: "/usr/bin/distcc".into(),
         };
-        let node = Node::parse("10.0.0.5:3632=8G/4").unwrap();
+        let node = Node::parse("10.0.0.5:3632=8G/4", Distcc::DEFAULT_PORT).unwrap();
         let launch = distcc.launch(&node, Path::new("/run/headroom/job-7"));
         let env: std::collections::HashMap<_, _> = launch.env.into_iter().collect();
         assert_eq!(env["DISTCC_HOSTS"], "10.0.0.5:3632/1");

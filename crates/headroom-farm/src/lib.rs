@@ -1,9 +1,11 @@
 //! Build farms for `headroom build`: the nodes a user configured, and the distributed compile
 //! engine each farmed job goes through. headroom chooses the node (by predicted memory, see
 //! `headroom_sched::farm`); the engine only carries the job there. See ARCHITECTURE.md
-//! ("Build farms") for why the engine is distcc.
+//! ("Build farms") for the two engines, distcc and sccache-dist, and why.
 
 mod distcc;
+mod engine;
+mod sccache_dist;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -14,6 +16,8 @@ use headroom_size::{format_size, parse_size};
 use serde::{Deserialize, Serialize};
 
 pub use distcc::Distcc;
+pub use engine::{Engine, EngineKind};
+pub use sccache_dist::SccacheDist;
 
 /// How long a node may take to accept a connection before the build counts it unreachable.
 const REACH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -29,15 +33,15 @@ pub struct Node {
 
 /// A node setting that cannot be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("farm node `{text}`: {problem}; write HOST:PORT=MEMORY/SLOTS, such as `10.0.0.5:3632=64G/16` (the memory its compiles may use, and its distccd --jobs)")]
+#[error("farm node `{text}`: {problem}; write HOST:PORT=MEMORY/SLOTS, such as `10.0.0.5:3632=64G/16` (the memory its compiles may use, and how many it runs at once)")]
 pub struct NodeError {
     text: String,
     problem: String,
 }
 
 impl Node {
-    /// Parses `HOST:PORT=MEMORY/SLOTS`; the port may be left out (distcc's 3632).
-    pub fn parse(text: &str) -> Result<Node, NodeError> {
+    /// Parses `HOST:PORT=MEMORY/SLOTS`; the port may be left out (`default_port`, the engine's).
+    pub fn parse(text: &str, default_port: u16) -> Result<Node, NodeError> {
         let error = |problem: String| NodeError {
             text: text.to_string(),
             problem,
@@ -58,7 +62,7 @@ impl Node {
         {
             address.to_string()
         } else {
-            format!("{address}:{}", Distcc::DEFAULT_PORT)
+            format!("{address}:{default_port}")
         };
         let memory = parse_size(memory.trim()).map_err(|e| error(e.to_string()))?;
         let slots: usize = slots
@@ -118,7 +122,7 @@ impl std::fmt::Display for Node {
 /// A build's farm: the engine's client and the nodes that answered when the build began.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FarmSettings {
-    pub engine: Distcc,
+    pub engine: Engine,
     pub nodes: Vec<Node>,
 }
 
@@ -129,6 +133,10 @@ pub struct RemoteLaunch {
     pub program: PathBuf,
     pub args_before: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Texts the engine writes to stderr when it gives up on the node and compiles here
+    /// instead, for an engine that cannot be told not to: the shim kills the attempt on
+    /// seeing one, before the compile grows here unadmitted.
+    pub fallback_markers: Vec<String>,
 }
 
 /// How an attempt sent to a node ended, as the engine's client told it.
@@ -142,13 +150,63 @@ pub enum RemoteOutcome {
     OutOfMemory,
 }
 
+/// Whether `args` compile exactly one source (`is_source`) to an object, with none of the
+/// flags that make an engine's client run the call here (`-E`, `-M`, `-march=native`, a
+/// response file, nvcc's `--dryrun` or `-ptx`), so that the job's work goes to the node.
+fn one_source_compiled(args: &[String], is_source: fn(&str) -> bool) -> bool {
+    let compiles = args.iter().any(|arg| arg == "-c" || arg == "--compile");
+    let local_only = args.iter().any(|arg| {
+        matches!(
+            arg.as_str(),
+            "-E" | "-M"
+                | "-MM"
+                | "-"
+                | "-save-temps"
+                | "--preprocess"
+                | "--dryrun"
+                | "-dryrun"
+                | "-ptx"
+                | "--ptx"
+                | "-cubin"
+                | "--cubin"
+                | "-fatbin"
+                | "--fatbin"
+                | "-lib"
+                | "--lib"
+                | "--options-file"
+                | "-optf"
+        ) || arg.starts_with('@')
+            || arg.starts_with("-Wp,")
+            || arg.ends_with("=native")
+    });
+    let sources = args
+        .iter()
+        .filter(|arg| !arg.starts_with('-') && is_source(arg))
+        .count();
+    compiles && !local_only && sources == 1
+}
+
+fn extension(arg: &str) -> Option<&str> {
+    std::path::Path::new(arg)
+        .extension()
+        .and_then(|e| e.to_str())
+}
+
+/// A C or C++ source (or its preprocessed form) as gcc and clang take it.
+fn is_gcc_source(arg: &str) -> bool {
+    matches!(
+        extension(arg),
+        Some("c" | "cc" | "cp" | "cpp" | "cxx" | "c++" | "C" | "CPP" | "i" | "ii")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn nodes_parse_and_bad_ones_say_what_to_write() {
-        let node = Node::parse("10.0.0.5:3633=64G/16").unwrap();
+        let node = Node::parse("10.0.0.5:3633=64G/16", 3632).unwrap();
         assert_eq!(
             node,
             Node {
@@ -158,11 +216,11 @@ mod tests {
             }
         );
         assert_eq!(
-            Node::parse("builder=3GiB/2").unwrap().address,
+            Node::parse("builder=3GiB/2", 3632).unwrap().address,
             "builder:3632"
         );
         assert_eq!(
-            Node::parse("[::1]:4000=1G/1").unwrap().address,
+            Node::parse("[::1]:4000=1G/1", 3632).unwrap().address,
             "[::1]:4000"
         );
         for (bad, says) in [
@@ -173,7 +231,7 @@ mod tests {
             ("h=4G/0", "above 0"),
             ("h=0/2", "memory must be above 0"),
         ] {
-            let err = Node::parse(bad).unwrap_err().to_string();
+            let err = Node::parse(bad, 3632).unwrap_err().to_string();
             assert!(
                 err.contains(says) && err.contains("HOST:PORT=MEMORY/SLOTS"),
                 "{bad}: {err}"
@@ -185,7 +243,7 @@ mod tests {
     fn a_closed_port_is_unreachable() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
-        let node = Node::parse(&format!("{address}=1G/1")).unwrap();
+        let node = Node::parse(&format!("{address}=1G/1"), 3632).unwrap();
         assert!(node.reachable().is_ok());
         drop(listener);
         assert!(node.reachable().is_err());

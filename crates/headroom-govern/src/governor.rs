@@ -15,7 +15,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use headroom_farm::{Distcc, FarmSettings, RemoteLaunch, RemoteOutcome};
+use headroom_farm::{FarmSettings, RemoteLaunch, RemoteOutcome};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
@@ -367,9 +367,13 @@ impl Governor {
             .history
             .as_ref()
             .and_then(|h| h.past_run(&identity.key, &portable_key).ok().flatten());
-        let farmable = self.config.farm.is_some()
-            && speaks_gcc_flags(compiler.as_ref())
-            && Distcc::would_distribute(&args);
+        let farmable = self.config.farm.as_ref().is_some_and(|farm| {
+            farm.engine.would_distribute(
+                compiler.as_ref(),
+                speaks_gcc_flags(compiler.as_ref()),
+                &args,
+            )
+        });
         let local_share = state
             .history
             .as_ref()
@@ -536,7 +540,9 @@ impl Governor {
             job.pgid = None;
         }
         let node = state.driver.job(id).and_then(|job| job.node);
-        let remote = node.map(|_| Distcc::outcome(attempt.exit_code, &attempt.stderr_tail));
+        let remote = node
+            .zip(self.config.farm.as_ref())
+            .map(|(_, farm)| farm.engine.outcome(attempt.exit_code, &attempt.stderr_tail));
         if let (Some(node), Some(RemoteOutcome::Unreachable)) = (node, remote) {
             self.warn_node_down(&state, node, &attempt.stderr_tail);
         }
@@ -545,8 +551,14 @@ impl Governor {
         }
         let ended = Ended {
             succeeded: attempt.exit_code == Some(0),
+            // A farmed attempt the shim killed because its engine fell back to this machine
+            // died of SIGKILL, but not for memory.
             out_of_memory: !state.shutting_down
-                && (ran_out_of_memory(&attempt) || remote == Some(RemoteOutcome::OutOfMemory)),
+                && match remote {
+                    Some(RemoteOutcome::OutOfMemory) => true,
+                    Some(RemoteOutcome::Unreachable) => false,
+                    _ => ran_out_of_memory(&attempt),
+                },
             cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
             max_rss: attempt.max_rss,
             node_unreachable: !state.shutting_down && remote == Some(RemoteOutcome::Unreachable),

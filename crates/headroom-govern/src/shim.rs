@@ -212,7 +212,8 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
         };
         command.env(crate::shim::JOB_ENV, job_id.to_string());
         let mut attempt = attempt_command(&command, args, rung.as_ref(), remote.as_ref());
-        let outcome = run_attempt(&mut attempt, nice, &stream);
+        let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
+        let outcome = run_attempt(&mut attempt, nice, &stream, fallback_markers);
         let Ok((status, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -247,8 +248,13 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
 
 /// Reads an attempt's stderr to its end. The governor says nothing while an attempt runs, so
 /// its socket becoming readable means it has gone: then the attempt, which it may have
-/// stopped, is resumed, since nobody else would.
-fn collect_stderr(mut pipe: ChildStderr, governor: &UnixStream) -> Vec<u8> {
+/// stopped, is resumed, since nobody else would. An attempt that writes one of
+/// `fallback_markers` (its farm engine is about to compile here, unadmitted) is killed at once.
+fn collect_stderr(
+    mut pipe: ChildStderr,
+    governor: &UnixStream,
+    fallback_markers: &[String],
+) -> Vec<u8> {
     let mut stderr = Vec::new();
     let mut chunk = [0u8; 8192];
     let mut governor_watched = true;
@@ -271,12 +277,28 @@ fn collect_stderr(mut pipe: ChildStderr, governor: &UnixStream) -> Vec<u8> {
         }
         match pipe.read(&mut chunk) {
             Ok(0) => break,
-            Ok(read) => stderr.extend_from_slice(&chunk[..read]),
+            Ok(read) => {
+                let searched_to = stderr.len();
+                stderr.extend_from_slice(&chunk[..read]);
+                let falls_back = fallback_markers.iter().any(|marker| {
+                    let from = searched_to.saturating_sub(marker.len());
+                    contains(&stderr[from..], marker.as_bytes())
+                });
+                if falls_back {
+                    signal_running_group(Signal::KILL);
+                }
+            }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
     }
     stderr
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 /// The command of one attempt: the compiler `base` runs, with `args` lowered by `rung` when
@@ -318,6 +340,7 @@ fn run_attempt(
     command: &mut Command,
     nice: u8,
     stream: &UnixStream,
+    fallback_markers: &[String],
 ) -> std::io::Result<(std::process::ExitStatus, Vec<u8>)> {
     command.process_group(0).stderr(Stdio::piped());
     // The shim takes on the attempt's niceness before starting it, so every process and
@@ -340,7 +363,7 @@ fn run_attempt(
     let stderr = child
         .stderr
         .take()
-        .map(|pipe| collect_stderr(pipe, stream))
+        .map(|pipe| collect_stderr(pipe, stream, fallback_markers))
         .unwrap_or_default();
     let status = child.wait()?;
     RUNNING_GROUP.store(0, Ordering::SeqCst);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use headroom_farm::{Distcc, FarmSettings, Node};
+use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
 use headroom_govern::session::Session;
@@ -66,8 +66,9 @@ pub struct BuildArgs {
         hide = true
     )]
     sample_interval_ms: Option<u64>,
-    /// Send compiles to a build farm node (distcc's `distccd`): `HOST:PORT=MEMORY/SLOTS`, such
-    /// as `10.0.0.5:3632=64G/16`, given once per node. headroom places each job on a node whose
+    /// Send compiles to a build farm node (distcc's `distccd`, or with `--farm-engine
+    /// sccache-dist` a node's own `sccache-dist scheduler`): `HOST:PORT=MEMORY/SLOTS`, such as
+    /// `10.0.0.5:3632=64G/16`, given once per node. headroom places each job on a node whose
     /// memory fits its predicted peak; replaces `[build.farm] nodes` of headroom.toml.
     #[arg(
         long = "farm",
@@ -77,6 +78,19 @@ pub struct BuildArgs {
         conflicts_with = "no_farm"
     )]
     farm: Vec<String>,
+    /// The engine farm jobs go through: `distcc` (the default) or `sccache-dist` (which also
+    /// distributes nvcc); replaces `[build.farm] engine`.
+    #[arg(long, env = "HEADROOM_FARM_ENGINE", value_name = "ENGINE")]
+    farm_engine: Option<String>,
+    /// The token the sccache-dist schedulers take from clients (their `client_auth`);
+    /// replaces `[build.farm] token`.
+    #[arg(
+        long,
+        env = "HEADROOM_FARM_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    farm_token: Option<String>,
     /// Build on this machine only, even where headroom.toml names a farm.
     #[arg(long)]
     no_farm: bool,
@@ -101,6 +115,8 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         sample_interval_ms: args.sample_interval_ms,
         no_priorities: args.no_priorities,
         farm: args.farm.clone(),
+        farm_engine: args.farm_engine.clone(),
+        farm_token: args.farm_token.clone(),
         no_farm: args.no_farm,
     };
     let command = args
@@ -218,7 +234,7 @@ pub fn start_session(
         project_root: headroom_config::project_root(&cwd)
             .to_string_lossy()
             .into_owned(),
-        farm: reachable_farm(&settings.farm),
+        farm: reachable_farm(&settings),
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     let session = Session::start(&exe, &config, state.dir())?;
@@ -230,16 +246,20 @@ pub fn start_session(
     })
 }
 
-/// The farm of `nodes` that can be used now: the distcc client must be on PATH and a node must
-/// answer. Anything missing is a warning, not an error: the build then runs here, as it would
-/// without a farm.
-fn reachable_farm(nodes: &[Node]) -> Option<FarmSettings> {
+/// The farm that can be used now: the engine's client must be on PATH and a node must answer.
+/// Anything missing is a warning, not an error: the build then runs here, as it would without
+/// a farm.
+fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
+    let nodes = &settings.farm;
     if nodes.is_empty() {
         return None;
     }
-    let Some(engine) = Distcc::find() else {
-        eprintln!("headroom: warning: a build farm is configured, but `distcc` is not on PATH (Debian: apt install distcc); this build runs on this machine only");
-        return None;
+    let engine = match Engine::find(settings.farm_engine, &settings.farm_token) {
+        Ok(engine) => engine,
+        Err(missing) => {
+            eprintln!("headroom: warning: a build farm is configured, but {missing}; this build runs on this machine only");
+            return None;
+        }
     };
     let mut reachable = Vec::new();
     for node in nodes {
@@ -255,7 +275,11 @@ fn reachable_farm(nodes: &[Node]) -> Option<FarmSettings> {
         return None;
     }
     let names: Vec<String> = reachable.iter().map(Node::to_string).collect();
-    eprintln!("headroom: farm: {}", names.join(", "));
+    eprintln!(
+        "headroom: farm ({}): {}",
+        engine.kind().name(),
+        names.join(", ")
+    );
     Some(FarmSettings {
         engine,
         nodes: reachable,

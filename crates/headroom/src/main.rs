@@ -29,8 +29,9 @@ const ENVIRONMENT: &str = "\
 Environment:
   HEADROOM_BUDGET, HEADROOM_JOBS, HEADROOM_LOWER_FLAGS, HEADROOM_NO_PRIORITIES
       Defaults for `build`'s --budget, --jobs, --lower-flags and --no-priorities.
-  HEADROOM_FARM
-      `build`'s --farm nodes, comma-separated (HOST:PORT=MEMORY/SLOTS).
+  HEADROOM_FARM, HEADROOM_FARM_ENGINE, HEADROOM_FARM_TOKEN
+      `build`'s --farm nodes, comma-separated (HOST:PORT=MEMORY/SLOTS), --farm-engine
+      and --farm-token.
   HEADROOM_STATE_DIR
       The build history, the shim directory and the interceptor
       [default: $XDG_STATE_HOME/headroom, else ~/.local/state/headroom].
