@@ -6,16 +6,16 @@
 //! why, where distcc or memory cgroups are missing.
 
 mod fakecc;
+mod farm_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use farm_support::{free_port, limited_cgroup, stderr, wait_listening, MIB};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
-
-const MIB: u64 = 1 << 20;
 
 /// One farm node: a `distccd` in its own memory-limited cgroup.
 struct Node {
@@ -46,11 +46,7 @@ impl Node {
             cgroup,
             port,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "distccd listens on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_listening(port, "distccd");
         Some(node)
     }
 
@@ -65,10 +61,7 @@ impl Node {
 
     /// Stops the node as a crash would: every process of it killed at once.
     fn kill(&mut self) {
-        for pid in self.cgroup.pids().unwrap_or_default() {
-            // SAFETY: kill(2) on the processes of this test's own daemon.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+        farm_support::kill_all(&self.cgroup);
         let _ = self.daemon.wait();
     }
 }
@@ -76,27 +69,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.cgroup.pids().unwrap_or_default().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_dir(self.cgroup.dir());
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
-    let name = format!("headroom-farm-{name}-{}", std::process::id());
-    match Cgroup::create_under_self(&name, Some(limit)) {
-        Ok(cgroup) => Some(cgroup),
-        Err(err) => {
-            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
-            None
-        }
+        farm_support::remove(&self.cgroup);
     }
 }
 
@@ -161,23 +134,8 @@ fn set_memory(dir: &Path, units: &[&str], mib: u64, millis: u64) {
 /// Runs `headroom build ARGS -- make -j8` in `dir`, inside `cgroup` (this machine's cap).
 /// Returns how it ended, how long it took and its report.
 fn headroom_build(dir: &Path, cgroup: &Cgroup, args: &[String]) -> (Output, f64, BuildReport) {
-    let mut headroom = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"));
-    headroom
-        .env_remove("HEADROOM_FARM")
-        .args(["build", "--report", "report.json"])
-        .args(args)
-        .args(["--", "make", "-j8"]);
-    cgroup.attach(&mut headroom);
-    let start = Instant::now();
-    let output = headroom.output().unwrap();
-    let seconds = start.elapsed().as_secs_f64();
-    let report = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap())
-        .expect("the build wrote its report");
-    (output, seconds, report)
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    let headroom = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"));
+    farm_support::headroom_build(headroom, dir, cgroup, args, &["make", "-j8"])
 }
 
 #[test]
@@ -218,7 +176,7 @@ fn the_farm_is_faster_than_this_machine_alone_with_no_oom_kill_anywhere() {
     for node in &nodes {
         assert!(node.planned_peak <= 600 * MIB, "{node:?}");
     }
-    assert!(log.contains("farm: "), "{log}");
+    assert!(log.contains("farm (distcc): "), "{log}");
     for unit in units {
         assert!(dir.path().join(format!("{unit}.o")).exists());
     }
