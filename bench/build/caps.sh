@@ -218,18 +218,9 @@ for dir in "$work_dir" "$other_dir"; do
 done
 if [[ $PROJECT == flash-attn ]]; then
   # flash-attention's own sdist from PyPI, with a setup.py that builds a subset of it.
-  sdist_dir=$HOME/.cache/headroom-bench
-  sdist=$sdist_dir/flash_attn-2.8.3.tar.gz
-  if [[ ! -f $sdist ]]; then
-    mkdir -p "$sdist_dir"
-    # The sdist's metadata step imports torch and skips CUDA only when told to.
-    FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE "$torch_env/venv/bin/python" -m pip download --no-deps \
-      --no-build-isolation --no-binary :all: flash-attn==2.8.3 -d "$sdist_dir" >"$work_dir/download.log" 2>&1 ||
-      die "downloading the flash-attn sdist failed; see $work_dir/download.log"
-  fi
-  tar xzf "$sdist" -C "$work_dir" --strip-components=1
-  cp "$script_dir/flash_attn_subset_setup.py" "$work_dir/setup.py"
-  rm -f "$work_dir/setup.cfg" "$work_dir/pyproject.toml"
+  # shellcheck source=bench/build/flash-attn-source.sh
+  source "$script_dir/flash-attn-source.sh"
+  unpack_flash_attn_subset "$work_dir"
   export CUDA_HOME="$torch_env/cuda-home"
 fi
 if [[ $PROJECT == torch-cpp ]]; then

@@ -62,17 +62,9 @@ trap 'stop_daemons; cleanup' EXIT
 trap 'exit 130' INT TERM
 project="$work_dir/project"
 mkdir -p "$project"
-sdist_dir=$HOME/.cache/headroom-bench
-sdist=$sdist_dir/flash_attn-2.8.3.tar.gz
-if [[ ! -f $sdist ]]; then
-  mkdir -p "$sdist_dir"
-  FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE "$torch_env/venv/bin/python" -m pip download --no-deps \
-    --no-build-isolation --no-binary :all: flash-attn==2.8.3 -d "$sdist_dir" >"$work_dir/download.log" 2>&1 ||
-    die "downloading the flash-attn sdist failed; see $work_dir/download.log"
-fi
-tar xzf "$sdist" -C "$project" --strip-components=1
-cp "$script_dir/flash_attn_subset_setup.py" "$project/setup.py"
-rm -f "$project/setup.cfg" "$project/pyproject.toml"
+# shellcheck source=bench/build/flash-attn-source.sh
+source "$script_dir/flash-attn-source.sh"
+unpack_flash_attn_subset "$project"
 export CUDA_HOME="$torch_env/cuda-home" SCCACHE_RECACHE=1 SCCACHE_DIR="$work_dir/sccache-cache"
 export PATH="$torch_env/venv/bin:$farm_bin:$PATH" HEADROOM_STATE_DIR="$work_dir/state"
 unset MAKEFLAGS MFLAGS MAKELEVEL
