@@ -1,4 +1,4 @@
-"""setup.py for a subset of flash-attention, dropped into its unpacked PyPI sdist by caps.sh.
+"""setup.py for a subset of flash-attention, dropped into its unpacked PyPI sdist by flash-attn-source.sh.
 
 The full extension is 73 nvcc jobs of about 3 minutes each on one core; this keeps the shape
 of the real build at a size a benchmark can repeat: the C++ binding `flash_api.cpp` plus four
