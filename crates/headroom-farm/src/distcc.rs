@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
+use crate::{find_on_path, is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
 
 /// The distcc client headroom sends jobs through.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,11 +27,7 @@ impl Distcc {
 
     /// The `distcc` client on `PATH`.
     pub fn find() -> Option<Distcc> {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("distcc"))
-            .find(|candidate| candidate.is_file())
-            .map(|client| Distcc { client })
+        find_on_path("distcc").map(|client| Distcc { client })
     }
 
     /// Whether distcc would compile a call with these gcc-style arguments on a node. Anything

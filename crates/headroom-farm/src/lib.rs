@@ -186,6 +186,14 @@ fn one_source_compiled(args: &[String], is_source: fn(&str) -> bool) -> bool {
     compiles && !local_only && sources == 1
 }
 
+/// The file `program` in the first directory of `PATH` that has one: an engine's client.
+pub fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
 fn extension(arg: &str) -> Option<&str> {
     std::path::Path::new(arg)
         .extension()

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
+use crate::{find_on_path, is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
 
 /// The sccache client headroom sends jobs through, and the token its schedulers take.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,14 +32,15 @@ const FALLBACK_MARKERS: [&str; 3] = [
 ];
 /// What the client prints when a compile failed on the node, for whatever reason.
 const FAILED_ON_SERVER: &str = "sccache: Job failed on server";
-/// The exit status of the launch script when it could not set the attempt's daemon up, and
-/// the name it says so under.
+/// The exit status of the launch script (its `exit 116`) when it could not set the attempt's
+/// daemon up, and the name it says so under.
 const SETUP_FAILED: i32 = 116;
 const SCRIPT_NAME: &str = "headroom-sccache-dist";
 
 /// Runs one attempt: `$1` is sccache, `$2` the build's start lock, `$3` the client settings,
-/// the rest the compiler and its arguments. It writes the client settings, starts a daemon of the attempt's own in the foreground (so it stays in the
-/// attempt's process group), waits for its socket, compiles through it, and stops it. Daemons
+/// the rest the compiler and its arguments. It writes the client settings, starts a daemon of
+/// the attempt's own in the foreground (so it stays in the attempt's process group), waits for
+/// its socket, compiles through it, and stops it. Daemons
 /// start one at a time (`flock` on a lock the build's attempts share): two daemons opening
 /// sccache's toolchain cache at once fail to make their distributed client, and compile here.
 const LAUNCH_SCRIPT: &str = r#"sccache=$1; start_lock=$2; settings=$3; shift 3
@@ -88,14 +89,10 @@ impl SccacheDist {
 
     /// The `sccache` client on `PATH`.
     pub fn find(token: &str) -> Option<SccacheDist> {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("sccache"))
-            .find(|candidate| candidate.is_file())
-            .map(|client| SccacheDist {
-                client,
-                token: token.to_string(),
-            })
+        find_on_path("sccache").map(|client| SccacheDist {
+            client,
+            token: token.to_string(),
+        })
     }
 
     /// Whether sccache would send this call to a node: one source compiled to an object, by
