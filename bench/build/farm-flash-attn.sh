@@ -17,9 +17,9 @@
 # node failed it. It writes PREFIX.csv and PREFIX.md (medians, and the farm's speed-up over
 # local only, paired within each repeat), and each build's output in PREFIX.logs/.
 #
-# The nodes share this machine's cores: the farm adds memory, not CPU. The two headroom ways
-# set TORCH_NO_COMPILER_WRAPPER=1: with sccache on PATH, torch would otherwise run every
-# compile through a local sccache daemon, outside headroom's jobs.
+# The nodes share this machine's cores: the farm adds memory, not CPU. sccache is on PATH
+# for all three ways; headroom sets TORCH_NO_COMPILER_WRAPPER=1 for its builds by itself, so
+# that torch does not hand its compiles to a local sccache daemon, outside headroom's jobs.
 #
 # Environment (all optional):
 #   LOCAL_CAP=6G   NODE_CAP=6G   NODE_MEMORY (default NODE_CAP - 256M)   REPEATS=1
@@ -156,7 +156,7 @@ run() {
     local port2=$port
     start_server "$port2" 1
     node2=$cgroup
-    build=(env TORCH_NO_COMPILER_WRAPPER=1 "$HEADROOM" build --report "$work_dir/report.json")
+    build=("$HEADROOM" build --report "$work_dir/report.json")
     [[ $way == farm ]] && build+=(--farm-engine sccache-dist --farm-token "$token"
       --farm "127.0.0.1:$port1=$NODE_MEMORY/1" --farm "127.0.0.1:$port2=$NODE_MEMORY/1")
     build+=(-- pip install --no-build-isolation --no-deps -v .)

@@ -57,7 +57,8 @@ pub struct GovernorConfig {
     pub sample_interval_ms: u64,
     /// Whether jobs start at the niceness the scheduler chose; otherwise all at 0.
     pub priorities: bool,
-    /// The parallelism variables headroom set for the build (`MAX_JOBS=4`), for the report.
+    /// The variables headroom set for the build (`MAX_JOBS=4`, `TORCH_NO_COMPILER_WRAPPER=1`;
+    /// see [`crate::session::build_variables`]), for the report.
     pub parallelism_set: Vec<String>,
     /// The project's root, which portable keys name `$ROOT` ([`crate::portable`]).
     pub project_root: String,

@@ -58,7 +58,7 @@ pub struct Session {
     shim_exe: PathBuf,
     /// The interceptor to preload into the build, or why there is none.
     interceptor: Result<PathBuf, String>,
-    /// The parallelism variables the build gets (`NAME=VALUE`).
+    /// The variables the build gets (`NAME=VALUE`, see [`build_variables`]).
     parallelism_set: Vec<String>,
     governor: Child,
 }
@@ -67,7 +67,7 @@ impl Session {
     /// Refreshes the shim directory and the interceptor, binds the socket and starts the
     /// governor process (`exe __governor`, in its own process group so a Ctrl-C aimed at the
     /// build reaches it only through an orderly shutdown). Without an interceptor nothing is
-    /// governed, so the config's parallelism variables are dropped.
+    /// governed, so the config's variables are dropped.
     /// The shims and the interceptor go under `state_dir` (see [`crate::state`]).
     pub fn start(
         exe: &Path,
@@ -147,7 +147,7 @@ impl Session {
 
     /// Sets up `command` (a build command) so every compiler it starts is governed: the
     /// interceptor preloaded, leading each compiler exec to the launcher, and the
-    /// parallelism variables of the config. Returns why the build runs ungoverned, if it does.
+    /// variables of the config. Returns why the build runs ungoverned, if it does.
     pub fn govern(&self, command: &mut Command) -> Result<(), String> {
         command.envs(self.launcher_env());
         let library = self.interceptor.as_ref().map_err(Clone::clone)?;
@@ -199,11 +199,36 @@ impl Session {
     }
 }
 
+/// What torch's `cpp_extension` reads to leave its compiler wrapper out.
+pub const TORCH_WRAPPER_ENV: &str = "TORCH_NO_COMPILER_WRAPPER";
+
+/// The variables (`NAME=VALUE`) a governed build command gets: the parallelism variables
+/// that offer it `offered` jobs, and `TORCH_NO_COMPILER_WRAPPER=1` where torch would hand
+/// its compiles to sccache (see [`torch_wrapper_off`]). headroom sets them only where it
+/// governs what they start (see [`Session::start`]).
+pub fn build_variables(offered: usize) -> Vec<String> {
+    let mut set = parallelism_set(offered);
+    set.extend(torch_wrapper_off());
+    set
+}
+
+/// torch's `cpp_extension` puts the first of `ccache` and `sccache` on PATH before every
+/// compiler, unless `TORCH_NO_COMPILER_WRAPPER` is set. ccache runs the compiler itself,
+/// inside the build, where the interceptor governs it. sccache hands it to its server, a
+/// daemon that may predate the build and that runs nvcc's cicc and cudafe++ by itself: those
+/// compiles run outside every job, ungoverned. So where torch would pick sccache, the build
+/// gets `TORCH_NO_COMPILER_WRAPPER=1`; a user who sets the variable (even empty) keeps it.
+fn torch_wrapper_off() -> Option<String> {
+    let picks_sccache = std::env::var_os(TORCH_WRAPPER_ENV).is_none()
+        && headroom_farm::find_on_path("ccache").is_none()
+        && headroom_farm::find_on_path("sccache").is_some();
+    picks_sccache.then(|| format!("{TORCH_WRAPPER_ENV}=1"))
+}
+
 /// The parallelism variables (`NAME=VALUE`) that offer a build `offered` jobs, among
 /// `MAX_JOBS`, `CMAKE_BUILD_PARALLEL_LEVEL`, `CARGO_BUILD_JOBS` and `-jN` in `MAKEFLAGS`,
-/// leaving alone what the user has set. headroom sets them only where it governs what they
-/// start (see [`Session::start`]).
-pub fn parallelism_set(offered: usize) -> Vec<String> {
+/// leaving alone what the user has set.
+fn parallelism_set(offered: usize) -> Vec<String> {
     let mut set = Vec::new();
     for name in ["MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "CARGO_BUILD_JOBS"] {
         if std::env::var_os(name).is_none() {

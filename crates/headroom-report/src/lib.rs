@@ -25,8 +25,9 @@ pub struct BuildRecord {
     pub exit_code: Option<i32>,
     /// Highest total memory of all jobs together, as sampled.
     pub peak_total: Option<u64>,
-    /// The parallelism variables headroom set for the build command, as `NAME=value`
-    /// (`MAX_JOBS=4`, `MAKEFLAGS=-j4`); empty in reports from before headroom recorded them.
+    /// The variables headroom set for the build command, as `NAME=value` (`MAX_JOBS=4`,
+    /// `MAKEFLAGS=-j4`, `TORCH_NO_COMPILER_WRAPPER=1`); empty in reports from before headroom
+    /// recorded them. The name is from when they were all parallelism variables.
     #[serde(default)]
     pub parallelism_set: Vec<String>,
 }

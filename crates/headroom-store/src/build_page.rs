@@ -95,7 +95,7 @@ fn facts(report: &BuildReport) -> Vec<(String, String)> {
         (
             "headroom set",
             if build.parallelism_set.is_empty() {
-                "no parallelism variable".to_string()
+                "no variable".to_string()
             } else {
                 build.parallelism_set.join(" ")
             },

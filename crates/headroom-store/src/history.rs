@@ -25,9 +25,9 @@ const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The layout. `builds.parallelism_set` holds the parallelism variables headroom set as a JSON
-/// array of `NAME=value` strings (`["MAX_JOBS=4","MAKEFLAGS=-j4"]`), NULL for builds recorded
-/// before version 4. `peaks.portable_key` names the job as another machine would (no paths of
+/// The layout. `builds.parallelism_set` holds the variables headroom set for the build (named
+/// when they were all parallelism variables) as a JSON array of `NAME=value` strings
+/// (`["MAX_JOBS=4","MAKEFLAGS=-j4"]`), NULL for builds recorded before version 4. `peaks.portable_key` names the job as another machine would (no paths of
 /// this one) and `peaks.measured_unix_ms` says when its peak was measured, both NULL for peaks
 /// recorded before version 6. `shared_peaks` holds what other machines measured, by portable
 /// key, as `headroom history pull` fetched it, with the seconds of work that waited on each job
@@ -696,7 +696,7 @@ impl History {
     }
 }
 
-/// The parallelism variables in column `index` of a `builds` row: a JSON array, or NULL for
+/// The variables headroom set, in column `index` of a `builds` row: a JSON array, or NULL for
 /// builds recorded before the history kept them.
 fn parallelism_set(row: &Row, index: usize) -> rusqlite::Result<Vec<String>> {
     match row.get::<_, Option<String>>(index)? {

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
-use headroom_govern::session::Session;
+use headroom_govern::session::{Session, TORCH_WRAPPER_ENV};
 use headroom_govern::state::BuildState;
 use headroom_probe::procs;
 use headroom_size::Size;
@@ -142,8 +142,14 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     let start = Instant::now();
     let mut build = Command::new(&args.command[0]);
     build.args(&args.command[1..]);
-    if let Err(why) = session.govern(&mut build) {
-        eprintln!("headroom: warning: {why}; this build runs ungoverned");
+    match session.govern(&mut build) {
+        Err(why) => eprintln!("headroom: warning: {why}; this build runs ungoverned"),
+        Ok(()) if sets(&build, TORCH_WRAPPER_ENV) => eprintln!(
+            "headroom: sccache is on PATH, and torch would compile extensions through its \
+             server, outside headroom's jobs; this build runs with {TORCH_WRAPPER_ENV}=1 \
+             (set {TORCH_WRAPPER_ENV}= to keep sccache)"
+        ),
+        Ok(()) => {}
     }
     let mut build = match build.spawn() {
         Ok(child) => child,
@@ -227,7 +233,7 @@ pub fn start_session(
         sample_interval_ms: settings.sample_interval_ms,
         priorities: settings.priorities,
         parallelism_set: if offers_jobs {
-            headroom_govern::session::parallelism_set(2 * settings.jobs)
+            headroom_govern::session::build_variables(2 * settings.jobs)
         } else {
             Vec::new()
         },
@@ -244,6 +250,13 @@ pub fn start_session(
         settings,
         _state: state,
     })
+}
+
+/// Whether `command` sets the variable `name` (to any value).
+fn sets(command: &Command, name: &str) -> bool {
+    command
+        .get_envs()
+        .any(|(key, value)| key == name && value.is_some())
 }
 
 /// The farm that can be used now: the engine's client must be on PATH and a node must answer.

