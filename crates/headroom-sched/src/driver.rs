@@ -926,9 +926,26 @@ mod tests {
         let (after, _) = driver.attempt_ended(ids[0], unreachable, 0.5);
         assert!(matches!(after, AfterAttempt::Retry));
         assert_eq!(driver.job(ids[0]).unwrap().oom_retries, 0);
-        // The node takes nothing more: the retried job runs here.
-        assert_eq!(started(&driver.decide(None, 0.5)), vec![ids[0]]);
+        // The node takes nothing more. The retried job is bigger than this machine's budget,
+        // so it runs here once the other job, on the node, has ended: started beside it, it
+        // would only be suspended and killed.
+        assert!(started(&driver.decide(None, 0.5)).is_empty());
+        driver.attempt_ended(ids[1], succeeded(1.0, 50 << 20), 1.0);
+        assert_eq!(started(&driver.decide(None, 1.0)), vec![ids[0]]);
         assert_eq!(driver.job(ids[0]).unwrap().node, None);
+    }
+
+    #[test]
+    fn a_job_waits_here_for_room_beside_the_local_shares_of_farmed_jobs() {
+        // The node takes one job; the second fits here alone, but not beside the first's
+        // local share: it waits for that, as starting it would only get it killed.
+        let (mut driver, ids) = farmed(GIB, &[(GIB, 1)], &[GIB - (64 << 20); 2]);
+        assert_eq!(started(&driver.decide(None, 0.0)), vec![ids[0]]);
+        assert_eq!(driver.job(ids[0]).unwrap().node, Some(0));
+        driver.begin_attempt(ids[0]);
+        assert!(started(&driver.decide(None, 0.1)).is_empty());
+        driver.attempt_ended(ids[0], succeeded(1.0, 100 << 20), 1.0);
+        assert_eq!(started(&driver.decide(None, 1.0)), vec![ids[1]]);
     }
 
     #[test]

@@ -7,11 +7,11 @@
 //! the job still starts if it fits in every slice of the future (`plan`): its peak comes when
 //! the others' have passed. Smaller jobs may overtake a queued job that does not fit, but only
 //! a bounded number of times, so large jobs never starve behind a stream of small ones. A job
-//! bigger than the whole budget runs alone. Jobs whose length is known from their profile queue
-//! longest first, counting with each job the work that waited on it in an earlier build
-//! (`chain`), and each job starts at a CPU niceness that grows with how far its path is from
-//! the longest one, so that when jobs want more cores than there are, the kernel gives them
-//! to the jobs the build waits on.
+//! bigger than the whole budget runs alone, once nothing runs (farmed jobs included). Jobs
+//! whose length is known from their profile queue longest first, counting with each job the
+//! work that waited on it in an earlier build (`chain`), and each job starts at a CPU niceness
+//! that grows with how far its path is from the longest one, so that when jobs want more cores
+//! than there are, the kernel gives them to the jobs the build waits on.
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
@@ -591,10 +591,12 @@ impl Scheduler {
                 index += 1;
                 continue;
             }
-            let nothing_runs = self.compiling_here() == 0;
+            // A job that fits nowhere still starts once nothing runs, so the build goes on.
+            // Jobs on farm nodes are progress too: beside their local shares it waits for
+            // room, or it starts only to be suspended and killed in the budget's last margin.
             let fits = if candidate.alone {
-                nothing_runs
-            } else if nothing_runs
+                self.compiling_here() == 0
+            } else if self.running.is_empty()
                 || self.reservations().with(candidate.estimate.need()).bytes() <= budget
             {
                 true
