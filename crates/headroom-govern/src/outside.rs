@@ -114,7 +114,9 @@ impl OutsideTracker {
     }
 
     /// What the report keeps: compilers that were big or long enough to matter, and other
-    /// processes that were heavy.
+    /// processes that were heavy. A compiler never seen holding memory ran nothing: it was the
+    /// rest of an attempt headroom killed, orphaned to the subreaper while its memory was
+    /// freed (seen for up to 2.3 s after a requeue of a 4 GiB nvcc job).
     pub fn finish(mut self) -> Vec<OutsideProcess> {
         self.resume_all();
         let mut kept: Vec<OutsideProcess> = self
@@ -122,7 +124,7 @@ impl OutsideTracker {
             .into_values()
             .filter(|p| {
                 let notable = p.peak >= NOTABLE_COMPILER
-                    || p.last_seen_ms - p.first_seen_ms >= NOTABLE_COMPILER_MS;
+                    || (p.peak > 0 && p.last_seen_ms - p.first_seen_ms >= NOTABLE_COMPILER_MS);
                 (p.compiler_like && notable) || p.peak >= HEAVY
             })
             .collect();
@@ -212,6 +214,22 @@ mod tests {
                 .contains("does not load headroom's interceptor"),
             "{}",
             kept[2].reason
+        );
+    }
+
+    #[test]
+    fn a_compiler_that_never_held_memory_is_not_reported() {
+        let mut tracker = OutsideTracker::default();
+        let exiting = [process(20, 1, "cicc", 0), process(21, 1, "cc1plus", 1)];
+        for t_ms in [0, 1000, 2300] {
+            tracker.observe(&exiting, t_ms);
+        }
+        let kept = tracker.finish();
+        let names: Vec<&str> = kept.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cc1plus"],
+            "a small compiler that ran long still is"
         );
     }
 
