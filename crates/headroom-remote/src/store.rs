@@ -99,6 +99,14 @@ pub enum BlobRead {
     Corrupt,
 }
 
+/// What a stat says of a value ([`Store::stored_size`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    Absent,
+    Size(u64),
+    Unknown,
+}
+
 /// What a bounded read found under a key.
 enum Got {
     Absent,
@@ -167,6 +175,19 @@ impl Store {
         self.address.redact(text)
     }
 
+    /// What a stat says of the value under `key`. A stat only saves work (a read refused
+    /// before it starts, an upload skipped), so an answer that cannot be read is `Unknown`
+    /// and the read or the write that follows tells what is wrong: wsgidav answers a stat of
+    /// a value another builder is writing with a second `propstat` group, which opendal 0.55
+    /// cannot parse (apache/opendal#7822).
+    async fn stored_size(&self, key: &str) -> Stored {
+        match self.operator.stat(key).await {
+            Ok(metadata) => Stored::Size(metadata.content_length()),
+            Err(err) if err.kind() == ErrorKind::NotFound => Stored::Absent,
+            Err(_) => Stored::Unknown,
+        }
+    }
+
     fn run<T>(
         &self,
         action: &'static str,
@@ -196,16 +217,11 @@ impl Store {
         }
         let got = self.run("read", key, async {
             if !matches!(self.address.service, Service::Redis { .. }) {
-                match self.operator.stat(key).await {
-                    Ok(metadata) if metadata.content_length() > max_bytes => {
-                        return Ok(Got::TooBig)
-                    }
-                    Ok(metadata) if metadata.content_length() == 0 => {
-                        return Ok(Got::Value(Vec::new()))
-                    }
-                    Ok(_) => {}
-                    Err(err) if err.kind() == ErrorKind::NotFound => return Ok(Got::Absent),
-                    Err(err) => return Err(err),
+                match self.stored_size(key).await {
+                    Stored::Size(size) if size > max_bytes => return Ok(Got::TooBig),
+                    Stored::Size(0) => return Ok(Got::Value(Vec::new())),
+                    Stored::Absent => return Ok(Got::Absent),
+                    Stored::Size(_) | Stored::Unknown => {}
                 }
             }
             // The whole value as it is now, not the size the stat told: another builder may
@@ -297,14 +313,8 @@ impl Store {
     pub fn put_blob(&self, bytes: &[u8]) -> Result<(String, bool), StoreError> {
         let hash = hash_bytes(bytes);
         let key = blob_key(&hash);
-        let stored = self.run("look up", &key, async {
-            match self.operator.stat(&key).await {
-                Ok(metadata) => Ok(Some(metadata.content_length())),
-                Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
-                Err(err) => Err(err),
-            }
-        })?;
-        if stored == Some(bytes.len() as u64) {
+        let stored = self.runtime.block_on(self.stored_size(&key));
+        if stored == Stored::Size(bytes.len() as u64) {
             return Ok((hash, false));
         }
         self.put(&key, bytes)?;
