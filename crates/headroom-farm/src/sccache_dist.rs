@@ -40,9 +40,9 @@ const SCRIPT_NAME: &str = "headroom-sccache-dist";
 /// Runs one attempt: `$1` is sccache, `$2` the build's start lock, `$3` the client settings,
 /// the rest the compiler and its arguments. It writes the client settings, starts a daemon of
 /// the attempt's own in the foreground (so it stays in the attempt's process group), waits for
-/// its socket, compiles through it, and stops it. Daemons
-/// start one at a time (`flock` on a lock the build's attempts share): two daemons opening
-/// sccache's toolchain cache at once fail to make their distributed client, and compile here.
+/// its socket, compiles through it, and stops it. Daemons start one at a time (`flock` on a
+/// lock the build's attempts share): two daemons opening sccache's toolchain cache at once
+/// fail to make their distributed client, and compile here.
 const LAUNCH_SCRIPT: &str = r#"sccache=$1; start_lock=$2; settings=$3; shift 3
 printf '%s' "$settings" >"$SCCACHE_CONF" || exit 116
 rm -f "$SCCACHE_SERVER_UDS"

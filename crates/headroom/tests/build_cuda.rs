@@ -258,10 +258,19 @@ fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_ninja_and_s
             .env("SCCACHE_IDLE_TIMEOUT", "10");
         let stderr = succeeded(&build.output().unwrap());
         let report = report(dir.path());
+        // torch picks the first of ccache and sccache on the build's PATH, which is `path`
+        // before this process's.
+        let on_build_path = |program: &str| {
+            let inherited = std::env::var_os("PATH").unwrap();
+            path.iter()
+                .map(|dir| dir.to_path_buf())
+                .chain(std::env::split_paths(&inherited))
+                .any(|dir| dir.join(program).is_file())
+        };
         let wrapper_off = "TORCH_NO_COMPILER_WRAPPER=1".to_string();
         assert_eq!(
             report.build.parallelism_set.contains(&wrapper_off),
-            sccache_on_path && headroom_farm::find_on_path("ccache").is_none(),
+            on_build_path("sccache") && !on_build_path("ccache"),
             "{:?}\n{stderr}",
             report.build.parallelism_set
         );
