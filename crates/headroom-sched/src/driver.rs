@@ -54,7 +54,8 @@ pub enum JobState {
     Admitted { suspended: bool },
     /// An attempt runs.
     Running { suspended: bool },
-    /// The scheduler killed the attempt and requeued the job; the attempt has yet to end.
+    /// The scheduler killed the attempt and requeued the job; the attempt has yet to end, and
+    /// the scheduler has not started the job again.
     Killed,
 }
 
@@ -86,6 +87,10 @@ pub struct Job {
     pub suspends: u32,
     pub requeues: u32,
     pub oom_retries: u32,
+    /// The scheduler killed the current attempt, which has yet to end. It outlives
+    /// [`JobState::Killed`]: the scheduler may start the job again before the killed attempt
+    /// has reported its end, and that end is still a requeue, never an out-of-memory failure.
+    pub attempt_killed: bool,
     /// The most bytes any attempt was seen to use.
     pub peak: u64,
     /// CPU seconds of the attempts that ended.
@@ -309,6 +314,7 @@ impl Driver {
                 suspends: 0,
                 requeues: 0,
                 oom_retries: 0,
+                attempt_killed: false,
                 peak: 0,
                 cpu_seconds: 0.0,
                 first_start: None,
@@ -406,6 +412,7 @@ impl Driver {
                 }
                 Action::Kill(_) => {
                     job.requeues += 1;
+                    job.attempt_killed = true;
                     job.leave_node(self.farm.as_mut());
                     let began = matches!(job.state, JobState::Running { .. });
                     job.state = if began {
@@ -480,17 +487,20 @@ impl Driver {
             .jobs
             .get_mut(&id)
             .expect("an attempt ends for a job the driver knows");
-        let killed = job.state == JobState::Killed;
+        job.cpu_seconds += ended.cpu_seconds;
+        job.peak = job.peak.max(ended.max_rss);
+        if std::mem::take(&mut job.attempt_killed) {
+            // The scheduler requeued it when it chose the kill, and may have started it again
+            // since: then the new attempt is the caller's next.
+            if job.state == JobState::Killed {
+                job.state = JobState::Queued;
+            }
+            return (AfterAttempt::Retry, true);
+        }
         if !job.suspended() {
             job.active_seconds += (now - self.last_sample.max(job.attempt_started)).max(0.0);
         }
         job.state = JobState::Queued;
-        job.cpu_seconds += ended.cpu_seconds;
-        job.peak = job.peak.max(ended.max_rss);
-        if killed {
-            // The scheduler requeued it when it chose the kill.
-            return (AfterAttempt::Retry, true);
-        }
         if let Some((node, room_had)) = job.leave_node(self.farm.as_mut()) {
             let farm = self.farm.as_mut().expect("the job left a farm node");
             if ended.node_unreachable {
@@ -1038,6 +1048,37 @@ mod tests {
             (AfterAttempt::Retry, true)
         ));
         assert_eq!(driver.job(young).unwrap().requeues, 1);
+    }
+
+    #[test]
+    fn a_killed_attempt_that_ends_after_its_job_started_again_is_a_requeue_not_an_oom() {
+        let mut driver = driver(2 * GIB, 2);
+        let (old, _) = driver.offer(with_history("old.o", GIB));
+        let (young, _) = driver.offer(with_history("young.o", GIB / 2));
+        driver.decide(None, 0.0);
+        driver.begin_attempt(old);
+        driver.begin_attempt(young);
+        let reading = |id, bytes| Reading {
+            id,
+            bytes,
+            cpu_seconds: 1.0,
+        };
+        driver.sample(&[reading(old, 2 * GIB + 1), reading(young, 1)], 0, 0.1);
+        assert_eq!(driver.decide(None, 0.1), vec![Action::Kill(young)]);
+        // The old job shrinks back, and the scheduler starts the requeued job again before
+        // its killed attempt has reported its end.
+        driver.sample(&[reading(old, GIB)], 0, 0.2);
+        assert!(started(&driver.decide(None, 0.2)).contains(&young));
+        // The kill reaches the shim as a SIGKILL, which looks like the OOM killer's.
+        let (after, _) = driver.attempt_ended(young, out_of_memory(1), 0.3);
+        assert!(matches!(after, AfterAttempt::Retry));
+        let job = driver.job(young).unwrap();
+        assert_eq!((job.requeues, job.oom_retries), (1, 0));
+        assert!(!job.alone, "a requeue does not make a job run alone");
+        assert!(
+            driver.begin_attempt(young).is_some(),
+            "the start the scheduler chose is the shim's next attempt"
+        );
     }
 
     #[test]
