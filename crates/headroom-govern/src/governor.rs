@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -30,6 +30,7 @@ use crate::budget::MemoryFacts;
 use crate::job::JobIdentity;
 use crate::ladder::{speaks_gcc_flags, Rung};
 use crate::last_build;
+use crate::liveness::HEARTBEAT;
 use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
 use crate::portable::{self, Places};
@@ -40,6 +41,10 @@ use crate::response::expand_response_files;
 const REPORT_GRACE: Duration = Duration::from_secs(2);
 /// Samples are written to the history at least this often.
 const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a job killed to make room has to end after SIGTERM before it gets SIGKILL: time
+/// for a compiler driver (gcc, nvcc) to remove its temporary files, while the memory hog
+/// itself (cc1plus, cicc), which does not catch SIGTERM, ends at once.
+const KILL_GRACE: Duration = Duration::from_millis(500);
 
 /// Everything the governor needs to know, passed from the CLI.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +105,9 @@ struct State {
     peak_total: u64,
     /// The build's processes outside every job.
     outside: OutsideTracker,
+    /// Attempts sent SIGTERM to make room: job, process group, and when SIGKILL follows if
+    /// the attempt has not ended by then.
+    dying: Vec<(JobId, i32, Instant)>,
     shutting_down: bool,
 }
 
@@ -123,6 +131,41 @@ struct Governor {
     admitted: Condvar,
     /// Where farmed jobs keep their engine's state, a directory per job.
     farm_state: PathBuf,
+    /// Every open connection, for the heartbeat.
+    connections: Connections,
+}
+
+/// The writing ends of the open connections, which the heartbeat reaches as well as each
+/// connection's own thread: a connection's frames are written one at a time, never mixed.
+#[derive(Default)]
+struct Connections {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Writer>>,
+}
+
+type Writer = Arc<Mutex<UnixStream>>;
+
+impl Connections {
+    /// Registers `stream`; returns its key and its writing end.
+    fn open(&self, stream: &UnixStream) -> io::Result<(u64, Writer)> {
+        let writer = Arc::new(Mutex::new(stream.try_clone()?));
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        lock_ignoring_poison(&self.open).insert(key, Arc::clone(&writer));
+        Ok((key, writer))
+    }
+
+    fn close(&self, key: u64) {
+        lock_ignoring_poison(&self.open).remove(&key);
+    }
+
+    fn writers(&self) -> Vec<Writer> {
+        lock_ignoring_poison(&self.open).values().cloned().collect()
+    }
+}
+
+/// Writes `reply` on a connection.
+fn send(writer: &Writer, reply: &Reply) -> io::Result<()> {
+    write_frame(&*lock_ignoring_poison(writer), reply)
 }
 
 /// Runs the governor on `listener` until the CLI asks it to shut down or a signal ends it.
@@ -149,17 +192,23 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             last_flush: Instant::now(),
             peak_total: 0,
             outside: OutsideTracker::default(),
+            dying: Vec::new(),
             shutting_down: false,
         }),
         admitted: Condvar::new(),
         places: Places::new(&config.project_root, std::env::var("HOME").ok().as_deref()),
         compiler_ids: Mutex::new(HashMap::new()),
         farm_state: std::env::temp_dir().join(format!("headroom-farm-{}", std::process::id())),
+        connections: Connections::default(),
         config,
     });
     {
         let governor = Arc::clone(&governor);
         std::thread::spawn(move || governor.sample_until(&terminate));
+    }
+    {
+        let governor = Arc::clone(&governor);
+        std::thread::spawn(move || governor.beat());
     }
     let handlers = Handlers::new();
     for stream in listener.incoming() {
@@ -337,6 +386,10 @@ impl Governor {
     }
 
     fn handle(&self, stream: UnixStream) {
+        let (key, writer) = match self.connections.open(&stream) {
+            Ok(opened) => opened,
+            Err(err) => return tracing::warn!("cannot take a connection: {err}"),
+        };
         match read_frame::<Request>(&stream) {
             Ok(Request::Job {
                 compiler,
@@ -344,16 +397,31 @@ impl Governor {
                 cwd,
             }) => {
                 let id = self.offer(compiler, &args, cwd);
-                if self.supervise(id, &stream).is_err() {
+                if self.supervise(id, &stream, &writer).is_err() {
                     self.abandon(id);
                 }
             }
             Ok(Request::Shutdown {
                 exit_code,
                 kill_jobs,
-            }) => self.shut_down(&stream, exit_code, kill_jobs),
+            }) => self.shut_down(&writer, exit_code, kill_jobs),
             Ok(other) => tracing::warn!("unexpected first message {other:?}"),
             Err(err) => tracing::debug!("connection closed before a request: {err}"),
+        }
+        self.connections.close(key);
+    }
+
+    /// Tells every connection, each [`HEARTBEAT`], that the governor makes progress. The
+    /// state's lock is taken first: a governor stuck under it falls silent, and its shims
+    /// stop waiting for it (`crate::liveness`).
+    fn beat(&self) {
+        loop {
+            std::thread::sleep(HEARTBEAT);
+            drop(self.lock());
+            for writer in self.connections.writers() {
+                // A connection whose peer has gone ends on its own thread.
+                let _ = send(&writer, &Reply::Alive);
+            }
         }
     }
 
@@ -428,9 +496,9 @@ impl Governor {
     }
 
     /// Talks with one job's shim until the job is done.
-    fn supervise(&self, id: JobId, stream: &UnixStream) -> io::Result<()> {
+    fn supervise(&self, id: JobId, stream: &UnixStream, writer: &Writer) -> io::Result<()> {
         loop {
-            write_frame(stream, &self.wait_for_admission(id)?)?;
+            send(writer, &self.wait_for_admission(id)?)?;
             match read_frame::<Request>(stream)? {
                 Request::Started { pid } => self.started(id, pid),
                 other => {
@@ -450,7 +518,7 @@ impl Governor {
                 }
             };
             let reply = self.finished(id, attempt);
-            let sent = write_frame(stream, &reply);
+            let sent = send(writer, &reply);
             // The compiler's result is on its way to the build system: now the history.
             write_jobs(&mut self.lock());
             if reply == Reply::Done {
@@ -527,9 +595,11 @@ impl Governor {
         };
         job.pgid = Some(pid);
         // The scheduler may have acted before the process existed.
-        match state.driver.job(id).map(|job| job.state) {
-            Some(JobState::Killed) => signal_group(pid, Signal::KILL),
-            Some(JobState::Running { suspended: true }) => signal_group(pid, Signal::STOP),
+        match state.driver.job(id) {
+            Some(job) if job.attempt_killed => kill_attempt(&mut state.dying, id, pid),
+            Some(job) if job.state == (JobState::Running { suspended: true }) => {
+                signal_group(pid, Signal::STOP)
+            }
             _ => {}
         }
     }
@@ -550,11 +620,14 @@ impl Governor {
         if remote.is_some() {
             let _ = std::fs::remove_dir_all(self.farm_state_of(id));
         }
+        // headroom's own kill reaches the shim as a SIGKILL, as the OOM killer's would.
+        let killed_by_us = state.driver.job(id).is_some_and(|job| job.attempt_killed);
         let ended = Ended {
             succeeded: attempt.exit_code == Some(0),
             // A farmed attempt the shim killed because its engine fell back to this machine
             // died of SIGKILL, but not for memory.
             out_of_memory: !state.shutting_down
+                && !killed_by_us
                 && match remote {
                     Some(RemoteOutcome::OutOfMemory) => true,
                     Some(RemoteOutcome::Unreachable) => false,
@@ -564,11 +637,7 @@ impl Governor {
             max_rss: attempt.max_rss,
             node_unreachable: !state.shutting_down && remote == Some(RemoteOutcome::Unreachable),
         };
-        let killed_by_us = state
-            .driver
-            .job(id)
-            .is_some_and(|job| job.state == JobState::Killed);
-        if ended.out_of_memory && !killed_by_us {
+        if ended.out_of_memory {
             let t_ms = self.now_ms();
             state.events.push(JobEvent {
                 t_ms,
@@ -696,8 +765,7 @@ impl Governor {
                     .for_each(|pgid| signal_group(pgid, Signal::CONT)),
                 Action::Kill(_) => {
                     if let Some(pgid) = pgid {
-                        signal_group(pgid, Signal::KILL);
-                        signal_group(pgid, Signal::CONT);
+                        kill_attempt(&mut state.dying, id, pgid);
                     }
                 }
             }
@@ -765,6 +833,7 @@ impl Governor {
                 });
             }
             state.peak_total = state.peak_total.max(total);
+            self.enforce_stops(state);
             self.decide(state, machine_left);
             let any_stopped = state.outside.any_stopped();
             match state.driver.outside_action(machine_left, any_stopped) {
@@ -776,6 +845,28 @@ impl Governor {
                 flush_samples(state);
             }
         }
+    }
+
+    /// Keeps what the governor stopped or killed so: a suspended job that something else
+    /// resumed (a terminal's `fg` passed on by its shim) is stopped again, and a killed
+    /// attempt that has not ended within [`KILL_GRACE`] of its SIGTERM gets SIGKILL.
+    fn enforce_stops(&self, state: &mut State) {
+        for (&id, job) in &state.jobs {
+            let suspended = state.driver.job(id).is_some_and(|job| job.suspended());
+            if let Some(pgid) = job.pgid.filter(|_| suspended) {
+                signal_group(pgid, Signal::STOP);
+            }
+        }
+        let now = Instant::now();
+        let driver = &state.driver;
+        state.dying.retain(|&(id, pgid, deadline)| {
+            let ending = driver.job(id).is_some_and(|job| job.attempt_killed);
+            if ending && now >= deadline {
+                signal_group(pgid, Signal::KILL);
+                return false;
+            }
+            ending
+        });
     }
 
     /// Resumes every suspended job, and kills every running one if asked: no process is ever
@@ -821,14 +912,14 @@ impl Governor {
         Some(build_id)
     }
 
-    fn shut_down(&self, stream: &UnixStream, exit_code: Option<i32>, kill_jobs: bool) {
+    fn shut_down(&self, writer: &Writer, exit_code: Option<i32>, kill_jobs: bool) {
         if !kill_jobs {
             self.wait_for_reports();
         }
         self.release_jobs(kill_jobs);
         let build_id = self.finish_history(exit_code);
         let _ = std::fs::remove_dir_all(&self.farm_state);
-        let _ = write_frame(stream, &Reply::ShutDown { build_id });
+        let _ = send(writer, &Reply::ShutDown { build_id });
         std::process::exit(0);
     }
 }
@@ -867,6 +958,15 @@ fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Ends an attempt the scheduler killed to make room: SIGTERM, so its compiler driver removes
+/// its temporary files, woken in case it is stopped; SIGKILL follows after [`KILL_GRACE`]
+/// ([`Governor::enforce_stops`]).
+fn kill_attempt(dying: &mut Vec<(JobId, i32, Instant)>, id: JobId, pgid: i32) {
+    signal_group(pgid, Signal::TERM);
+    signal_group(pgid, Signal::CONT);
+    dying.push((id, pgid, Instant::now() + KILL_GRACE));
 }
 
 fn signal_group(pgid: i32, signal: Signal) {

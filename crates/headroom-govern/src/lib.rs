@@ -14,6 +14,7 @@ pub mod intercept;
 pub mod job;
 pub mod ladder;
 pub mod last_build;
+pub mod liveness;
 pub mod oom;
 pub mod outside;
 pub mod portable;

@@ -64,6 +64,9 @@ pub enum Reply {
     Retry,
     /// The governor has written the build's history and exits.
     ShutDown { build_id: Option<i64> },
+    /// The governor's heartbeat, sent to every connection while it makes progress: only
+    /// silence tells a hung governor from one that keeps a job queued (`crate::liveness`).
+    Alive,
 }
 
 /// Writes one frame: a little-endian u32 length, then the JSON body.

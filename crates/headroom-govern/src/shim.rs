@@ -13,7 +13,8 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStderr, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
@@ -21,6 +22,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{kill_process_group, setpriority_process, Pid, Signal};
 
 use crate::ladder::Rung;
+use crate::liveness;
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 
 /// The name under which the shim works as a compiler launcher: `headroom-launch COMPILER ARGS…`.
@@ -42,6 +44,12 @@ static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
 /// exits and leaves a compiler it has just started running on.
 const STARTING: i32 = -1;
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Whether a signal that ends the job (Ctrl-C, SIGTERM…) was passed on to the compiler: its
+/// attempt then ends the job, whatever the governor says.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Whether the shim passed a terminal's stop (Ctrl-Z) on to the running compiler, which the
+/// next SIGCONT then resumes. A compiler the governor stopped for memory stays stopped.
+static STOPPED_BY_TERMINAL: AtomicBool = AtomicBool::new(false);
 
 /// Whether the program was called as the shim: as the launcher, or by a compiler's name (a
 /// link in the shim directory recorded by a tree configured with an earlier version).
@@ -87,13 +95,33 @@ pub fn main(argv: Vec<OsString>) -> ! {
         None => &mut command,
     };
     let socket = std::env::var_os(SOCKET_ENV).filter(|_| std::env::var_os(JOB_ENV).is_none());
-    if socket.is_some() && is_probe(&args) {
-        run_probe(command)
-    }
-    let Some(stream) = socket.and_then(|path| UnixStream::connect(path).ok()) else {
+    let Some(socket) = socket.map(PathBuf::from) else {
         become_compiler(command)
     };
-    governed(stream, command, &compiler, &args)
+    if is_probe(&args) {
+        run_probe(command)
+    }
+    match liveness::connect(&socket, liveness::Ledger::of(&socket).patience()) {
+        Ok(stream) => governed(stream, command, &compiler, &args, &socket),
+        Err(err) if liveness::is_silence(&err) => run_ungoverned(command, &compiler, &socket),
+        // No governor: run as if it never existed.
+        Err(_) => become_compiler(command),
+    }
+}
+
+/// Runs the compiler ungoverned because the governor stayed silent past the bound
+/// (`crate::liveness`): records it in the session's ledger, which the build's summary counts,
+/// and tells the user if this is the build's first such call.
+fn run_ungoverned(command: Command, compiler: &Path, socket: &Path) -> ! {
+    if liveness::Ledger::of(socket).record(compiler) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "headroom: warning: the governor has not answered for {} s; compilers run \
+             ungoverned until it does (the build's summary counts them)",
+            liveness::silence_bound().as_secs_f64()
+        );
+    }
+    become_compiler(command)
 }
 
 /// Runs a probe at once, as a child in its own process group: the governor, which follows
@@ -183,7 +211,13 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Runs the job under the governor, retrying attempts the governor asks to retry.
-fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[OsString]) -> ! {
+fn governed(
+    stream: UnixStream,
+    mut command: Command,
+    compiler: &Path,
+    args: &[OsString],
+    socket: &Path,
+) -> ! {
     install_signal_forwarding();
     let request = Request::Job {
         compiler: compiler.to_string_lossy().into_owned(),
@@ -200,15 +234,16 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
     }
     let mut cpu_before = children_cpu_ms();
     loop {
-        let Ok(Reply::Run {
-            job_id,
-            rung,
-            nice,
-            remote,
-        }) = read_frame(&stream)
-        else {
+        let (job_id, rung, nice, remote) = match liveness::read_reply(&stream) {
+            Ok(Reply::Run {
+                job_id,
+                rung,
+                nice,
+                remote,
+            }) => (job_id, rung, nice, remote),
+            Err(err) if liveness::is_silence(&err) => run_ungoverned(command, compiler, socket),
             // The governor is gone before admitting us: run as if it never existed.
-            become_compiler(command)
+            _ => become_compiler(command),
         };
         command.env(crate::shim::JOB_ENV, job_id.to_string());
         let mut attempt = attempt_command(&command, args, rung.as_ref(), remote.as_ref());
@@ -227,17 +262,14 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
             stderr_tail: tail(&stderr),
         };
         cpu_before = cpu_now;
-        let interrupted = matches!(
-            status.signal(),
-            Some(libc::SIGINT | libc::SIGTERM | libc::SIGHUP)
-        );
+        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
         let sent = write_frame(&stream, &Request::Finished(attempt));
         // An attempt that exited 0 is done whatever the governor says: the build need not
-        // wait for its answer.
+        // wait for its answer. A silent governor's answer is not waited for either.
         let reply = sent
             .ok()
             .filter(|()| !status.success())
-            .and_then(|()| read_frame::<Reply>(&stream).ok());
+            .and_then(|()| liveness::read_reply(&stream).ok());
         if reply == Some(Reply::Retry) && !interrupted {
             continue;
         }
@@ -246,31 +278,43 @@ fn governed(stream: UnixStream, mut command: Command, compiler: &Path, args: &[O
     }
 }
 
-/// Reads an attempt's stderr to its end. The governor says nothing while an attempt runs, so
-/// its socket becoming readable means it has gone: then the attempt, which it may have
-/// stopped, is resumed, since nobody else would. An attempt that writes one of
-/// `fallback_markers` (its farm engine is about to compile here, unadmitted) is killed at once.
+/// Reads an attempt's stderr to its end. While an attempt runs the governor sends only its
+/// heartbeats, so its socket closing, or staying silent past the bound, means it has gone or
+/// hung: then the attempt, which it may have stopped, is resumed, since nobody else would.
+/// An attempt that writes one of `fallback_markers` (its farm engine is about to compile
+/// here, unadmitted) is killed at once.
 fn collect_stderr(
     mut pipe: ChildStderr,
-    governor: &UnixStream,
+    mut governor: &UnixStream,
     fallback_markers: &[String],
 ) -> Vec<u8> {
     let mut stderr = Vec::new();
     let mut chunk = [0u8; 8192];
     let mut governor_watched = true;
+    let silence = liveness::silence_bound();
+    let mut heard = Instant::now();
+    let tick = rustix::event::Timespec::try_from(liveness::HEARTBEAT).unwrap_or_default();
     loop {
         let mut ready = [
             PollFd::new(&pipe, PollFlags::IN),
             PollFd::new(governor, PollFlags::IN),
         ];
         let watched = if governor_watched { 2 } else { 1 };
-        match poll(&mut ready[..watched], None) {
+        let timeout = governor_watched.then_some(&tick);
+        match poll(&mut ready[..watched], timeout) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => break,
         }
-        if governor_watched && !ready[1].revents().is_empty() {
-            governor_watched = false;
-            signal_running_group(Signal::CONT);
+        if governor_watched {
+            let readable = !ready[1].revents().is_empty();
+            let alive = readable && read_frame::<Reply>(&mut governor).is_ok();
+            if alive {
+                heard = Instant::now();
+            }
+            if (readable && !alive) || heard.elapsed() > silence {
+                governor_watched = false;
+                signal_running_group(Signal::CONT);
+            }
         }
         if ready[0].revents().is_empty() {
             continue;
@@ -377,11 +421,47 @@ fn signal_running_group(signal: Signal) {
     }
 }
 
-/// Ctrl-C reaches the shim (it is in the build's process group) but not the compiler (in its
-/// own group): pass it on, waking the compiler first in case it is stopped. A shim with no
-/// compiler running exits at once, as it would have without a handler.
+/// What a terminal sends reaches the shim (it is in the build's process group) but not the
+/// compiler (in its own group): pass it on. Ctrl-C, Ctrl-\, SIGTERM and SIGHUP end the
+/// compiler (woken first in case it is stopped), and a shim with no compiler running exits at
+/// once, as it would have without a handler. Ctrl-Z (and a background read or write) stops the
+/// compiler, then the shim; SIGCONT (`fg`, `bg`) resumes the compiler the shim stopped so.
+/// SIGWINCH is passed on as it is.
 fn install_signal_forwarding() {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+        let handle = move || {
+            let group = RUNNING_GROUP.load(Ordering::SeqCst);
+            if group > 0 {
+                STOPPED_BY_TERMINAL.store(true, Ordering::SeqCst);
+                // SAFETY: kill(2) on the group of a compiler this shim started.
+                unsafe { libc::kill(-group, signal) };
+            }
+            // SAFETY: kill(2) on this process: stop as the signal's default action would.
+            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+        };
+        // SAFETY: the handler only uses atomics and kill(2), which is async-signal-safe.
+        let _ = unsafe { signal_hook::low_level::register(signal, handle) };
+    }
+    let resume = || {
+        let group = RUNNING_GROUP.load(Ordering::SeqCst);
+        if group > 0 && STOPPED_BY_TERMINAL.swap(false, Ordering::SeqCst) {
+            // SAFETY: kill(2) on the group of a compiler this shim started.
+            unsafe { libc::kill(-group, libc::SIGCONT) };
+        }
+    };
+    let resize = || {
+        let group = RUNNING_GROUP.load(Ordering::SeqCst);
+        if group > 0 {
+            // SAFETY: kill(2) on the group of a compiler this shim started.
+            unsafe { libc::kill(-group, libc::SIGWINCH) };
+        }
+    };
+    // SAFETY: the handlers only use atomics and kill(2), which is async-signal-safe.
+    unsafe {
+        let _ = signal_hook::low_level::register(libc::SIGCONT, resume);
+        let _ = signal_hook::low_level::register(libc::SIGWINCH, resize);
+    }
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         let handle = move || match RUNNING_GROUP.load(Ordering::SeqCst) {
             STARTING => {
                 PENDING_SIGNAL.store(signal, Ordering::SeqCst);
@@ -400,8 +480,10 @@ fn install_signal_forwarding() {
     }
 }
 
-/// Passes `signal` on to process group `group`, waking it first in case it is stopped.
+/// Passes `signal` on to process group `group`, waking it first in case it is stopped; the
+/// attempt it ends is then the build's, never retried.
 fn forward(group: i32, signal: i32) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
     // SAFETY: kill(2) on the group of a compiler this shim started.
     unsafe {
         libc::kill(-group, libc::SIGCONT);

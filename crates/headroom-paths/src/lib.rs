@@ -31,13 +31,12 @@ pub fn kernel_cache_dir(own_variable: &str) -> Option<PathBuf> {
     place(own_variable, "XDG_CACHE_HOME", ".cache", Some("kernels"))
 }
 
-/// The per-user directory for the governor's socket: `$XDG_RUNTIME_DIR/headroom`, else
-/// `headroom-UID` under the temporary directory.
-pub fn runtime_dir(uid: u32) -> PathBuf {
-    variable("XDG_RUNTIME_DIR").map_or_else(
-        || std::env::temp_dir().join(format!("headroom-{uid}")),
-        |runtime| runtime.join("headroom"),
-    )
+/// The per-user directory for the governor's socket: `$XDG_RUNTIME_DIR/headroom`; `None`
+/// without `XDG_RUNTIME_DIR`. There is no fallback of a predictable name in the shared
+/// temporary directory: another local user could take it first (the session makes a private
+/// directory of its own there instead).
+pub fn runtime_dir() -> Option<PathBuf> {
+    variable("XDG_RUNTIME_DIR").map(|runtime| runtime.join("headroom"))
 }
 
 /// `$own`, else `$xdg/headroom[/leaf]`, else `~/home_default/headroom[/leaf]`.
@@ -87,10 +86,7 @@ mod tests {
             kernel_cache_dir("HEADROOM_TEST_CACHE"),
             Some(PathBuf::from("/home/u/.cache/headroom/kernels"))
         );
-        assert_eq!(
-            runtime_dir(1000),
-            std::env::temp_dir().join("headroom-1000")
-        );
+        assert_eq!(runtime_dir(), None);
 
         std::env::set_var("XDG_STATE_HOME", "/x/state");
         std::env::set_var("XDG_CACHE_HOME", "/x/cache");
@@ -100,7 +96,10 @@ mod tests {
             kernel_cache_dir("HEADROOM_TEST_CACHE"),
             Some(PathBuf::from("/x/cache/headroom/kernels"))
         );
-        assert_eq!(runtime_dir(1000), PathBuf::from("/run/user/1000/headroom"));
+        assert_eq!(
+            runtime_dir(),
+            Some(PathBuf::from("/run/user/1000/headroom"))
+        );
 
         std::env::set_var("HEADROOM_STATE_DIR", "/mine");
         std::env::set_var("HEADROOM_TEST_CACHE", "");

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
-use headroom_govern::session::{Session, TORCH_WRAPPER_ENV};
+use headroom_govern::session::{make_takes_jobs, Session, SessionError, TORCH_WRAPPER_ENV};
 use headroom_govern::state::BuildState;
 use headroom_probe::procs;
 use headroom_size::Size;
@@ -97,6 +97,10 @@ pub struct BuildArgs {
     /// Do not read or write the build history.
     #[arg(long)]
     no_history: bool,
+    /// Leave the build's parallelism as it is: offer it no jobs through `MAX_JOBS`,
+    /// `MAKEFLAGS`, `CMAKE_BUILD_PARALLEL_LEVEL` or `CARGO_BUILD_JOBS`.
+    #[arg(long, env = "HEADROOM_NO_OFFER_JOBS", value_parser = clap::builder::BoolishValueParser::new())]
+    no_offer_jobs: bool,
     /// The build command, unchanged: `make -j8`, `ninja`, `cmake --build build`, `pip install .`…
     /// (a `--` before it is allowed, and needed only when CMD starts with `-`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
@@ -125,16 +129,29 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
+    let offer_to = (!args.no_offer_jobs).then_some(args.command.as_slice());
+    if let Err(Some(why)) = offer_to.map_or(Ok(()), make_takes_jobs) {
+        eprintln!("headroom: {why}");
+    }
     let Governed {
         session,
         history,
         _state,
         ..
-    } = start_session(&overrides, !args.no_history, command, true)?;
+    } = match start_session(&overrides, !args.no_history, command, offer_to) {
+        Ok(governed) => governed,
+        // headroom is never why a build does not run: without a governor it runs as it is.
+        Err(err) if err.is::<SessionError>() => {
+            eprintln!("headroom: warning: {err:#}; this build runs ungoverned");
+            return run_ungoverned(&args.command);
+        }
+        Err(err) => return Err(err),
+    };
 
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    // The signal that interrupted the build (Ctrl-C, Ctrl-\, SIGTERM, SIGHUP), 0 while none.
+    let interrupted = Arc::new(AtomicUsize::new(0));
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        signal_hook::flag::register_usize(signal, Arc::clone(&interrupted), signal as usize)?;
     }
     // Orphans of the build (a double-forked compiler) stay below headroom, where the governor
     // follows the build's processes.
@@ -164,10 +181,17 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         }
     };
     let status = wait_for_build(&mut build, session.governor_pid(), &interrupted)?;
-    let was_interrupted = interrupted.load(Ordering::Relaxed);
+    let interrupted_by = interrupted.load(Ordering::Relaxed) as i32;
     let exit_code = exit_code_of(status);
 
-    let build_id = session.finish(Some(exit_code), was_interrupted);
+    let ungoverned = session.ungoverned_calls();
+    if ungoverned > 0 {
+        eprintln!(
+            "headroom: warning: {ungoverned} compiler call(s) ran ungoverned because the governor \
+             did not answer in time"
+        );
+    }
+    let build_id = session.finish(Some(exit_code), interrupted_by != 0);
     match (build_id, history) {
         (Some(Some(id)), Some(path)) => {
             report(&path, id, args.report.as_deref(), args.trace.as_deref())?
@@ -178,11 +202,27 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         ),
         _ => eprintln!("headroom: build finished in {:.1} s (no history, so no report)", start.elapsed().as_secs_f64()),
     }
-    Ok(if was_interrupted {
-        130
+    Ok(if interrupted_by != 0 {
+        128 + interrupted_by as u8
     } else {
         exit_code as u8
     })
+}
+
+/// Runs the build command as it is, for when no governor can be started; returns its exit
+/// code.
+fn run_ungoverned(command: &[OsString]) -> Result<u8> {
+    match Command::new(&command[0]).args(&command[1..]).status() {
+        Ok(status) => Ok(exit_code_of(status) as u8),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "headroom: command not found: {}",
+                command[0].to_string_lossy()
+            );
+            Ok(127)
+        }
+        Err(err) => bail!("cannot run `{}`: {err}", command[0].to_string_lossy()),
+    }
 }
 
 /// A governor started for some work, with what it was started with.
@@ -196,14 +236,14 @@ pub struct Governed {
 }
 
 /// Merges the settings, resolves the budget and starts a governor for `command` (a description
-/// for the history); a build command (`offers_jobs`) is offered twice as many jobs as run, so
-/// the governor can pick small ones past a big one that waits. Shared by `headroom build` and
-/// `headroom kernels build`.
+/// for the history); the build command `offer_jobs_to` (when given) is offered twice as many
+/// jobs as run, so the governor can pick small ones past a big one that waits. Shared by
+/// `headroom build` and `headroom kernels build`.
 pub fn start_session(
     overrides: &BuildOverrides,
     use_history: bool,
     command: String,
-    offers_jobs: bool,
+    offer_jobs_to: Option<&[OsString]>,
 ) -> Result<Governed> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let settings = settings(overrides, &cwd)?;
@@ -232,11 +272,9 @@ pub fn start_session(
         ladder: settings.ladder.clone(),
         sample_interval_ms: settings.sample_interval_ms,
         priorities: settings.priorities,
-        parallelism_set: if offers_jobs {
-            headroom_govern::session::build_variables(2 * settings.jobs)
-        } else {
-            Vec::new()
-        },
+        parallelism_set: offer_jobs_to.map_or_else(Vec::new, |command| {
+            headroom_govern::session::build_variables(2 * settings.jobs, command)
+        }),
         project_root: headroom_config::project_root(&cwd)
             .to_string_lossy()
             .into_owned(),
@@ -317,7 +355,7 @@ fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
 fn wait_for_build(
     build: &mut Child,
     governor: u32,
-    interrupted: &AtomicBool,
+    interrupted: &AtomicUsize,
 ) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
     loop {
@@ -325,11 +363,12 @@ fn wait_for_build(
             return Ok(status);
         }
         reap_orphans(&[build.id(), governor]);
-        if interrupted.load(Ordering::Relaxed) {
+        let signal = interrupted.load(Ordering::Relaxed) as i32;
+        if signal != 0 {
             match interrupted_at {
                 None => {
                     interrupted_at = Some(Instant::now());
-                    interrupt_tree(build.id() as i32);
+                    interrupt_tree(build.id() as i32, signal);
                 }
                 Some(at) if at.elapsed() > INTERRUPT_GRACE => {
                     let _ = build.kill();
@@ -357,17 +396,17 @@ fn reap_orphans(own: &[u32]) {
     }
 }
 
-/// Sends SIGINT to `root` and every process below it, as a terminal's Ctrl-C reaches every
+/// Sends `signal` to `root` and every process below it, as a terminal's Ctrl-C reaches every
 /// process of a build: `make` alone would wait for its running children, and shims still
 /// waiting for the governor would be admitted one after another.
-fn interrupt_tree(root: i32) {
+fn interrupt_tree(root: i32, signal: i32) {
     let pids: Vec<i32> = match procs::snapshot() {
         Ok(all) => procs::tree(&all, root).iter().map(|p| p.pid).collect(),
         Err(_) => vec![root],
     };
     for pid in pids {
         // SAFETY: kill(2) on the build's own processes.
-        unsafe { libc::kill(pid, libc::SIGINT) };
+        unsafe { libc::kill(pid, signal) };
     }
 }
 

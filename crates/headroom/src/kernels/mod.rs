@@ -288,7 +288,7 @@ fn run_build(
         "headroom kernels build --manifest {}",
         manifest_path.display()
     );
-    let governed = crate::build::start_session(&overrides, !args.no_history, description, false)?;
+    let governed = crate::build::start_session(&overrides, !args.no_history, description, None)?;
     let launcher = Launcher {
         program: governed.session.launcher(),
         env: governed.session.launcher_env(),
