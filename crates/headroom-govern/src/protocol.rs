@@ -6,11 +6,16 @@ use std::io::{self, Read, Write};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use headroom_farm::RemoteLaunch;
+use headroom_store::BuildReport;
 
 use crate::ladder::Rung;
 
 /// Frames larger than this are refused: no honest message comes close.
 const MAX_FRAME: u32 = 16 << 20;
+/// The governor's last reply carries the build's report with its samples, ten a second for
+/// each running job at about 50 bytes each: an hour of 16 jobs passes 16 MiB. The CLI reads it
+/// from its own child, through a socket in its private directory, so it takes up to this much.
+pub const MAX_REPORT_FRAME: u32 = 1 << 30;
 
 /// What a shim or the CLI says to the governor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,8 +67,9 @@ pub enum Reply {
     Done,
     /// Do not report this attempt: the job runs again when the next `Run` arrives.
     Retry,
-    /// The governor has written the build's history and exits.
-    ShutDown { build_id: Option<i64> },
+    /// The governor exits: the build as it saw it, from memory (`report.build.id` is its id
+    /// in the history, 0 when it has none), whatever reached the history.
+    ShutDown { report: Box<BuildReport> },
 }
 
 /// Writes one frame: a little-endian u32 length, then the JSON body.
@@ -76,11 +82,16 @@ pub fn write_frame<T: Serialize>(mut writer: impl Write, message: &T) -> io::Res
 }
 
 /// Reads one frame; `UnexpectedEof` when the peer has gone.
-pub fn read_frame<T: DeserializeOwned>(mut reader: impl Read) -> io::Result<T> {
+pub fn read_frame<T: DeserializeOwned>(reader: impl Read) -> io::Result<T> {
+    read_frame_up_to(reader, MAX_FRAME)
+}
+
+/// Reads one frame of at most `limit` bytes.
+pub fn read_frame_up_to<T: DeserializeOwned>(mut reader: impl Read, limit: u32) -> io::Result<T> {
     let mut length = [0u8; 4];
     reader.read_exact(&mut length)?;
     let length = u32::from_le_bytes(length);
-    if length > MAX_FRAME {
+    if length > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("frame of {length} bytes is too large"),

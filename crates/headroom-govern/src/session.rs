@@ -12,9 +12,11 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use headroom_store::BuildReport;
+
 use crate::governor::{serve, GovernorConfig};
 use crate::intercept;
-use crate::protocol::{read_frame, write_frame, Reply, Request};
+use crate::protocol::{read_frame_up_to, write_frame, Reply, Request, MAX_REPORT_FRAME};
 use crate::shim::{LAUNCHER_NAME, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
@@ -176,8 +178,8 @@ impl Session {
 
     /// Ends the session: the governor resumes anything stopped (and kills every job if
     /// `kill_jobs`), records how the build ended, and exits. Returns `None` when the governor
-    /// was already gone, else the build's id in the history, if it has one.
-    pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Option<Option<i64>> {
+    /// was already gone, else the build's report.
+    pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Option<Box<BuildReport>> {
         let ended = (|| {
             let stream = UnixStream::connect(&self.socket).ok()?;
             write_frame(
@@ -188,8 +190,8 @@ impl Session {
                 },
             )
             .ok()?;
-            match read_frame::<Reply>(&stream).ok()? {
-                Reply::ShutDown { build_id } => Some(build_id),
+            match read_frame_up_to::<Reply>(&stream, MAX_REPORT_FRAME).ok()? {
+                Reply::ShutDown { report } => Some(report),
                 _ => None,
             }
         })();

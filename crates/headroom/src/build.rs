@@ -20,7 +20,7 @@ use headroom_govern::session::{Session, TORCH_WRAPPER_ENV};
 use headroom_govern::state::BuildState;
 use headroom_probe::procs;
 use headroom_size::Size;
-use headroom_store::{summary, BuildReport, History};
+use headroom_store::{summary, BuildReport};
 
 use headroom_config::{BuildOverrides, BuildSettings, FileConfig};
 use headroom_output as output;
@@ -126,10 +126,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         .collect::<Vec<_>>()
         .join(" ");
     let Governed {
-        session,
-        history,
-        _state,
-        ..
+        session, _state, ..
     } = start_session(&overrides, !args.no_history, command, true)?;
 
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -167,16 +164,12 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     let was_interrupted = interrupted.load(Ordering::Relaxed);
     let exit_code = exit_code_of(status);
 
-    let build_id = session.finish(Some(exit_code), was_interrupted);
-    match (build_id, history) {
-        (Some(Some(id)), Some(path)) => {
-            report(&path, id, args.report.as_deref(), args.trace.as_deref())?
-        }
-        (None, _) => eprintln!(
+    match session.finish(Some(exit_code), was_interrupted) {
+        Some(built) => report(&built, args.report.as_deref(), args.trace.as_deref())?,
+        None => eprintln!(
             "headroom: warning: the governor stopped before the build ended; the build ran ungoverned from then on and has no report ({:.1} s)",
             start.elapsed().as_secs_f64()
         ),
-        _ => eprintln!("headroom: build finished in {:.1} s (no history, so no report)", start.elapsed().as_secs_f64()),
     }
     Ok(if was_interrupted {
         130
@@ -188,8 +181,6 @@ pub fn main(args: BuildArgs) -> Result<u8> {
 /// A governor started for some work, with what it was started with.
 pub struct Governed {
     pub session: Session,
-    /// The history the governor writes, unless disabled.
-    pub history: Option<PathBuf>,
     pub settings: BuildSettings,
     /// Kept until the work is reported: a temporary state directory lives as long as this.
     _state: BuildState,
@@ -246,7 +237,6 @@ pub fn start_session(
     let session = Session::start(&exe, &config, state.dir())?;
     Ok(Governed {
         session,
-        history,
         settings,
         _state: state,
     })
@@ -378,15 +368,15 @@ fn exit_code_of(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Prints the summary of build `id` and writes the JSON report and the trace if asked.
-fn report(history: &Path, id: i64, json: Option<&Path>, trace: Option<&Path>) -> Result<()> {
-    let report = History::open(history)?.load_build(id)?;
-    eprint!("{}", summary::render(&report));
+/// Prints the summary of the build the governor kept in memory, and writes the JSON report
+/// and the trace if asked: none of them waits on the history, or depends on what reached it.
+fn report(report: &BuildReport, json: Option<&Path>, trace: Option<&Path>) -> Result<()> {
+    eprint!("{}", summary::render(report));
     if let Some(path) = json {
-        write_json_report(&report, "--report", path)?;
+        write_json_report(report, "--report", path)?;
     }
     if let Some(path) = trace {
-        write_trace(&report, "--trace", path)?;
+        write_trace(report, "--trace", path)?;
     }
     Ok(())
 }
