@@ -379,7 +379,11 @@ mod tests {
         assert_eq!(report.waiting(), Waiting::default());
         // 0–4 s: two jobs fill both slots while a third waits (4 s for a slot); 4–5 s: one
         // job runs and the third still waits with a slot free (1 s for memory).
-        report.jobs = vec![job(0, 0, 0, 4000), job(1, 0, 0, 6000), job(2, 0, 5000, 7000)];
+        report.jobs = vec![
+            job(0, 0, 0, 4000),
+            job(1, 0, 0, 6000),
+            job(2, 0, 5000, 7000),
+        ];
         let waited = report.waiting();
         assert_eq!((waited.for_slots, waited.for_memory), (4.0, 1.0));
     }

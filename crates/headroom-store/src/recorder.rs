@@ -106,7 +106,7 @@ impl std::fmt::Display for Unrecorded {
         }
         write!(
             f,
-            "`headroom report` shows it incomplete; the summary above comes from memory"
+            "`headroom report` shows it incomplete (this summary comes from memory)"
         )
     }
 }

@@ -15,7 +15,10 @@ const LISTED: usize = 10;
 const SOURCES: [(&str, &str); 4] = [
     ("history", "its own last clean run here"),
     ("shared", "its last run on another machine"),
-    ("group", "jobs with the same compiler and flags in this build"),
+    (
+        "group",
+        "jobs with the same compiler and flags in this build",
+    ),
     ("default", "nothing known yet: a cautious guess"),
 ];
 /// A process outside admission that is not a compiler is worth naming from this peak on.
