@@ -98,7 +98,10 @@ fn a_locked_history_stalls_no_compiler_and_the_summary_comes_from_memory() {
     // The lock is held for 600 s; before, every job waited 5 s for it under the governor's
     // lock. Now only the shutdown's grace (3 s) waits on the history.
     assert!(took < Duration::from_secs(45), "{took:?}");
-    assert!(told.contains(&format!("headroom: {JOBS} jobs in")), "{told}");
+    assert!(
+        told.contains(&format!("headroom: {JOBS} jobs in")),
+        "{told}"
+    );
     let report: BuildReport =
         serde_json::from_slice(&std::fs::read(project.join("report.json")).unwrap()).unwrap();
     assert_eq!(report.jobs.len(), JOBS, "every job is in --report");
@@ -171,15 +174,23 @@ fn a_build_whose_governor_was_killed_is_reported_incomplete() {
     assert!(!shown.contains("nothing to rebuild"), "{shown}");
 
     // A build after it: `--list` shows both, the first as died.
-    let again = headroom(project, &["build", "--", "make", "-s"]).output().unwrap();
+    let again = headroom(project, &["build", "--", "make", "-s"])
+        .output()
+        .unwrap();
     assert!(again.status.success(), "{}", stderr(&again));
     let listed = headroom(project, &["report", "--list"]).output().unwrap();
     let table = String::from_utf8_lossy(&listed.stdout);
     eprintln!("{table}");
     let rows: Vec<&str> = table.lines().skip(1).collect();
     assert_eq!(rows.len(), 2, "{table}");
-    assert!(rows[0].trim_start().starts_with("2 ") && rows[0].contains(" 0 "), "{table}");
-    assert!(rows[1].trim_start().starts_with("1 ") && rows[1].contains("died"), "{table}");
+    assert!(
+        rows[0].trim_start().starts_with("2 ") && rows[0].contains(" 0 "),
+        "{table}"
+    );
+    assert!(
+        rows[1].trim_start().starts_with("1 ") && rows[1].contains("died"),
+        "{table}"
+    );
     assert!(rows[1].contains(&project.display().to_string()), "{table}");
     let json = headroom(project, &["report", "--list", "--json", "list.json"])
         .output()
