@@ -130,6 +130,58 @@ mod tests {
         assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
     }
 
+    /// An hour of 16 jobs sampled ten times a second, over 5000 jobs: too large for a shim's
+    /// frame, well within the report's.
+    #[test]
+    fn a_long_builds_report_fits_its_frame() {
+        let build = headroom_store::BuildRecord {
+            id: 1,
+            started_unix_ms: 1_700_000_000_000,
+            duration_ms: Some(3_600_000),
+            command: "ninja".into(),
+            cwd: "/src/pytorch".into(),
+            budget: 64 << 30,
+            budget_source: "--budget 64G".into(),
+            slots: 16,
+            exit_code: Some(0),
+            peak_total: Some(60 << 30),
+            parallelism_set: Vec::new(),
+        };
+        let mut report = BuildReport::begun(build);
+        report.jobs = (0..5000)
+            .map(|job_id| headroom_store::JobRecord {
+                job_id,
+                label: format!("caffe2/CMakeFiles/torch_cpu.dir/aten/src/ATen/op_{job_id}.cpp.o"),
+                command: format!(
+                    "/usr/bin/c++ -O3 -g -std=c++17 -c op_{job_id}.cpp -o op_{job_id}.o"
+                ),
+                peak: 1_900_000_000,
+                ..Default::default()
+            })
+            .collect();
+        report.samples = (0..36_000u64)
+            .flat_map(|tick| {
+                (0..16).map(move |slot| headroom_store::Sample {
+                    t_ms: tick * 100,
+                    job_id: tick / 80 * 16 + slot,
+                    bytes: 1_500_000_000,
+                })
+            })
+            .collect();
+        let mut wire = Vec::new();
+        write_frame(
+            &mut wire,
+            &Reply::ShutDown {
+                report: Box::new(report),
+            },
+        )
+        .unwrap();
+        eprintln!("{} MiB", wire.len() >> 20);
+        assert!(wire.len() > MAX_FRAME as usize && wire.len() < MAX_REPORT_FRAME as usize / 8);
+        assert!(read_frame::<Reply>(wire.as_slice()).is_err());
+        read_frame_up_to::<Reply>(wire.as_slice(), MAX_REPORT_FRAME).unwrap();
+    }
+
     #[test]
     fn refuses_oversized_frames() {
         let wire = (MAX_FRAME + 1).to_le_bytes();
