@@ -1,6 +1,7 @@
 //! The governor process of one build: it admits jobs as `headroom-sched` decides, samples
 //! their memory, stops, resumes and kills their process groups, retries jobs that ran out of
-//! memory, and writes every finished job to the history.
+//! memory, and keeps the build's report in memory for the CLI, handing every finished job to
+//! the history's writer (`headroom_store::recorder`), which no job ever waits for.
 //!
 //! One thread per connected shim (reused from one shim to the next), one sampling thread, one
 //! lock around the state: simple to follow, and cheap enough for the few hundred jobs a build
@@ -20,9 +21,13 @@ use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
     Action, AfterAttempt, Driver, Ended, Farm, Finished, JobId, JobState, Limits, Offer,
-    OutsideAction, Profile, Reading,
+    OutsideAction, Reading,
 };
-use headroom_store::{BuildRecord, History, JobEvent, JobEventKind, JobRecord, Room, Sample};
+use headroom_store::known::KnownPeaks;
+use headroom_store::recorder::{Ending, Recorder, Unwritten};
+use headroom_store::{
+    BuildRecord, BuildReport, History, JobEvent, JobEventKind, JobRecord, Room, Sample,
+};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
 
@@ -39,12 +44,15 @@ use crate::response::expand_response_files;
 
 /// How long a shutdown waits for the reports of jobs that ended just before the build.
 const REPORT_GRACE: Duration = Duration::from_secs(2);
-/// Samples are written to the history at least this often.
+/// Samples are handed to the history's writer at least this often.
 const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a job killed to make room has to end after SIGTERM before it gets SIGKILL: time
 /// for a compiler driver (gcc, nvcc) to remove its temporary files, while the memory hog
 /// itself (cc1plus, cicc), which does not catch SIGTERM, ends at once.
 const KILL_GRACE: Duration = Duration::from_millis(500);
+/// How long a shutdown waits for the history to take the rest of the build: past it, the
+/// governor exits and says what the history did not get.
+const HISTORY_GRACE: Duration = Duration::from_secs(3);
 
 /// Everything the governor needs to know, passed from the CLI.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,18 +96,23 @@ struct State {
     /// The policy: every decision, and each job's attempts (`headroom_sched::driver`).
     driver: Driver,
     jobs: HashMap<JobId, JobIo>,
-    history: Option<History>,
-    build_id: Option<i64>,
+    /// Writes the build into the history, when there is one.
+    recorder: Option<Recorder>,
+    /// What the history knew of every job when the build began.
+    known: KnownPeaks,
+    /// The build as the summary, `--report` and `--trace` show it: every finished job and
+    /// everything sampled up to the last flush, whatever reached the history.
+    report: BuildReport,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
     /// The same as another machine saw it, by portable key (shared history).
     shared_waiting_seconds: HashMap<String, f64>,
+    /// Samples, what was done to jobs, and the machine's room, since the last flush.
     samples: Vec<Sample>,
-    /// What was done to jobs, and the machine's room, since the last flush.
     events: Vec<JobEvent>,
     room: Vec<Room>,
-    /// Finished jobs not yet in the history: each is written right after its shim has its
-    /// answer, so no compiler call waits for SQLite; the build's end writes any left.
+    /// Finished jobs not yet in the report: each is moved there right after its shim has its
+    /// answer; the build's end moves any left.
     unwritten_jobs: Vec<Unwritten>,
     last_flush: Instant,
     peak_total: u64,
@@ -109,13 +122,6 @@ struct State {
     /// the attempt has not ended by then.
     dying: Vec<(JobId, i32, Instant)>,
     shutting_down: bool,
-}
-
-/// A finished job for the history: its row, its portable key and its profile.
-struct Unwritten {
-    record: JobRecord,
-    portable_key: String,
-    profile: Option<Profile>,
 }
 
 struct Governor {
@@ -181,8 +187,12 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         state: Mutex::new(State {
             driver,
             jobs: HashMap::new(),
-            history: past.history,
-            build_id: past.build_id,
+            report: BuildReport::begun(BuildRecord {
+                id: past.build_id.unwrap_or(0),
+                ..build_record(&config)
+            }),
+            recorder: past.recorder,
+            known: past.known,
             waiting_seconds: past.waiting_seconds,
             shared_waiting_seconds: past.shared_waiting_seconds,
             samples: Vec::new(),
@@ -275,9 +285,12 @@ impl Handlers {
 /// What the governor starts a build with from its history.
 #[derive(Default)]
 pub struct Past {
-    history: Option<History>,
+    /// Writes this build into the history.
+    recorder: Option<Recorder>,
     /// This build's id in the history.
     build_id: Option<i64>,
+    /// What the history knows of every job.
+    known: KnownPeaks,
     /// Seconds of work that waited on each job in the most recent build that ran it, by key.
     waiting_seconds: HashMap<String, f64>,
     /// The same from shared history, by portable key: for jobs this machine has not run.
@@ -317,7 +330,34 @@ fn open_history(config: &GovernorConfig) -> Past {
                 Default::default()
             }
         };
-    let build = BuildRecord {
+    let known = history.known_peaks().unwrap_or_else(|err| {
+        eprintln!("headroom: warning: {err}; jobs are predicted as if they had never run");
+        KnownPeaks::default()
+    });
+    let shared_waiting_seconds = history.shared_waiting_seconds().unwrap_or_else(|err| {
+        eprintln!("headroom: warning: {err}; jobs predicted from shared history queue by their own length only");
+        HashMap::new()
+    });
+    match history.begin_governed_build(&build_record(config), Some(std::process::id())) {
+        Ok(id) => Past {
+            recorder: Some(Recorder::start(history, id)),
+            build_id: Some(id),
+            known,
+            waiting_seconds,
+            shared_waiting_seconds,
+            reruns,
+            bursts,
+        },
+        Err(err) => {
+            eprintln!("headroom: warning: {err}; this build runs without history");
+            Past::default()
+        }
+    }
+}
+
+/// The build's row as it begins: no end, no exit code, no peak yet.
+fn build_record(config: &GovernorConfig) -> BuildRecord {
+    BuildRecord {
         id: 0,
         started_unix_ms: config.started_unix_ms,
         duration_ms: None,
@@ -329,24 +369,6 @@ fn open_history(config: &GovernorConfig) -> Past {
         exit_code: None,
         peak_total: None,
         parallelism_set: config.parallelism_set.clone(),
-    };
-    let shared_waiting_seconds = history.shared_waiting_seconds().unwrap_or_else(|err| {
-        eprintln!("headroom: warning: {err}; jobs predicted from shared history queue by their own length only");
-        HashMap::new()
-    });
-    match history.begin_build(&build) {
-        Ok(id) => Past {
-            history: Some(history),
-            build_id: Some(id),
-            waiting_seconds,
-            shared_waiting_seconds,
-            reruns,
-            bursts,
-        },
-        Err(err) => {
-            eprintln!("headroom: warning: {err}; this build runs without history");
-            Past::default()
-        }
     }
 }
 
@@ -432,10 +454,7 @@ impl Governor {
         let identity = JobIdentity::new(&compiler, &args, &cwd);
         let portable_key = identity.portable_key(&self.compiler_id(&compiler), &cwd, &self.places);
         let mut state = self.lock();
-        let past = state
-            .history
-            .as_ref()
-            .and_then(|h| h.past_run(&identity.key, &portable_key).ok().flatten());
+        let past = state.known.past_run(&identity.key, &portable_key);
         let farmable = self.config.farm.as_ref().is_some_and(|farm| {
             farm.engine.would_distribute(
                 compiler.as_ref(),
@@ -443,11 +462,9 @@ impl Governor {
                 &args,
             )
         });
-        let local_share = state
-            .history
-            .as_ref()
-            .filter(|_| farmable)
-            .and_then(|h| h.local_share(&identity.key).ok().flatten());
+        let local_share = farmable
+            .then(|| state.known.local_share(&identity.key))
+            .flatten();
         let offer = Offer {
             key: identity.key.clone(),
             label: identity.label.clone(),
@@ -896,20 +913,44 @@ impl Governor {
         }
     }
 
-    fn finish_history(&self, exit_code: Option<i32>) -> Option<i64> {
+    /// Completes the build's report and hands its end to the history's writer, waiting at
+    /// most `HISTORY_GRACE` for the history to take it all; says once what it did not.
+    fn finish_history(&self, exit_code: Option<i32>) -> BuildReport {
         let mut state = self.lock();
         write_jobs(&mut state);
         flush_samples(&mut state);
         let outside = std::mem::take(&mut state.outside).finish();
-        let (build_id, peak_total) = (state.build_id?, state.peak_total);
-        let history = state.history.as_mut()?;
-        if let Err(err) = history.record_outside(build_id, &outside) {
-            eprintln!("headroom: warning: {err}");
+        let duration_ms = self.now_ms();
+        let peak_total = state.peak_total;
+        let mut report = std::mem::replace(
+            &mut state.report,
+            BuildReport::begun(build_record(&self.config)),
+        );
+        let recorder = state.recorder.take();
+        // The history may keep the writer waiting: not under the lock.
+        drop(state);
+        report.build.duration_ms = Some(duration_ms);
+        report.build.exit_code = exit_code;
+        report.build.peak_total = Some(peak_total);
+        report.outside = outside.clone();
+        // In the order the history loads them.
+        report.jobs.sort_by_key(|job| job.job_id);
+        report
+            .samples
+            .sort_by_key(|sample| (sample.t_ms, sample.job_id));
+        report.events.sort_by_key(|event| event.t_ms);
+        if let Some(recorder) = recorder {
+            let ending = Ending {
+                outside,
+                duration_ms,
+                exit_code,
+                peak_total,
+            };
+            if let Err(unrecorded) = recorder.finish(ending, HISTORY_GRACE) {
+                eprintln!("headroom: warning: {unrecorded}");
+            }
         }
-        if let Err(err) = history.finish_build(build_id, self.now_ms(), exit_code, peak_total) {
-            eprintln!("headroom: warning: {err}");
-        }
-        Some(build_id)
+        report
     }
 
     fn shut_down(&self, writer: &Writer, exit_code: Option<i32>, kill_jobs: bool) {
@@ -917,39 +958,41 @@ impl Governor {
             self.wait_for_reports();
         }
         self.release_jobs(kill_jobs);
-        let build_id = self.finish_history(exit_code);
+        let report = self.finish_history(exit_code);
         let _ = std::fs::remove_dir_all(&self.farm_state);
-        let _ = send(writer, &Reply::ShutDown { build_id });
+        let _ = send(
+            writer,
+            &Reply::ShutDown {
+                report: Box::new(report),
+            },
+        );
         std::process::exit(0);
     }
 }
 
+/// Moves the finished jobs into the report, and hands them to the history's writer.
 fn write_jobs(state: &mut State) {
-    let jobs = std::mem::take(&mut state.unwritten_jobs);
-    if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
-        for job in &jobs {
-            if let Err(err) = history.record_job(
-                build_id,
-                &job.record,
-                &job.portable_key,
-                job.profile.as_ref(),
-            ) {
-                eprintln!("headroom: warning: {err}");
-            }
+    for job in std::mem::take(&mut state.unwritten_jobs) {
+        state.report.jobs.push(job.record.clone());
+        if let Some(recorder) = &state.recorder {
+            recorder.job(job);
         }
     }
 }
 
+/// Moves what was sampled since the last flush into the report, and hands it to the history's
+/// writer.
 fn flush_samples(state: &mut State) {
     state.last_flush = Instant::now();
     let samples = std::mem::take(&mut state.samples);
     let events = std::mem::take(&mut state.events);
     let room = std::mem::take(&mut state.room);
-    if let (Some(history), Some(build_id)) = (state.history.as_mut(), state.build_id) {
-        if let Err(err) = history.record_samples(build_id, &samples, &events, &room) {
-            eprintln!("headroom: warning: {err}");
-        }
+    if let Some(recorder) = &state.recorder {
+        recorder.samples(samples.clone(), events.clone(), room.clone());
     }
+    state.report.samples.extend(samples);
+    state.report.events.extend(events);
+    state.report.room.extend(room);
 }
 
 /// Locks `mutex`, poisoned or not: a panicking connection thread must not take the whole build

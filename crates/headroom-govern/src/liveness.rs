@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::protocol::{read_frame, Reply};
+use crate::protocol::{read_frame_up_to, Reply, MAX_FRAME};
 
 /// How often the governor tells every connection that it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -76,9 +76,14 @@ pub fn connect(socket: &Path, bound: Duration) -> io::Result<UnixStream> {
 /// Reads the governor's next answer, passing over its heartbeats. With the stream's read
 /// timeout set to the silence bound, a governor that says nothing for that long ends the
 /// wait with an error for which [`is_silence`] holds.
-pub fn read_reply(mut stream: impl Read) -> io::Result<Reply> {
+pub fn read_reply(stream: impl Read) -> io::Result<Reply> {
+    read_reply_up_to(stream, MAX_FRAME)
+}
+
+/// [`read_reply`], for a reply that may be up to `limit` bytes (the build's report).
+pub fn read_reply_up_to(mut stream: impl Read, limit: u32) -> io::Result<Reply> {
     loop {
-        match read_frame::<Reply>(&mut stream)? {
+        match read_frame_up_to::<Reply>(&mut stream, limit)? {
             Reply::Alive => continue,
             reply => return Ok(reply),
         }

@@ -6,11 +6,16 @@ use std::io::{self, Read, Write};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use headroom_farm::RemoteLaunch;
+use headroom_store::BuildReport;
 
 use crate::ladder::Rung;
 
 /// Frames larger than this are refused: no honest message comes close.
-const MAX_FRAME: u32 = 16 << 20;
+pub const MAX_FRAME: u32 = 16 << 20;
+/// The governor's last reply carries the build's report with its samples, ten a second for
+/// each running job at about 50 bytes each: an hour of 16 jobs passes 16 MiB. The CLI reads it
+/// from its own child, through a socket in its private directory, so it takes up to this much.
+pub const MAX_REPORT_FRAME: u32 = 1 << 30;
 
 /// What a shim or the CLI says to the governor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,8 +67,9 @@ pub enum Reply {
     Done,
     /// Do not report this attempt: the job runs again when the next `Run` arrives.
     Retry,
-    /// The governor has written the build's history and exits.
-    ShutDown { build_id: Option<i64> },
+    /// The governor exits: the build as it saw it, from memory (`report.build.id` is its id
+    /// in the history, 0 when it has none), whatever reached the history.
+    ShutDown { report: Box<BuildReport> },
     /// The governor's heartbeat, sent to every connection while it makes progress: only
     /// silence tells a hung governor from one that keeps a job queued (`crate::liveness`).
     Alive,
@@ -79,11 +85,16 @@ pub fn write_frame<T: Serialize>(mut writer: impl Write, message: &T) -> io::Res
 }
 
 /// Reads one frame; `UnexpectedEof` when the peer has gone.
-pub fn read_frame<T: DeserializeOwned>(mut reader: impl Read) -> io::Result<T> {
+pub fn read_frame<T: DeserializeOwned>(reader: impl Read) -> io::Result<T> {
+    read_frame_up_to(reader, MAX_FRAME)
+}
+
+/// Reads one frame of at most `limit` bytes.
+pub fn read_frame_up_to<T: DeserializeOwned>(mut reader: impl Read, limit: u32) -> io::Result<T> {
     let mut length = [0u8; 4];
     reader.read_exact(&mut length)?;
     let length = u32::from_le_bytes(length);
-    if length > MAX_FRAME {
+    if length > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("frame of {length} bytes is too large"),
@@ -120,6 +131,58 @@ mod tests {
         assert_eq!(read_frame::<Reply>(&mut reader).unwrap(), Reply::Retry);
         let end = read_frame::<Reply>(&mut reader).unwrap_err();
         assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    /// An hour of 16 jobs sampled ten times a second, over 5000 jobs: too large for a shim's
+    /// frame, well within the report's.
+    #[test]
+    fn a_long_builds_report_fits_its_frame() {
+        let build = headroom_store::BuildRecord {
+            id: 1,
+            started_unix_ms: 1_700_000_000_000,
+            duration_ms: Some(3_600_000),
+            command: "ninja".into(),
+            cwd: "/src/pytorch".into(),
+            budget: 64 << 30,
+            budget_source: "--budget 64G".into(),
+            slots: 16,
+            exit_code: Some(0),
+            peak_total: Some(60 << 30),
+            parallelism_set: Vec::new(),
+        };
+        let mut report = BuildReport::begun(build);
+        report.jobs = (0..5000)
+            .map(|job_id| headroom_store::JobRecord {
+                job_id,
+                label: format!("caffe2/CMakeFiles/torch_cpu.dir/aten/src/ATen/op_{job_id}.cpp.o"),
+                command: format!(
+                    "/usr/bin/c++ -O3 -g -std=c++17 -c op_{job_id}.cpp -o op_{job_id}.o"
+                ),
+                peak: 1_900_000_000,
+                ..Default::default()
+            })
+            .collect();
+        report.samples = (0..36_000u64)
+            .flat_map(|tick| {
+                (0..16).map(move |slot| headroom_store::Sample {
+                    t_ms: tick * 100,
+                    job_id: tick / 80 * 16 + slot,
+                    bytes: 1_500_000_000,
+                })
+            })
+            .collect();
+        let mut wire = Vec::new();
+        write_frame(
+            &mut wire,
+            &Reply::ShutDown {
+                report: Box::new(report),
+            },
+        )
+        .unwrap();
+        eprintln!("{} MiB", wire.len() >> 20);
+        assert!(wire.len() > MAX_FRAME as usize && wire.len() < MAX_REPORT_FRAME as usize / 8);
+        assert!(read_frame::<Reply>(wire.as_slice()).is_err());
+        read_frame_up_to::<Reply>(wire.as_slice(), MAX_REPORT_FRAME).unwrap();
     }
 
     #[test]

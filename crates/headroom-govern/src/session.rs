@@ -6,17 +6,18 @@
 //! to it as fd 3; no shim can ever find the socket missing.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use headroom_store::BuildReport;
+
 use crate::governor::{serve, GovernorConfig};
 use crate::intercept;
 use crate::liveness;
-use crate::protocol::{write_frame, Reply, Request};
+use crate::protocol::{write_frame, Reply, Request, MAX_REPORT_FRAME};
 use crate::shim::{LAUNCHER_NAME, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
@@ -181,36 +182,28 @@ impl Session {
 
     /// Ends the session: the governor resumes anything stopped (and kills every job if
     /// `kill_jobs`), records how the build ended, and exits. Returns `None` when the governor
-    /// was already gone, else the build's id in the history, if it has one. A governor that
-    /// stays silent past the bound (`crate::liveness`) is killed: it never outlives its
-    /// session, and the session never waits on it for good.
-    pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Option<Option<i64>> {
+    /// was already gone or stayed silent past the bound (`crate::liveness`), else the build's
+    /// report. A silent governor is killed: it never outlives its session, and the session
+    /// never waits on it for good.
+    pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Ending {
         let bound = liveness::silence_bound();
         let ended = (|| {
-            let stream = liveness::connect(&self.socket, bound).ok()?;
-            write_frame(
-                &stream,
-                &Request::Shutdown {
-                    exit_code,
-                    kill_jobs,
+            let stream = liveness::connect(&self.socket, bound).map_err(|_| Ending::Gone)?;
+            let shutdown = Request::Shutdown {
+                exit_code,
+                kill_jobs,
+            };
+            write_frame(&stream, &shutdown).map_err(|_| Ending::Gone)?;
+            Ok(
+                match liveness::read_reply_up_to(&stream, MAX_REPORT_FRAME) {
+                    Ok(Reply::ShutDown { report }) => Ending::Reported(report),
+                    Err(err) if liveness::is_silence(&err) => Ending::Silent(bound),
+                    _ => Ending::Gone,
                 },
             )
-            .ok()?;
-            match liveness::read_reply(&stream) {
-                Ok(Reply::ShutDown { build_id }) => Some(build_id),
-                Err(err) if liveness::is_silence(&err) => {
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "headroom: warning: the governor did not answer for {} s after the \
-                         build ended; it was stopped, and the build's record is incomplete",
-                        bound.as_secs_f64()
-                    );
-                    None
-                }
-                _ => None,
-            }
-        })();
-        if ended.is_none() {
+        })()
+        .unwrap_or_else(|gone| gone);
+        if !matches!(ended, Ending::Reported(_)) {
             let _ = self.governor.kill();
         }
         let _ = self.governor.wait();
@@ -223,6 +216,16 @@ impl Session {
     pub fn ungoverned_calls(&self) -> usize {
         liveness::Ledger::of(&self.socket).take_count()
     }
+}
+
+/// How a session ended.
+pub enum Ending {
+    /// The governor shut down and sent the build as it saw it.
+    Reported(Box<BuildReport>),
+    /// The governor was gone before the build ended: it ran ungoverned from then on.
+    Gone,
+    /// The governor said nothing for this long after the build ended, and was killed.
+    Silent(std::time::Duration),
 }
 
 /// What torch's `cpp_extension` reads to leave its compiler wrapper out.

@@ -184,6 +184,15 @@ pub struct BuildReport {
     pub room: Vec<Room>,
 }
 
+/// Seconds during which jobs of a build waited to start, by what they waited for.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Waiting {
+    /// All slots were busy: the CPUs limited the build.
+    pub for_slots: f64,
+    /// A slot was free, but not the memory: the budget limited the build.
+    pub for_memory: f64,
+}
+
 /// What one build farm node did for a build.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeUse {
@@ -197,6 +206,19 @@ pub struct NodeUse {
 }
 
 impl BuildReport {
+    /// The report of a build that has just begun: nothing has happened in it yet.
+    pub fn begun(build: BuildRecord) -> BuildReport {
+        BuildReport {
+            schema: REPORT_SCHEMA,
+            build,
+            jobs: Vec::new(),
+            samples: Vec::new(),
+            outside: Vec::new(),
+            events: Vec::new(),
+            room: Vec::new(),
+        }
+    }
+
     /// What each farm node did, by name; empty for a build without a farm.
     pub fn nodes(&self) -> Vec<NodeUse> {
         let mut names: Vec<&str> = self.jobs.iter().filter_map(|j| j.node.as_deref()).collect();
@@ -275,6 +297,37 @@ impl BuildReport {
         self.outside.iter().filter(|process| process.compiler_like)
     }
 
+    /// Seconds during which jobs waited to start, split by what they waited for: a slot (all
+    /// of the build's slots were busy: the CPUs limited it) or memory (a slot was free, but
+    /// the budget had no room for the job). Jobs on farm nodes take no slot here.
+    pub fn waiting(&self) -> Waiting {
+        let local = |job: &&JobRecord| job.node.is_none();
+        // At each moment: jobs waiting (+1 when offered, -1 when started), jobs running here.
+        let mut changes: Vec<(u64, i64, i64)> = Vec::new();
+        for job in &self.jobs {
+            let start = job.start_ms.max(job.offered_ms);
+            changes.push((job.offered_ms, 1, 0));
+            changes.push((start, -1, i64::from(local(&job))));
+            changes.push((job.end_ms.max(start), 0, -i64::from(local(&job))));
+        }
+        changes.sort_unstable();
+        let (mut waiting, mut running) = (0i64, 0i64);
+        let mut waited = Waiting::default();
+        let mut last = changes.first().map_or(0, |change| change.0);
+        for (t, waiting_change, running_change) in changes {
+            let seconds = t.saturating_sub(last) as f64 / 1000.0;
+            if waiting > 0 && running >= i64::from(self.build.slots) {
+                waited.for_slots += seconds;
+            } else if waiting > 0 {
+                waited.for_memory += seconds;
+            }
+            waiting += waiting_change;
+            running += running_change;
+            last = t;
+        }
+        waited
+    }
+
     /// Jobs by peak memory, largest first.
     pub fn by_peak(&self) -> Vec<&JobRecord> {
         let mut jobs: Vec<&JobRecord> = self.jobs.iter().collect();
@@ -303,5 +356,35 @@ mod tests {
         assert!(report.build.parallelism_set.is_empty());
         assert!(report.outside.is_empty());
         assert!(report.governed_nothing());
+    }
+
+    fn job(job_id: u64, offered_ms: u64, start_ms: u64, end_ms: u64) -> JobRecord {
+        JobRecord {
+            job_id,
+            offered_ms,
+            start_ms,
+            end_ms,
+            ..JobRecord::default()
+        }
+    }
+
+    #[test]
+    fn waiting_is_split_between_slots_and_memory() {
+        let mut report: BuildReport = serde_json::from_str(
+            r#"{"schema": 1, "build": {"id": 1, "started_unix_ms": 0, "duration_ms": 9000,
+                "command": "make", "cwd": "/src", "budget": 100, "budget_source": "test",
+                "slots": 2, "exit_code": 0, "peak_total": null}, "jobs": [], "samples": []}"#,
+        )
+        .unwrap();
+        assert_eq!(report.waiting(), Waiting::default());
+        // 0–4 s: two jobs fill both slots while a third waits (4 s for a slot); 4–5 s: one
+        // job runs and the third still waits with a slot free (1 s for memory).
+        report.jobs = vec![
+            job(0, 0, 0, 4000),
+            job(1, 0, 0, 6000),
+            job(2, 0, 5000, 7000),
+        ];
+        let waited = report.waiting();
+        assert_eq!((waited.for_slots, waited.for_memory), (4.0, 1.0));
     }
 }

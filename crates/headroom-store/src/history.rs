@@ -12,14 +12,17 @@ use crate::model::{
     BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, OutsideProcess, Room, Sample,
     REPORT_SCHEMA,
 };
+use crate::recorder::Batch;
 
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
 /// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
 /// parallelism variables headroom set to `builds` and the `outside_processes` table, version 5
 /// the `job_events` and `room` tables, version 6 each peak's portable key and time to `peaks`
 /// and the `shared_peaks` table ([`crate::shared`]), version 7 the farm node of each job to
-/// `jobs` (`node`, `node_start_ms`) and the `local_shares` table.
-const SCHEMA_VERSION: i32 = 7;
+/// `jobs` (`node`, `node_start_ms`) and the `local_shares` table, version 8 the process id of
+/// each build's governor to `builds` (`governor_pid`), to tell a build still running from one
+/// whose governor died.
+const SCHEMA_VERSION: i32 = 8;
 /// Samples are kept for this many most recent builds; jobs and peaks for all.
 const BUILDS_WITH_SAMPLES: i64 = 50;
 /// How long to wait for another build's write to finish before giving up on the history.
@@ -44,7 +47,8 @@ CREATE TABLE IF NOT EXISTS builds (
     slots INTEGER NOT NULL,
     exit_code INTEGER,
     peak_total INTEGER,
-    parallelism_set TEXT
+    parallelism_set TEXT,
+    governor_pid INTEGER
 );
 CREATE TABLE IF NOT EXISTS jobs (
     build_id INTEGER NOT NULL REFERENCES builds(id),
@@ -151,6 +155,13 @@ pub enum StoreError {
     Empty,
 }
 
+impl StoreError {
+    /// Another process held the history's lock for longer than the busy timeout.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, StoreError::Sqlite { source, .. } if is_busy(source))
+    }
+}
+
 /// The history, open.
 pub struct History {
     pub(crate) conn: Connection,
@@ -252,13 +263,24 @@ impl History {
 
     /// Records the start of a build and returns its id.
     pub fn begin_build(&self, build: &BuildRecord) -> Result<i64, StoreError> {
+        self.begin_governed_build(build, None)
+    }
+
+    /// Records the start of a build whose governor is process `governor_pid`, and returns its
+    /// id: a build with no end whose governor is gone is one whose governor died
+    /// ([`History::governor_pid`]).
+    pub fn begin_governed_build(
+        &self,
+        build: &BuildRecord,
+        governor_pid: Option<u32>,
+    ) -> Result<i64, StoreError> {
         let parallelism_set =
             serde_json::to_string(&build.parallelism_set).expect("a list of strings is JSON");
         self.conn
             .execute(
                 "INSERT INTO builds (started_unix_ms, command, cwd, budget, budget_source, slots,
-                                     parallelism_set)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                     parallelism_set, governor_pid)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     build.started_unix_ms,
                     build.command,
@@ -266,7 +288,8 @@ impl History {
                     build.budget as i64,
                     build.budget_source,
                     build.slots,
-                    parallelism_set
+                    parallelism_set,
+                    governor_pid
                 ],
             )
             .map_err(|e| self.sqlite(e))?;
@@ -284,72 +307,7 @@ impl History {
         portable_key: &str,
         profile: Option<&Profile>,
     ) -> Result<(), StoreError> {
-        self.in_transaction(|tx| {
-            tx.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                 ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
-                params![
-                    build_id,
-                    job.job_id as i64,
-                    job.key,
-                    job.group,
-                    job.label,
-                    job.compiler,
-                    job.command,
-                    job.cwd,
-                    job.offered_ms as i64,
-                    job.start_ms as i64,
-                    job.end_ms as i64,
-                    job.peak as i64,
-                    job.cpu_ms as i64,
-                    job.exit_code,
-                    job.signal,
-                    job.predicted as i64,
-                    job.prediction_source,
-                    job.attempts,
-                    job.suspends,
-                    job.requeues,
-                    job.oom_retries,
-                    job.lowered_flags,
-                    job.over_budget,
-                    job.nice,
-                    job.node,
-                    job.node_start_ms.map(|ms| ms as i64),
-                ],
-            )?;
-            let clean = job.exit_code == Some(0) && job.peak > 0;
-            if clean && job.node.is_some() {
-                // A farm node compiled it: what it used here is its local share, not its peak.
-                tx.execute(
-                    "INSERT INTO local_shares (key, bytes) VALUES (?1, ?2)
-                     ON CONFLICT(key) DO UPDATE SET bytes = excluded.bytes",
-                    params![job.key, job.peak as i64],
-                )?;
-            }
-            // Only a clean run here tells the job's real peak; lowered flags change it too.
-            if clean && job.node.is_none() && job.lowered_flags.is_none() {
-                tx.execute(
-                    "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile,
-                         portable_key, measured_unix_ms)
-                     VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
-                     ON CONFLICT(key) DO UPDATE SET peak = excluded.peak, runs = runs + 1,
-                         profile_cpu_ms = excluded.profile_cpu_ms,
-                         profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile,
-                         portable_key = excluded.portable_key,
-                         measured_unix_ms = excluded.measured_unix_ms",
-                    params![
-                        job.key,
-                        job.peak as i64,
-                        profile.map(|p| millis(p.cpu_seconds())),
-                        profile.map(|p| millis(p.wall_seconds())),
-                        profile.map(encode_shape),
-                        portable_key,
-                        unix_ms_now(),
-                    ],
-                )?;
-            }
-            Ok(())
-        })
+        self.in_transaction(|tx| insert_job(tx, build_id, job, portable_key, profile))
     }
 
     /// Appends what a running build's sampler saw: the jobs' memory, what was done to them,
@@ -361,33 +319,24 @@ impl History {
         events: &[JobEvent],
         room: &[Room],
     ) -> Result<(), StoreError> {
-        self.in_transaction(|tx| {
-            let mut insert = tx.prepare_cached("INSERT INTO samples VALUES (?1, ?2, ?3, ?4)")?;
-            for sample in samples {
-                insert.execute(params![
-                    build_id,
-                    sample.t_ms as i64,
-                    sample.job_id as i64,
-                    sample.bytes as i64
-                ])?;
-            }
-            let mut insert = tx.prepare_cached("INSERT INTO job_events VALUES (?1, ?2, ?3, ?4)")?;
-            for event in events {
-                insert.execute(params![
-                    build_id,
-                    event.t_ms as i64,
-                    event.job_id as i64,
-                    event.kind.name()
-                ])?;
-            }
-            let mut insert = tx.prepare_cached("INSERT INTO room VALUES (?1, ?2, ?3)")?;
-            for reading in room {
-                insert.execute(params![build_id, reading.t_ms as i64, reading.bytes as i64])?;
-            }
-            Ok(())
-        })
+        self.in_transaction(|tx| insert_samples(tx, build_id, samples, events, room))
     }
 
+    /// Records `batch` of build `build_id` in one transaction: all of it, or none.
+    pub fn record_batch(&mut self, build_id: i64, batch: &Batch) -> Result<(), StoreError> {
+        self.in_transaction(|tx| {
+            for job in &batch.jobs {
+                insert_job(
+                    tx,
+                    build_id,
+                    &job.record,
+                    &job.portable_key,
+                    job.profile.as_ref(),
+                )?;
+            }
+            insert_samples(tx, build_id, &batch.samples, &batch.events, &batch.room)
+        })
+    }
     /// Records the processes of build `build_id` that ran outside every admitted job, in place
     /// of any recorded for it before.
     pub fn record_outside(
@@ -453,50 +402,23 @@ impl History {
     /// another machine that shared its history: this machine's own measurement wins unless
     /// the shared one is newer.
     pub fn past_run(&self, key: &str, portable_key: &str) -> Result<Option<PastRun>, StoreError> {
-        // Asked once per job while the governor holds its lock: the statements are parsed once.
-        let read = |sql: &str, key: &str| -> rusqlite::Result<Option<(PastRun, Option<i64>)>> {
+        let read = |sql: &str, key: &str| -> rusqlite::Result<Option<Measured>> {
             self.conn
                 .prepare_cached(sql)?
-                .query_row([key], |row| {
-                    let peak: i64 = row.get(0)?;
-                    let cpu_ms: Option<i64> = row.get(1)?;
-                    let wall_ms: Option<i64> = row.get(2)?;
-                    let shape: Option<String> = row.get(3)?;
-                    Ok((
-                        PastRun {
-                            peak: peak as u64,
-                            profile: profile_of(peak, cpu_ms, wall_ms, shape.as_deref()),
-                            shared: false,
-                        },
-                        row.get(4)?,
-                    ))
-                })
+                .query_row([key], measured_of)
                 .optional()
         };
-        let columns = "peak, profile_cpu_ms, profile_wall_ms, profile, measured_unix_ms";
-        let own = read(&format!("SELECT {columns} FROM peaks WHERE key = ?1"), key)
-            .map_err(|e| self.sqlite(e))?;
+        let own = read(
+            &format!("SELECT {PEAK_COLUMNS} FROM peaks WHERE key = ?1"),
+            key,
+        )
+        .map_err(|e| self.sqlite(e))?;
         let shared = read(
-            &format!("SELECT {columns} FROM shared_peaks WHERE portable_key = ?1"),
+            &format!("SELECT {PEAK_COLUMNS} FROM shared_peaks WHERE portable_key = ?1"),
             portable_key,
         )
         .map_err(|e| self.sqlite(e))?;
-        Ok(match (own, shared) {
-            (Some((_, Some(measured))), Some((shared, Some(shared_measured))))
-                if shared_measured > measured =>
-            {
-                Some(PastRun {
-                    shared: true,
-                    ..shared
-                })
-            }
-            (Some((own, _)), _) => Some(own),
-            (None, Some((shared, _))) => Some(PastRun {
-                shared: true,
-                ..shared
-            }),
-            (None, None) => None,
-        })
+        Ok(newer_of(own, shared))
     }
 
     /// What job `key` used on this machine the last time a farm node compiled it.
@@ -547,24 +469,9 @@ impl History {
         let build = self
             .conn
             .query_row(
-                "SELECT id, started_unix_ms, duration_ms, command, cwd, budget, budget_source, slots,
-                        exit_code, peak_total, parallelism_set FROM builds WHERE id = ?1",
+                &format!("SELECT {BUILD_COLUMNS} FROM builds WHERE id = ?1"),
                 [id],
-                |row| {
-                    Ok(BuildRecord {
-                        id: row.get(0)?,
-                        started_unix_ms: row.get(1)?,
-                        duration_ms: row.get::<_, Option<i64>>(2)?.map(|v| v as u64),
-                        command: row.get(3)?,
-                        cwd: row.get(4)?,
-                        budget: row.get::<_, i64>(5)? as u64,
-                        budget_source: row.get(6)?,
-                        slots: row.get(7)?,
-                        exit_code: row.get(8)?,
-                        peak_total: row.get::<_, Option<i64>>(9)?.map(|v| v as u64),
-                        parallelism_set: parallelism_set(row, 10)?,
-                    })
-                },
+                build_of,
             )
             .optional()
             .map_err(|e| self.sqlite(e))?
@@ -583,6 +490,42 @@ impl History {
             events,
             room,
         })
+    }
+
+    /// The process id of build `id`'s governor, when it was recorded (builds since version 8).
+    pub fn governor_pid(&self, id: i64) -> Result<Option<u32>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT governor_pid FROM builds WHERE id = ?1",
+                [id],
+                |row| row.get(0),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(|e| self.sqlite(e))
+    }
+
+    /// The `count` most recent builds, newest first, with their numbers of jobs.
+    pub fn list_builds(&self, count: usize) -> Result<Vec<Listed>, StoreError> {
+        let mut query = self
+            .conn
+            .prepare(&format!(
+                "SELECT {BUILD_COLUMNS}, governor_pid,
+                        (SELECT COUNT(*) FROM jobs WHERE jobs.build_id = builds.id)
+                 FROM builds ORDER BY id DESC LIMIT ?1"
+            ))
+            .map_err(|e| self.sqlite(e))?;
+        let rows = query
+            .query_map([count as i64], |row| {
+                Ok(Listed {
+                    build: build_of(row)?,
+                    governor_pid: row.get(11)?,
+                    jobs: row.get::<_, i64>(12)? as u64,
+                })
+            })
+            .map_err(|e| self.sqlite(e))?;
+        rows.collect::<rusqlite::Result<_>>()
+            .map_err(|e| self.sqlite(e))
     }
 
     fn load_events(&self, id: i64) -> rusqlite::Result<Vec<JobEvent>> {
@@ -696,6 +639,186 @@ impl History {
     }
 }
 
+/// Inserts finished job `job` of build `build_id`; a clean run also becomes its peak, under its
+/// key and, for sharing, its `portable_key`.
+fn insert_job(
+    tx: &Transaction,
+    build_id: i64,
+    job: &JobRecord,
+    portable_key: &str,
+    profile: Option<&Profile>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT OR REPLACE INTO jobs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+         ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+        params![
+            build_id,
+            job.job_id as i64,
+            job.key,
+            job.group,
+            job.label,
+            job.compiler,
+            job.command,
+            job.cwd,
+            job.offered_ms as i64,
+            job.start_ms as i64,
+            job.end_ms as i64,
+            job.peak as i64,
+            job.cpu_ms as i64,
+            job.exit_code,
+            job.signal,
+            job.predicted as i64,
+            job.prediction_source,
+            job.attempts,
+            job.suspends,
+            job.requeues,
+            job.oom_retries,
+            job.lowered_flags,
+            job.over_budget,
+            job.nice,
+            job.node,
+            job.node_start_ms.map(|ms| ms as i64),
+        ],
+    )?;
+    let clean = job.exit_code == Some(0) && job.peak > 0;
+    if clean && job.node.is_some() {
+        // A farm node compiled it: what it used here is its local share, not its peak.
+        tx.execute(
+            "INSERT INTO local_shares (key, bytes) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET bytes = excluded.bytes",
+            params![job.key, job.peak as i64],
+        )?;
+    }
+    // Only a clean run here tells the job's real peak; lowered flags change it too.
+    if clean && job.node.is_none() && job.lowered_flags.is_none() {
+        tx.execute(
+            "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile,
+                 portable_key, measured_unix_ms)
+             VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(key) DO UPDATE SET peak = excluded.peak, runs = runs + 1,
+                 profile_cpu_ms = excluded.profile_cpu_ms,
+                 profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile,
+                 portable_key = excluded.portable_key,
+                 measured_unix_ms = excluded.measured_unix_ms",
+            params![
+                job.key,
+                job.peak as i64,
+                profile.map(|p| millis(p.cpu_seconds())),
+                profile.map(|p| millis(p.wall_seconds())),
+                profile.map(encode_shape),
+                portable_key,
+                unix_ms_now(),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Appends a running build's samples, the events of its jobs and the machine's room.
+fn insert_samples(
+    tx: &Transaction,
+    build_id: i64,
+    samples: &[Sample],
+    events: &[JobEvent],
+    room: &[Room],
+) -> rusqlite::Result<()> {
+    let mut insert = tx.prepare_cached("INSERT INTO samples VALUES (?1, ?2, ?3, ?4)")?;
+    for sample in samples {
+        insert.execute(params![
+            build_id,
+            sample.t_ms as i64,
+            sample.job_id as i64,
+            sample.bytes as i64
+        ])?;
+    }
+    let mut insert = tx.prepare_cached("INSERT INTO job_events VALUES (?1, ?2, ?3, ?4)")?;
+    for event in events {
+        insert.execute(params![
+            build_id,
+            event.t_ms as i64,
+            event.job_id as i64,
+            event.kind.name()
+        ])?;
+    }
+    let mut insert = tx.prepare_cached("INSERT INTO room VALUES (?1, ?2, ?3)")?;
+    for reading in room {
+        insert.execute(params![build_id, reading.t_ms as i64, reading.bytes as i64])?;
+    }
+    Ok(())
+}
+
+/// A past run and when it was measured (Unix milliseconds; unknown for old rows).
+pub(crate) type Measured = (PastRun, Option<i64>);
+
+/// The columns of `peaks` and `shared_peaks` that [`measured_of`] reads, in its order.
+pub(crate) const PEAK_COLUMNS: &str =
+    "peak, profile_cpu_ms, profile_wall_ms, profile, measured_unix_ms";
+
+/// A row of [`PEAK_COLUMNS`] as a past run, not yet marked shared.
+pub(crate) fn measured_of(row: &Row) -> rusqlite::Result<Measured> {
+    let peak: i64 = row.get(0)?;
+    let cpu_ms: Option<i64> = row.get(1)?;
+    let wall_ms: Option<i64> = row.get(2)?;
+    let shape: Option<String> = row.get(3)?;
+    Ok((
+        PastRun {
+            peak: peak as u64,
+            profile: profile_of(peak, cpu_ms, wall_ms, shape.as_deref()),
+            shared: false,
+        },
+        row.get(4)?,
+    ))
+}
+
+/// What predicts a job: this machine's own measurement, unless the shared one is newer.
+pub(crate) fn newer_of(own: Option<Measured>, shared: Option<Measured>) -> Option<PastRun> {
+    match (own, shared) {
+        (Some((_, Some(measured))), Some((shared, Some(shared_measured))))
+            if shared_measured > measured =>
+        {
+            Some(PastRun {
+                shared: true,
+                ..shared
+            })
+        }
+        (Some((own, _)), _) => Some(own),
+        (None, Some((shared, _))) => Some(PastRun {
+            shared: true,
+            ..shared
+        }),
+        (None, None) => None,
+    }
+}
+
+/// One build of [`History::list_builds`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub build: BuildRecord,
+    pub jobs: u64,
+    pub governor_pid: Option<u32>,
+}
+
+/// The columns of `builds` that [`build_of`] reads, in its order.
+const BUILD_COLUMNS: &str = "id, started_unix_ms, duration_ms, command, cwd, budget, \
+    budget_source, slots, exit_code, peak_total, parallelism_set";
+
+/// A row of [`BUILD_COLUMNS`].
+fn build_of(row: &Row) -> rusqlite::Result<BuildRecord> {
+    Ok(BuildRecord {
+        id: row.get(0)?,
+        started_unix_ms: row.get(1)?,
+        duration_ms: row.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+        command: row.get(3)?,
+        cwd: row.get(4)?,
+        budget: row.get::<_, i64>(5)? as u64,
+        budget_source: row.get(6)?,
+        slots: row.get(7)?,
+        exit_code: row.get(8)?,
+        peak_total: row.get::<_, Option<i64>>(9)?.map(|v| v as u64),
+        parallelism_set: parallelism_set(row, 10)?,
+    })
+}
+
 /// The variables headroom set, in column `index` of a `builds` row: a JSON array, or NULL for
 /// builds recorded before the history kept them.
 fn parallelism_set(row: &Row, index: usize) -> rusqlite::Result<Vec<String>> {
@@ -782,6 +905,7 @@ fn set_up(conn: &mut Connection) -> rusqlite::Result<()> {
         add_missing_column(&tx, "jobs", "node", "TEXT")?;
         add_missing_column(&tx, "jobs", "node_start_ms", "INTEGER")?;
         add_missing_column(&tx, "builds", "parallelism_set", "TEXT")?;
+        add_missing_column(&tx, "builds", "governor_pid", "INTEGER")?;
         add_missing_column(&tx, "peaks", "portable_key", "TEXT")?;
         add_missing_column(&tx, "peaks", "measured_unix_ms", "INTEGER")?;
         add_missing_column(&tx, "shared_peaks", "waiting_ms", "INTEGER")?;

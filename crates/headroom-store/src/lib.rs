@@ -7,7 +7,9 @@ pub mod build_page;
 pub mod chart;
 pub mod history;
 pub mod html;
+pub mod known;
 pub mod projects;
+pub mod recorder;
 pub mod shared;
 pub mod summary;
 
@@ -16,5 +18,5 @@ pub use headroom_report as model;
 pub use headroom_report::{
     BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, OutsideProcess, Room, Sample,
 };
-pub use history::{History, Opened, StoreError};
+pub use history::{History, Listed, Opened, StoreError};
 pub use shared::{SharedPeak, Taken};

@@ -11,6 +11,16 @@ use crate::model::{BuildReport, OutsideProcess};
 /// How many of the largest jobs, or of the largest processes outside admission, the summary
 /// lists.
 const LISTED: usize = 10;
+/// What each prediction source means, in the order the legend names them.
+const SOURCES: [(&str, &str); 4] = [
+    ("history", "its own last clean run here"),
+    ("shared", "its last run on another machine"),
+    (
+        "group",
+        "jobs with the same compiler and flags in this build",
+    ),
+    ("default", "nothing known yet: a cautious guess"),
+];
 /// A process outside admission that is not a compiler is worth naming from this peak on.
 const HEAVY_OUTSIDE: u64 = 256 << 20;
 
@@ -26,14 +36,23 @@ pub fn render(report: &BuildReport) -> String {
     let peak = build
         .peak_total
         .map_or("?".to_string(), |bytes| Size(bytes).to_string());
-    let _ = writeln!(
-        out,
-        "headroom: {} jobs in {wall}; peak {peak} of a {} budget ({}); {} slots",
-        report.jobs.len(),
-        Size(build.budget),
-        build.budget_source,
-        build.slots
-    );
+    if build.duration_ms.is_none() {
+        let _ = writeln!(
+            out,
+            "headroom: INCOMPLETE record: {} jobs recorded, and no end: the governor died before \
+             the build ended (or the build is still running); jobs that ended after are missing",
+            report.jobs.len(),
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "headroom: {} jobs in {wall}; peak {peak} of a {} budget ({}); {} slots",
+            report.jobs.len(),
+            Size(build.budget),
+            build.budget_source,
+            build.slots
+        );
+    }
     let _ = writeln!(
         out,
         "  suspends {} · requeues {} · OOM retries {} · lower flags {}",
@@ -75,6 +94,7 @@ pub fn render(report: &BuildReport) -> String {
             report.jobs.len()
         );
     }
+    render_limits(&mut out, report);
     for job in report.jobs.iter().filter(|job| job.over_budget) {
         let _ = writeln!(
             out,
@@ -89,7 +109,8 @@ pub fn render(report: &BuildReport) -> String {
             "  {:>10}  {:>8}  {:>8}  job",
             "peak", "time", "predicted"
         );
-        for job in report.by_peak().into_iter().take(LISTED) {
+        let listed: Vec<_> = report.by_peak().into_iter().take(LISTED).collect();
+        for job in &listed {
             let seconds = job.wall_seconds();
             let _ = writeln!(
                 out,
@@ -100,6 +121,21 @@ pub fn render(report: &BuildReport) -> String {
                 job.label
             );
         }
+        if report.jobs.len() > listed.len() {
+            let _ = writeln!(
+                out,
+                "  showing the {} largest of {} jobs (the JSON report lists all: --report FILE, \
+                 or `headroom report --json FILE`)",
+                listed.len(),
+                report.jobs.len()
+            );
+        }
+        let legend: Vec<String> = SOURCES
+            .iter()
+            .filter(|(name, _)| listed.iter().any(|job| job.prediction_source == *name))
+            .map(|(name, meaning)| format!("{name} = {meaning}"))
+            .collect();
+        let _ = writeln!(out, "  predicted from: {}", legend.join(" · "));
     }
     render_farm(&mut out, report);
     let lowered: Vec<_> = report.lowered().collect();
@@ -116,6 +152,29 @@ pub fn render(report: &BuildReport) -> String {
     }
     render_outside(&mut out, report);
     out
+}
+
+/// What held the build back: jobs waiting for a slot (the CPUs) or for memory (the budget).
+fn render_limits(out: &mut String, report: &BuildReport) {
+    if report.jobs.is_empty() {
+        return;
+    }
+    let waited = report.waiting();
+    let slots = format!("one of the {} slots", report.build.slots);
+    let line = if waited.for_slots == 0.0 && waited.for_memory == 0.0 {
+        "limited by neither CPUs nor memory: no job waited to start".to_string()
+    } else if waited.for_slots >= waited.for_memory {
+        format!(
+            "limited by CPUs: jobs waited {:.1} s for {slots}, {:.1} s for memory",
+            waited.for_slots, waited.for_memory
+        )
+    } else {
+        format!(
+            "limited by memory: jobs waited {:.1} s for memory, {:.1} s for {slots}",
+            waited.for_memory, waited.for_slots
+        )
+    };
+    let _ = writeln!(out, "  {line}");
 }
 
 /// What each build farm node did: its jobs, the most memory planned on it at once, and how
@@ -153,12 +212,13 @@ fn render_farm(out: &mut String, report: &BuildReport) {
 /// other processes heavy enough to matter.
 fn render_outside(out: &mut String, report: &BuildReport) {
     let compilers: Vec<&OutsideProcess> = report.ungoverned_compilers().collect();
-    if report.governed_nothing() && compilers.is_empty() {
+    let complete = report.build.duration_ms.is_some();
+    if report.governed_nothing() && compilers.is_empty() && complete {
         let _ = writeln!(
             out,
             "  no compiler ran in this build (nothing to rebuild?), so headroom governed nothing"
         );
-    } else if report.governed_nothing() {
+    } else if report.governed_nothing() && !compilers.is_empty() {
         let _ = writeln!(
             out,
             "  WARNING: headroom governed nothing in this build: no compiler went through admission, {} ran outside it:",
@@ -373,5 +433,44 @@ mod tests {
             "{summary}"
         );
         assert!(!summary.contains("headroom set"), "{summary}");
+    }
+
+    /// A build whose governor died has no end: its summary must not read like a finished
+    /// build that had nothing to do.
+    #[test]
+    fn a_build_without_an_end_says_its_record_is_incomplete() {
+        let mut report = report();
+        report.jobs.clear();
+        report.outside.clear();
+        report.build.duration_ms = None;
+        report.build.exit_code = None;
+        report.build.peak_total = None;
+        let summary = render(&report);
+        assert!(summary.contains("INCOMPLETE record"), "{summary}");
+        assert!(!summary.contains("nothing to rebuild"), "{summary}");
+        assert!(!summary.contains('?'), "{summary}");
+    }
+
+    #[test]
+    fn a_long_table_says_how_many_it_shows() {
+        let mut report = report();
+        let template = report.jobs[0].clone();
+        report.jobs = (0..20)
+            .map(|job_id| JobRecord {
+                job_id,
+                label: format!("o{job_id}.o"),
+                prediction_source: "default".into(),
+                ..template.clone()
+            })
+            .collect();
+        let summary = render(&report);
+        assert!(
+            summary.contains("showing the 10 largest of 20 jobs"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("predicted from: default = nothing known yet"),
+            "{summary}"
+        );
     }
 }

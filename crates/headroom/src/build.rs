@@ -16,11 +16,11 @@ use anyhow::{bail, Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::{self, MemoryFacts};
 use headroom_govern::governor::GovernorConfig;
-use headroom_govern::session::{make_takes_jobs, Session, SessionError, TORCH_WRAPPER_ENV};
+use headroom_govern::session::{make_takes_jobs, Ending, Session, SessionError, TORCH_WRAPPER_ENV};
 use headroom_govern::state::BuildState;
 use headroom_probe::procs;
 use headroom_size::Size;
-use headroom_store::{summary, BuildReport, History};
+use headroom_store::{summary, BuildReport};
 
 use headroom_config::{BuildOverrides, BuildSettings, FileConfig};
 use headroom_output as output;
@@ -134,10 +134,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         eprintln!("headroom: {why}");
     }
     let Governed {
-        session,
-        history,
-        _state,
-        ..
+        session, _state, ..
     } = match start_session(&overrides, !args.no_history, command, offer_to) {
         Ok(governed) => governed,
         // headroom is never why a build does not run: without a governor it runs as it is.
@@ -191,16 +188,18 @@ pub fn main(args: BuildArgs) -> Result<u8> {
              did not answer in time"
         );
     }
-    let build_id = session.finish(Some(exit_code), interrupted_by != 0);
-    match (build_id, history) {
-        (Some(Some(id)), Some(path)) => {
-            report(&path, id, args.report.as_deref(), args.trace.as_deref())?
-        }
-        (None, _) => eprintln!(
+    match session.finish(Some(exit_code), interrupted_by != 0) {
+        Ending::Reported(built) => report(&built, args.report.as_deref(), args.trace.as_deref())?,
+        Ending::Silent(waited) => eprintln!(
+            "headroom: warning: the governor did not answer for {:.0} s after the build ended; \
+             it was stopped, and this build has no report ({:.1} s)",
+            waited.as_secs_f64(),
+            start.elapsed().as_secs_f64()
+        ),
+        Ending::Gone => eprintln!(
             "headroom: warning: the governor stopped before the build ended; the build ran ungoverned from then on and has no report ({:.1} s)",
             start.elapsed().as_secs_f64()
         ),
-        _ => eprintln!("headroom: build finished in {:.1} s (no history, so no report)", start.elapsed().as_secs_f64()),
     }
     Ok(if interrupted_by != 0 {
         128 + interrupted_by as u8
@@ -228,8 +227,6 @@ fn run_ungoverned(command: &[OsString]) -> Result<u8> {
 /// A governor started for some work, with what it was started with.
 pub struct Governed {
     pub session: Session,
-    /// The history the governor writes, unless disabled.
-    pub history: Option<PathBuf>,
     pub settings: BuildSettings,
     /// Kept until the work is reported: a temporary state directory lives as long as this.
     _state: BuildState,
@@ -284,7 +281,6 @@ pub fn start_session(
     let session = Session::start(&exe, &config, state.dir())?;
     Ok(Governed {
         session,
-        history,
         settings,
         _state: state,
     })
@@ -417,15 +413,15 @@ fn exit_code_of(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Prints the summary of build `id` and writes the JSON report and the trace if asked.
-fn report(history: &Path, id: i64, json: Option<&Path>, trace: Option<&Path>) -> Result<()> {
-    let report = History::open(history)?.load_build(id)?;
-    eprint!("{}", summary::render(&report));
+/// Prints the summary of the build the governor kept in memory, and writes the JSON report
+/// and the trace if asked: none of them waits on the history, or depends on what reached it.
+fn report(report: &BuildReport, json: Option<&Path>, trace: Option<&Path>) -> Result<()> {
+    eprint!("{}", summary::render(report));
     if let Some(path) = json {
-        write_json_report(&report, "--report", path)?;
+        write_json_report(report, "--report", path)?;
     }
     if let Some(path) = trace {
-        write_trace(&report, "--trace", path)?;
+        write_trace(report, "--trace", path)?;
     }
     Ok(())
 }

@@ -1,11 +1,15 @@
 //! `headroom report`: the last build (or a given one, or a `--report` JSON file) as the
-//! terminal summary, JSON, a self-contained HTML page, or a Chrome trace.
+//! terminal summary, JSON, a self-contained HTML page, or a Chrome trace; or, with `--list`,
+//! the past builds. It says which build it shows, and whether that build's record is whole:
+//! a build with no end is still running, or its governor died.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use headroom_size::Size;
 use headroom_store::chart::Timeline;
-use headroom_store::{summary, BuildReport, History};
+use headroom_store::{summary, BuildRecord, BuildReport, History, Listed};
+use serde::Serialize;
 
 use crate::build::{write_json_report, write_trace};
 use headroom_output as output;
@@ -17,6 +21,13 @@ pub struct ReportArgs {
     /// [default: the last build].
     #[arg(value_name = "BUILD|FILE")]
     build: Option<String>,
+    /// List the most recent builds of the history instead (id, when, project, command,
+    /// duration, jobs, exit code, peak); with --json, as JSON.
+    #[arg(long, conflicts_with_all = ["build", "html", "trace"])]
+    list: bool,
+    /// How many builds --list shows.
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "list")]
+    last: usize,
     /// Write an HTML timeline (stacked memory per job over time, with the budget line).
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
@@ -34,9 +45,16 @@ pub fn main(args: ReportArgs) -> Result<u8> {
         ("--html", args.html.as_deref()),
         ("--trace", args.trace.as_deref()),
     ])?;
-    let report = load(args.build.as_deref())?;
+    if args.list {
+        return list(args.last, args.json.as_deref());
+    }
+    let (report, state) = load_with_state(args.build.as_deref())?;
     // The summary is this command's output: it goes to stdout, for `less` or a file.
-    print!("{}", summary::render(&report));
+    print!(
+        "{}{}",
+        header(&report.build, state),
+        summary::render(&report)
+    );
     if let Some(path) = &args.json {
         write_json_report(&report, "--json", path)?;
     }
@@ -51,35 +69,201 @@ pub fn main(args: ReportArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// The report of build `which`: a build id from the history, or a JSON file written by
-/// `headroom build --report` or `headroom report --json`; the last build when `None`.
-pub(crate) fn load(which: Option<&str>) -> Result<BuildReport> {
-    if let Some(file) = which.filter(|w| w.parse::<i64>().is_err()) {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read the report {file}"))?;
-        return serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{file} is not a report written by `headroom build --report` or `headroom report --json`"
-            )
-        });
+/// Where a build's record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum State {
+    /// It has its end: duration, exit code and peak.
+    Ended,
+    /// No end yet, and its governor is alive.
+    Running,
+    /// No end, and its governor is gone: it died before the build ended.
+    GovernorDied,
+}
+
+impl State {
+    /// The state of `build`, whose governor was `governor_pid` (unknown for old builds).
+    fn of(build: &BuildRecord, governor_pid: Option<u32>) -> State {
+        if build.duration_ms.is_some() {
+            State::Ended
+        } else if governor_pid.is_some_and(governor_alive) {
+            State::Running
+        } else {
+            State::GovernorDied
+        }
     }
+}
+
+/// Whether process `pid` is still a headroom governor (and not another process that was given
+/// the same id since).
+fn governor_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|&byte| byte == 0)
+            .any(|arg| arg == headroom_govern::session::GOVERNOR_SUBCOMMAND.as_bytes())
+    })
+}
+
+/// Which build the summary shows, and a warning when its record is not whole.
+fn header(build: &BuildRecord, state: State) -> String {
+    let id = if build.id > 0 {
+        format!("build {}", build.id)
+    } else {
+        "a build not in the history".to_string()
+    };
+    let mut out = format!(
+        "{id} · {} · {} · {}\n",
+        when(build.started_unix_ms),
+        build.cwd,
+        build.command
+    );
+    match state {
+        State::Ended => {}
+        State::Running => out.push_str(
+            "headroom: this build is still running: its record so far is below, without its end\n",
+        ),
+        State::GovernorDied => out.push_str(
+            "headroom: WARNING: this build's governor died before the build ended, so its record \
+             is incomplete: the jobs that ended after, its duration, exit code and peak are \
+             missing (the build itself went on ungoverned)\n",
+        ),
+    }
+    out
+}
+
+/// A start time as people read it, in UTC.
+fn when(unix_ms: i64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(time)
+        .to_string()
+        .replacen('T', " ", 1)
+}
+
+/// One build of `--list`, as its JSON says it.
+#[derive(Serialize)]
+struct ListedBuild<'a> {
+    id: i64,
+    started_unix_ms: i64,
+    cwd: &'a str,
+    command: &'a str,
+    duration_ms: Option<u64>,
+    jobs: u64,
+    exit_code: Option<i32>,
+    peak_total: Option<u64>,
+    state: State,
+}
+
+/// `--list`: the `count` most recent builds, as a table on stdout or as JSON to `json`.
+fn list(count: usize, json: Option<&Path>) -> Result<u8> {
+    let history = open_history()?;
+    let builds = history.list_builds(count)?;
+    let listed: Vec<ListedBuild> = builds
+        .iter()
+        .map(
+            |Listed {
+                 build,
+                 jobs,
+                 governor_pid,
+             }| ListedBuild {
+                id: build.id,
+                started_unix_ms: build.started_unix_ms,
+                cwd: &build.cwd,
+                command: &build.command,
+                duration_ms: build.duration_ms,
+                jobs: *jobs,
+                exit_code: build.exit_code,
+                peak_total: build.peak_total,
+                state: State::of(build, *governor_pid),
+            },
+        )
+        .collect();
+    if let Some(path) = json {
+        let mut text = serde_json::to_vec_pretty(&listed)?;
+        text.push(b'\n');
+        return output::write("--json", path, &text).map(|()| 0);
+    }
+    print!("{}", render_list(&listed));
+    Ok(0)
+}
+
+/// The `--list` table, newest build first.
+fn render_list(builds: &[ListedBuild]) -> String {
+    let mut out = format!(
+        "{:>6}  {:<20}  {:>9}  {:>5}  {:>4}  {:>10}  project: command\n",
+        "id", "when (UTC)", "duration", "jobs", "exit", "peak"
+    );
+    for build in builds {
+        let duration = match build.state {
+            State::Ended => format!("{:.1} s", build.duration_ms.unwrap_or(0) as f64 / 1000.0),
+            State::Running => "running".into(),
+            State::GovernorDied => "died".into(),
+        };
+        let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{:>6}  {:<20}  {:>9}  {:>5}  {:>4}  {:>10}  {}: {}\n",
+            build.id,
+            when(build.started_unix_ms),
+            duration,
+            build.jobs,
+            or_dash(build.exit_code.map(|code| code.to_string())),
+            or_dash(build.peak_total.map(|bytes| Size(bytes).to_string())),
+            build.cwd,
+            build.command
+        ));
+    }
+    if builds.is_empty() {
+        out.push_str("(no builds yet: run `headroom build -- …` first)\n");
+    }
+    out
+}
+
+/// The history at its default place, which must exist.
+fn open_history() -> Result<History> {
     let path = History::default_path();
     anyhow::ensure!(
         Path::new(&path).exists(),
         "no build history at {} yet: run `headroom build -- …` first, or pass a report JSON file",
         path.display()
     );
-    let history = History::open(&path)?;
+    Ok(History::open(&path)?)
+}
+
+/// The report of build `which`: a build id from the history, or a JSON file written by
+/// `headroom build --report` or `headroom report --json`; the last build when `None`.
+pub(crate) fn load(which: Option<&str>) -> Result<BuildReport> {
+    load_with_state(which).map(|(report, _)| report)
+}
+
+/// [`load`], with where the build's record stands.
+fn load_with_state(which: Option<&str>) -> Result<(BuildReport, State)> {
+    if let Some(file) = which.filter(|w| w.parse::<i64>().is_err()) {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the report {file}"))?;
+        let report: BuildReport = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{file} is not a report written by `headroom build --report` or `headroom report --json`"
+            )
+        })?;
+        let state = State::of(&report.build, None);
+        return Ok((report, state));
+    }
+    let history = open_history()?;
     let id = match which {
         Some(id) => id.parse()?,
         None => last_real_build(&history)?,
     };
-    Ok(history.load_build(id)?)
+    let report = history.load_build(id)?;
+    let state = State::of(&report.build, history.governor_pid(id)?);
+    Ok((report, state))
 }
 
-/// The last build that ran a job; a newer no-op rebuild is named but does not hide it.
+/// The last build that ran a job; a newer no-op rebuild is named but does not hide it. A newer
+/// build with no end is shown: it may have run jobs its governor never recorded.
 fn last_real_build(history: &History) -> Result<i64> {
     let last = history.last_build_id()?;
+    if history.load_build(last)?.build.duration_ms.is_none() {
+        return Ok(last);
+    }
     Ok(match history.last_build_with_jobs()? {
         Some(id) if id != last => {
             eprintln!(

@@ -173,3 +173,52 @@ fn a_full_disk_fails_kernel_builds_cleanly_and_builds_go_on() {
     left.extend(reliability::leftover_files(project));
     assert_eq!(left, Vec::<PathBuf>::new());
 }
+
+/// The history's disk fills while a build runs: the build succeeds, its summary and `--report`
+/// count every job (they come from memory), and what the history could not take is said once.
+#[test]
+fn a_disk_that_fills_mid_build_leaves_the_summary_whole() {
+    const SLOW_JOBS: usize = 8;
+    if !reliability::have(&["make", "mount", "umount"]) {
+        return;
+    }
+    let project = tempfile::tempdir().unwrap();
+    let project = project.path();
+    reliability::project(project, SLOW_JOBS, "--mem 4 --ms 1500");
+    let Some(disk) = Tmpfs::mount(&project.join("disk"), "2m") else {
+        return;
+    };
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command.args(BUILD);
+    reliability::isolate(&mut command, project);
+    let history = disk.path.join("state/history.sqlite");
+    let build = command
+        .env("HEADROOM_STATE_DIR", disk.path.join("state"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !headroom_store::History::open(&history).is_ok_and(|h| h.last_build_id().is_ok()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the build never began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    disk.fill();
+    let built = build.wait_with_output().unwrap();
+    let told = stderr(&built);
+    eprintln!("{told}");
+    assert!(built.status.success(), "{told}");
+    assert!(
+        told.contains(&format!("headroom: {SLOW_JOBS} jobs in")),
+        "{told}"
+    );
+    assert!(
+        !told.contains(" in ?") && !told.contains("peak ?"),
+        "{told}"
+    );
+    assert_eq!(recorded_jobs(project), SLOW_JOBS, "{told}");
+    assert!(told.matches("warning").count() <= 1, "said once: {told}");
+}
