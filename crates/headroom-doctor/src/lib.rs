@@ -238,8 +238,11 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
         },
     };
     let facts = MemoryFacts::read().context("cannot work out a build budget")?;
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (budget, settings) = match BuildSettings::load(&BuildOverrides::default(), &cwd) {
+    // What `headroom build` would run with here; what stops it is a finding, not a failure.
+    let loaded = std::env::current_dir()
+        .context("cannot read the current directory")
+        .and_then(|cwd| BuildSettings::load(&BuildOverrides::default(), &cwd));
+    let (budget, settings) = match loaded {
         Ok(settings) => (
             settings.resolve_budget(&facts),
             SettingsCheck {
@@ -254,7 +257,7 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
         Err(err) => {
             let auto = resolve(BudgetSpec::Auto, &facts);
             let budget = Budget {
-                source: format!("{}; auto, as the settings are invalid", auto.source),
+                source: format!("{}; auto, as the settings are unusable", auto.source),
                 ..auto
             };
             let error = SettingsCheck {
@@ -370,7 +373,7 @@ fn warnings(findings: &Findings, psi_error: Option<String>) -> Vec<String> {
     let mut warnings = Vec::new();
     if let Some(error) = &findings.settings.error {
         warnings.push(format!(
-            "`headroom build` here stops before building, on invalid settings: {error}"
+            "`headroom build` here stops before building: {error}"
         ));
     }
     for fit in &findings.history.projects {
@@ -505,7 +508,7 @@ pub fn render(findings: &Findings) -> String {
         );
     }
     let settings = match (&findings.settings.error, findings.settings.files.as_slice()) {
-        (Some(_), _) => "invalid: `headroom build` refuses them (see warnings)".to_string(),
+        (Some(_), _) => "unusable: `headroom build` here stops on them (see warnings)".to_string(),
         (None, []) => "none: no headroom.toml here or above, no user settings file".to_string(),
         (None, files) => files.join(", "),
     };
