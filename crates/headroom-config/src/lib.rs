@@ -1,20 +1,32 @@
 //! Settings from files: the project's `headroom.toml` (found in the working directory or a
 //! parent) and the user's `~/.config/headroom/config.toml`. Flags and `HEADROOM_*` variables
-//! (handled by clap) win over both; the project wins over the user. Merged in one place:
-//! [`BuildSettings::merge`]. A library of its own so that the fuzz targets parse settings
-//! exactly as the binary does.
+//! (handled by clap, except `HEADROOM_BUDGET`, read here so that messages can tell it from
+//! `--budget`) win over both; the project wins over the user. Found and read in one place
+//! ([`BuildSettings::load`], which `headroom build` and `headroom doctor` share) and merged in
+//! one pure function ([`BuildSettings::merge`]). A library of its own so that the fuzz targets
+//! parse settings exactly as the binary does.
+
+mod error;
+mod origin;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
+use toml::Spanned;
 
 use headroom_farm::{EngineKind, Node};
-use headroom_govern::budget::{parse_budget, BudgetSpec};
+use headroom_govern::budget::{parse_budget, resolve, Budget, BudgetSpec, MemoryFacts};
 use headroom_govern::ladder::{default_ladder, Rung};
+use headroom_paths::{ConfigFile, CONFIG_VARIABLE};
+
+pub use error::SettingsError;
+pub use origin::Origin;
 
 /// The name of the project settings file.
 pub const PROJECT_FILE: &str = "headroom.toml";
+/// The variable a budget may be given in, which `--budget` beats.
+pub const BUDGET_VARIABLE: &str = "HEADROOM_BUDGET";
 
 /// One settings file, as written.
 #[derive(Debug, Default, Deserialize)]
@@ -24,6 +36,46 @@ pub struct FileConfig {
     pub build: BuildSection,
     #[serde(default)]
     pub kernels: KernelsSection,
+    /// The file this was read from (empty for none), to name it in messages.
+    #[serde(skip)]
+    path: PathBuf,
+    /// Its text, to turn a value's byte offsets into the line that messages name.
+    #[serde(skip)]
+    text: String,
+}
+
+/// The settings files a command reads: the project's and the user's.
+#[derive(Debug, Default)]
+pub struct SettingsFiles {
+    /// The nearest `headroom.toml` at or above the working directory; empty without one.
+    pub project: FileConfig,
+    /// `$HEADROOM_CONFIG`, else the XDG user settings file; empty where the default file does
+    /// not exist.
+    pub user: FileConfig,
+}
+
+impl SettingsFiles {
+    /// Finds and reads the settings files of a command run in `cwd`. A file that does not
+    /// parse is an error naming its line; so is a `HEADROOM_CONFIG` naming no file, since the
+    /// user asked for settings that would otherwise be silently left out.
+    pub fn read(cwd: &Path) -> Result<SettingsFiles> {
+        let project = match FileConfig::find_project(cwd) {
+            Some(path) => FileConfig::load(&path)?,
+            None => FileConfig::default(),
+        };
+        let user = match headroom_paths::config_file() {
+            Some(ConfigFile { path, named: true }) if !path.exists() => {
+                return Err(SettingsError::MissingUserFile {
+                    variable: CONFIG_VARIABLE,
+                    path,
+                }
+                .into())
+            }
+            Some(ConfigFile { path, .. }) => FileConfig::load(&path)?,
+            None => FileConfig::default(),
+        };
+        Ok(SettingsFiles { project, user })
+    }
 }
 
 /// Where a command finds its shared store's URL: its `--store` flag or variable (clap has
@@ -59,12 +111,9 @@ impl StoreSetting {
         if let Some(url) = flag {
             return Ok(url.to_string());
         }
-        let project = FileConfig::find_project(&std::env::current_dir()?);
-        for path in [project, headroom_paths::config_file()]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(url) = (self.in_section)(FileConfig::load(&path)?) {
+        let files = SettingsFiles::read(&std::env::current_dir()?)?;
+        for file in [files.project, files.user] {
+            if let Some(url) = (self.in_section)(file) {
                 return Ok(url);
             }
         }
@@ -87,8 +136,8 @@ pub struct KernelsSection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildSection {
-    /// Like `--budget`: `6G`, `70%` or `auto`.
-    pub budget: Option<String>,
+    /// Like `--budget`: `6G`, `70%` or `auto`; where it was written, for messages.
+    pub budget: Option<Spanned<String>>,
     /// Like `--jobs`.
     pub jobs: Option<usize>,
     pub sample_interval_ms: Option<u64>,
@@ -136,7 +185,23 @@ impl FileConfig {
 
     /// Parses the settings `text` of the file at `path` (named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<FileConfig> {
-        toml::from_str(text).with_context(|| format!("invalid settings in {}", path.display()))
+        let config: FileConfig = toml::from_str(text)
+            .with_context(|| format!("invalid settings in {}", path.display()))?;
+        Ok(FileConfig {
+            path: path.to_path_buf(),
+            text: text.to_string(),
+            ..config
+        })
+    }
+
+    /// The file this was read from; `None` for settings from no file.
+    pub fn path(&self) -> Option<&Path> {
+        (!self.path.as_os_str().is_empty()).then_some(self.path.as_path())
+    }
+
+    /// Where `key` of `[section]`, written at `value`'s place in this file, came from.
+    fn origin<T>(&self, section: &'static str, key: &'static str, value: &Spanned<T>) -> Origin {
+        Origin::in_file(section, key, self.path.clone(), &self.text, value.span())
     }
 
     /// The nearest `headroom.toml` in `dir` or its parents.
@@ -158,10 +223,15 @@ pub fn project_root(dir: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-/// What flags and environment variables said (clap has already merged those two).
+/// What flags and environment variables said (clap has already merged those two, except for
+/// the budget).
 #[derive(Debug, Default, Clone)]
 pub struct BuildOverrides {
+    /// `--budget`.
     pub budget: Option<String>,
+    /// `HEADROOM_BUDGET`, which `--budget` beats. [`BuildSettings::load`] reads it from the
+    /// environment; clap does not, so that a bad value is blamed on the right one.
+    pub budget_variable: Option<String>,
     pub jobs: Option<usize>,
     pub lower_flags: bool,
     pub sample_interval_ms: Option<u64>,
@@ -177,6 +247,10 @@ pub struct BuildOverrides {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuildSettings {
     pub budget: BudgetSpec,
+    /// Where the budget was set.
+    pub budget_origin: Origin,
+    /// The settings files these came from, the project's first.
+    pub files: Vec<PathBuf>,
     pub jobs: usize,
     pub ladder: Vec<Rung>,
     pub sample_interval_ms: u64,
@@ -191,23 +265,31 @@ pub struct BuildSettings {
 }
 
 impl BuildSettings {
+    /// The settings a command run in `cwd` builds with: `flags`, then `HEADROOM_BUDGET`, then
+    /// the settings files ([`SettingsFiles::read`]), merged by [`BuildSettings::merge`].
+    /// `headroom build` and `headroom doctor` both call this, so that doctor reports what a
+    /// build would use.
+    pub fn load(flags: &BuildOverrides, cwd: &Path) -> Result<Self> {
+        let files = SettingsFiles::read(cwd)?;
+        let flags = BuildOverrides {
+            budget_variable: std::env::var_os(BUDGET_VARIABLE)
+                .filter(|value| !value.is_empty())
+                .map(|value| value.to_string_lossy().into_owned()),
+            ..flags.clone()
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::merge(&flags, &files.project, &files.user, cpus)
+    }
+
     /// Merges flags/env over the project file over the user file over the defaults.
     pub fn merge(
         flags: &BuildOverrides,
-        project: &FileConfig,
-        user: &FileConfig,
+        project_file: &FileConfig,
+        user_file: &FileConfig,
         cpus: usize,
     ) -> Result<Self> {
-        let (project, user) = (&project.build, &user.build);
-        let budget_text = flags
-            .budget
-            .as_ref()
-            .or(project.budget.as_ref())
-            .or(user.budget.as_ref());
-        let budget = match budget_text {
-            Some(text) => parse_budget(text)?,
-            None => BudgetSpec::Auto,
-        };
+        let (budget, budget_origin) = budget(flags, project_file, user_file)?;
+        let (project, user) = (&project_file.build, &user_file.build);
         let jobs = flags.jobs.or(project.jobs).or(user.jobs).unwrap_or(cpus);
         anyhow::ensure!(
             jobs > 0,
@@ -247,6 +329,12 @@ impl BuildSettings {
             .unwrap_or_default();
         Ok(BuildSettings {
             budget,
+            budget_origin,
+            files: [project_file.path(), user_file.path()]
+                .into_iter()
+                .flatten()
+                .map(Path::to_path_buf)
+                .collect(),
             jobs,
             ladder,
             sample_interval_ms,
@@ -255,6 +343,64 @@ impl BuildSettings {
             farm_engine,
             farm_token,
         })
+    }
+}
+
+impl BuildSettings {
+    /// The budget in bytes on a machine with `facts`, and how it was chosen, naming where it
+    /// was set unless it is the default.
+    pub fn resolve_budget(&self, facts: &MemoryFacts) -> Budget {
+        let resolved = resolve(self.budget, facts);
+        let origin = &self.budget_origin;
+        let source = match self.budget {
+            _ if *origin == Origin::Default => resolved.source,
+            BudgetSpec::Bytes(_) => format!("set by {origin}"),
+            BudgetSpec::Percent(percent) => {
+                format!("{percent}% of {}, set by {origin}", facts.room().1)
+            }
+            BudgetSpec::Auto => format!("{}, set to auto by {origin}", resolved.source),
+        };
+        Budget {
+            bytes: resolved.bytes,
+            source,
+        }
+    }
+}
+
+/// The budget and where it was set: `--budget`, else `HEADROOM_BUDGET`, else the project's
+/// `[build] budget`, else the user's, else `auto`. A bad value names where it was written.
+fn budget(
+    flags: &BuildOverrides,
+    project: &FileConfig,
+    user: &FileConfig,
+) -> Result<(BudgetSpec, Origin), SettingsError> {
+    let given = flags
+        .budget
+        .as_ref()
+        .map(|text| (text.as_str(), Origin::Flag("--budget")))
+        .or_else(|| {
+            let text = flags.budget_variable.as_ref()?;
+            Some((text.as_str(), Origin::Variable(BUDGET_VARIABLE)))
+        })
+        .or_else(|| {
+            [project, user].into_iter().find_map(|file| {
+                let value = file.build.budget.as_ref()?;
+                Some((
+                    value.get_ref().as_str(),
+                    file.origin("build", "budget", value),
+                ))
+            })
+        });
+    let Some((text, origin)) = given else {
+        return Ok((BudgetSpec::Auto, Origin::Default));
+    };
+    match parse_budget(text) {
+        Ok(spec) => Ok((spec, origin)),
+        Err(err) => Err(SettingsError::Budget {
+            value: text.to_string(),
+            origin,
+            problem: error::budget_problem(&err),
+        }),
     }
 }
 
@@ -312,7 +458,7 @@ mod tests {
     use super::*;
 
     fn file(text: &str) -> FileConfig {
-        toml::from_str(text).unwrap()
+        FileConfig::parse(text, Path::new("p/headroom.toml")).unwrap()
     }
 
     #[test]
@@ -338,6 +484,8 @@ mod tests {
             defaults,
             BuildSettings {
                 budget: BudgetSpec::Auto,
+                budget_origin: Origin::Default,
+                files: vec![],
                 jobs: 8,
                 ladder: vec![],
                 sample_interval_ms: 100,
@@ -346,6 +494,90 @@ mod tests {
                 farm_engine: EngineKind::Distcc,
                 farm_token: String::new(),
             }
+        );
+    }
+
+    #[test]
+    fn the_budget_says_where_it_was_set() {
+        let user = file("[build]\nbudget = \"4G\"\n");
+        let project = file("# ours\n[build]\njobs = 2\nbudget = \"50%\"\n");
+        let none = FileConfig::default();
+        let origin = |flags: &BuildOverrides, project: &FileConfig, user: &FileConfig| {
+            BuildSettings::merge(flags, project, user, 2)
+                .unwrap()
+                .budget_origin
+                .to_string()
+        };
+        let flags = BuildOverrides::default();
+        assert_eq!(origin(&flags, &none, &none), "headroom's default");
+        assert_eq!(
+            origin(&flags, &none, &user),
+            "`budget` under [build] on line 2 of p/headroom.toml"
+        );
+        assert_eq!(
+            origin(&flags, &project, &user),
+            "`budget` under [build] on line 4 of p/headroom.toml"
+        );
+        let variable = BuildOverrides {
+            budget_variable: Some("3G".into()),
+            ..Default::default()
+        };
+        assert_eq!(origin(&variable, &project, &user), "HEADROOM_BUDGET");
+        let flag = BuildOverrides {
+            budget: Some("2G".into()),
+            ..variable
+        };
+        assert_eq!(origin(&flag, &project, &user), "--budget");
+        let facts = MemoryFacts {
+            mem_available: 8 << 30,
+            cgroup: None,
+        };
+        let settings = BuildSettings::merge(&flags, &project, &user, 2).unwrap();
+        let budget = settings.resolve_budget(&facts);
+        assert_eq!(budget.bytes, 4 << 30);
+        assert_eq!(
+            budget.source,
+            "50% of MemAvailable 8.00 GiB, set by `budget` under [build] on line 4 of p/headroom.toml"
+        );
+    }
+
+    #[test]
+    fn a_bad_budget_names_where_it_was_written_and_the_valid_forms() {
+        let bad_file = file("[build]\n\nbudget = \"six\"\n");
+        let none = FileConfig::default();
+        let message = |flags: &BuildOverrides, project: &FileConfig| {
+            BuildSettings::merge(flags, project, &none, 2)
+                .unwrap_err()
+                .to_string()
+        };
+        let flags = BuildOverrides::default();
+        let err = message(&flags, &bad_file);
+        assert!(
+            err.starts_with(
+                "invalid `budget = \"six\"` on line 3 of p/headroom.toml: it is neither"
+            ) && err.contains("`6G`")
+                && err.contains("`70%`")
+                && err.contains("`auto`")
+                && !err.contains("--budget"),
+            "{err}"
+        );
+        let variable = BuildOverrides {
+            budget_variable: Some("150%".into()),
+            ..Default::default()
+        };
+        let err = message(&variable, &bad_file);
+        assert!(
+            err.starts_with("invalid HEADROOM_BUDGET `150%`: a percentage"),
+            "{err}"
+        );
+        let flag = BuildOverrides {
+            budget: Some("0".into()),
+            ..variable
+        };
+        let err = message(&flag, &bad_file);
+        assert!(
+            err.starts_with("invalid --budget `0`: no job fits"),
+            "{err}"
         );
     }
 

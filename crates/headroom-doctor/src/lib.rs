@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use headroom_config::{BuildOverrides, BuildSettings};
 use headroom_diagnose::LoggedKill;
-use headroom_govern::budget::{resolve, BudgetSpec, MemoryFacts};
+use headroom_govern::budget::{resolve, Budget, BudgetSpec, MemoryFacts};
 use headroom_probe::cgroup::{Cgroup, Version};
 use headroom_probe::kernel_log;
 use headroom_probe::meminfo::{read_meminfo, MemInfo};
@@ -57,6 +58,7 @@ pub struct Findings {
     pub cpus: usize,
     pub environment: Environment,
     pub oom_kills: OomKills,
+    pub settings: SettingsCheck,
     pub budget: Recommendation,
     pub history: HistoryCheck,
     /// Things to fix or know, most important first.
@@ -117,9 +119,22 @@ pub struct OomKills {
     pub uptime_s: Option<f64>,
 }
 
+/// The settings `headroom build` would read here (`headroom.toml`, the user's file,
+/// `HEADROOM_BUDGET`), read the same way.
+#[derive(Debug, Clone, Serialize)]
+pub struct SettingsCheck {
+    /// The settings files found, the project's first.
+    pub files: Vec<String>,
+    /// Why `headroom build` would refuse them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Recommendation {
+    /// The budget `headroom build` would use here.
     pub bytes: u64,
+    /// How it was chosen, and where it was set.
     pub source: String,
     pub job_memory: u64,
     pub jobs: usize,
@@ -223,7 +238,35 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
         },
     };
     let facts = MemoryFacts::read().context("cannot work out a build budget")?;
-    let budget = resolve(BudgetSpec::Auto, &facts);
+    // What `headroom build` would run with here; what stops it is a finding, not a failure.
+    let loaded = std::env::current_dir()
+        .context("cannot read the current directory")
+        .and_then(|cwd| BuildSettings::load(&BuildOverrides::default(), &cwd));
+    let (budget, settings) = match loaded {
+        Ok(settings) => (
+            settings.resolve_budget(&facts),
+            SettingsCheck {
+                files: settings
+                    .files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect(),
+                error: None,
+            },
+        ),
+        Err(err) => {
+            let auto = resolve(BudgetSpec::Auto, &facts);
+            let budget = Budget {
+                source: format!("{}; auto, as the settings are unusable", auto.source),
+                ..auto
+            };
+            let error = SettingsCheck {
+                files: Vec::new(),
+                error: Some(format!("{err:#}")),
+            };
+            (budget, error)
+        }
+    };
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let recommendation = Recommendation {
         jobs: recommended_jobs(budget.bytes, args.job_memory, cpus),
@@ -242,6 +285,7 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
         cpus,
         environment,
         oom_kills,
+        settings,
         budget: recommendation,
         history,
         warnings: Vec::new(),
@@ -327,6 +371,11 @@ fn check_history(path: PathBuf, budget: u64) -> HistoryCheck {
 
 fn warnings(findings: &Findings, psi_error: Option<String>) -> Vec<String> {
     let mut warnings = Vec::new();
+    if let Some(error) = &findings.settings.error {
+        warnings.push(format!(
+            "`headroom build` here stops before building: {error}"
+        ));
+    }
     for fit in &findings.history.projects {
         if fit.fits_one_job_at_a_time == Some(false) {
             warnings.push(format!(
@@ -458,6 +507,12 @@ pub fn render(findings: &Findings) -> String {
             kills.error.as_deref().unwrap_or("kernel log unreadable")
         );
     }
+    let settings = match (&findings.settings.error, findings.settings.files.as_slice()) {
+        (Some(_), _) => "unusable: `headroom build` here stops on them (see warnings)".to_string(),
+        (None, []) => "none: no headroom.toml here or above, no user settings file".to_string(),
+        (None, files) => files.join(", "),
+    };
+    let _ = writeln!(out, "  settings   {settings}");
     let budget = &findings.budget;
     let _ = writeln!(
         out,
@@ -514,7 +569,8 @@ pub fn render(findings: &Findings) -> String {
     if !findings.warnings.is_empty() {
         let _ = writeln!(out, "warnings:");
         for warning in &findings.warnings {
-            let _ = writeln!(out, "  - {warning}");
+            // A TOML error quotes the file over several lines: keep them under their bullet.
+            let _ = writeln!(out, "  - {}", warning.trim_end().replace('\n', "\n    "));
         }
     }
     out
@@ -639,6 +695,10 @@ mod tests {
                     unix_s: None,
                 }],
                 uptime_s: Some(758.2 + 1500.0),
+            },
+            settings: SettingsCheck {
+                files: vec!["/src/torch-ext/headroom.toml".into()],
+                error: None,
             },
             budget: Recommendation {
                 bytes: budget,

@@ -14,15 +14,31 @@ pub fn state_dir() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("headroom"))
 }
 
+/// The variable that names the user's settings file.
+pub const CONFIG_VARIABLE: &str = "HEADROOM_CONFIG";
+
+/// The user's settings file, and whether the user named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    pub path: PathBuf,
+    /// Named by `$HEADROOM_CONFIG`: a file the user named must exist, where the default
+    /// location may well be empty.
+    pub named: bool,
+}
+
 /// The user's settings: `$HEADROOM_CONFIG`, else `$XDG_CONFIG_HOME/headroom/config.toml`, else
 /// `~/.config/headroom/config.toml`; `None` without `HOME`.
-pub fn config_file() -> Option<PathBuf> {
+pub fn config_file() -> Option<ConfigFile> {
+    if let Some(path) = variable(CONFIG_VARIABLE) {
+        return Some(ConfigFile { path, named: true });
+    }
     place(
-        "HEADROOM_CONFIG",
+        CONFIG_VARIABLE,
         "XDG_CONFIG_HOME",
         ".config",
         Some("config.toml"),
     )
+    .map(|path| ConfigFile { path, named: false })
 }
 
 /// The kernel cache: `$own_variable`, else `$XDG_CACHE_HOME/headroom/kernels`, else
@@ -80,7 +96,10 @@ mod tests {
         assert_eq!(state_dir(), PathBuf::from("/home/u/.local/state/headroom"));
         assert_eq!(
             config_file(),
-            Some(PathBuf::from("/home/u/.config/headroom/config.toml"))
+            Some(ConfigFile {
+                path: PathBuf::from("/home/u/.config/headroom/config.toml"),
+                named: false
+            })
         );
         assert_eq!(
             kernel_cache_dir("HEADROOM_TEST_CACHE"),
@@ -101,6 +120,14 @@ mod tests {
             Some(PathBuf::from("/run/user/1000/headroom"))
         );
 
+        std::env::set_var("HEADROOM_CONFIG", "/mine.toml");
+        assert_eq!(
+            config_file(),
+            Some(ConfigFile {
+                path: PathBuf::from("/mine.toml"),
+                named: true
+            })
+        );
         std::env::set_var("HEADROOM_STATE_DIR", "/mine");
         std::env::set_var("HEADROOM_TEST_CACHE", "");
         assert_eq!(state_dir(), PathBuf::from("/mine"));

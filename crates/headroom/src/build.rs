@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
-use headroom_govern::budget::{self, MemoryFacts};
+use headroom_govern::budget::MemoryFacts;
 use headroom_govern::governor::GovernorConfig;
 use headroom_govern::session::{make_takes_jobs, Ending, Session, SessionError, TORCH_WRAPPER_ENV};
 use headroom_govern::state::BuildState;
@@ -22,7 +22,7 @@ use headroom_probe::procs;
 use headroom_size::Size;
 use headroom_store::{summary, BuildReport};
 
-use headroom_config::{BuildOverrides, BuildSettings, FileConfig};
+use headroom_config::{BuildOverrides, BuildSettings};
 use headroom_output as output;
 
 /// How long an interrupted build may take to stop before it is killed.
@@ -33,12 +33,10 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 pub struct BuildArgs {
     /// Memory the build's jobs may use together: a size (`6G`, `1.5GiB`), a percentage of
     /// available memory (`70%`) or `auto` (available memory or cgroup room, minus a reserve).
-    #[arg(
-        long,
-        env = "HEADROOM_BUDGET",
-        value_name = "SIZE|PERCENT",
-        allow_hyphen_values = true
-    )]
+    /// [env: HEADROOM_BUDGET]
+    // No `env =`: `BuildSettings::load` reads HEADROOM_BUDGET, so that a bad value is blamed
+    // on the variable and not on this flag.
+    #[arg(long, value_name = "SIZE|PERCENT", allow_hyphen_values = true)]
     budget: Option<String>,
     /// Most jobs that run at once [default: the number of CPUs].
     #[arg(long, short = 'j', env = "HEADROOM_JOBS", value_name = "N")]
@@ -114,6 +112,8 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     ])?;
     let overrides = BuildOverrides {
         budget: args.budget.clone(),
+        // Read from the environment by `BuildSettings::load`.
+        budget_variable: None,
         jobs: args.jobs,
         lower_flags: args.lower_flags,
         sample_interval_ms: args.sample_interval_ms,
@@ -243,9 +243,9 @@ pub fn start_session(
     offer_jobs_to: Option<&[OsString]>,
 ) -> Result<Governed> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let settings = settings(overrides, &cwd)?;
+    let settings = BuildSettings::load(overrides, &cwd)?;
     let facts = MemoryFacts::read()?;
-    let budget = budget::resolve(settings.budget, &facts);
+    let budget = settings.resolve_budget(&facts);
     let (room, _) = facts.room();
     if budget.bytes > room {
         eprintln!(
@@ -331,19 +331,6 @@ fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
         engine,
         nodes: reachable,
     })
-}
-
-fn settings(overrides: &BuildOverrides, cwd: &Path) -> Result<BuildSettings> {
-    let project = match FileConfig::find_project(cwd) {
-        Some(path) => FileConfig::load(&path)?,
-        None => FileConfig::default(),
-    };
-    let user = match headroom_paths::config_file() {
-        Some(path) => FileConfig::load(&path)?,
-        None => FileConfig::default(),
-    };
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    BuildSettings::merge(overrides, &project, &user, cpus)
 }
 
 /// Waits for the build, reaping the orphans it leaves to headroom as their subreaper; on

@@ -110,3 +110,77 @@ fn bad_job_memory_is_a_clear_error() {
     assert_eq!(code, Some(2));
     assert!(stderr.contains("--job-memory"), "{stderr}");
 }
+
+/// `headroom doctor --json` in `project`, with a home of its own and `env` set.
+fn doctor_in(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command
+        .args(["doctor", "--json", "--history"])
+        .arg(dir.join("missing.sqlite"))
+        .current_dir(&project)
+        .env("HOME", dir.join("home"))
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("HEADROOM_CONFIG")
+        .env_remove("HEADROOM_BUDGET");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("run headroom doctor");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let findings = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
+    (output.status.code(), findings)
+}
+
+#[test]
+fn doctor_reports_the_budget_build_takes_from_headroom_toml_and_where_it_was_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("project/headroom.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "[build]\nbudget = \"6G\"\n").unwrap();
+    let (code, findings) = doctor_in(dir.path(), &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(findings["budget"]["bytes"], 6u64 << 30, "{findings:#}");
+    let source = findings["budget"]["source"].as_str().unwrap();
+    assert_eq!(
+        source,
+        format!(
+            "set by `budget` under [build] on line 2 of {}",
+            file.display()
+        )
+    );
+    assert_eq!(findings["settings"]["files"][0], file.display().to_string());
+    // HEADROOM_BUDGET beats the file, for doctor as for build.
+    let (_, findings) = doctor_in(dir.path(), &[("HEADROOM_BUDGET", "3G")]);
+    assert_eq!(findings["budget"]["bytes"], 3u64 << 30, "{findings:#}");
+    assert_eq!(findings["budget"]["source"], "set by HEADROOM_BUDGET");
+}
+
+#[test]
+fn doctor_warns_that_build_refuses_invalid_settings_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("project/headroom.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "[build]\nbudget = 6G\n").unwrap();
+    let (code, findings) = doctor_in(dir.path(), &[]);
+    assert_eq!(code, Some(0), "doctor still reports the machine");
+    let warning = findings["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("`headroom build` here stops")
+            && warning.contains(&file.display().to_string())
+            && warning.contains("line 2"),
+        "{warning}"
+    );
+    assert!(findings["settings"]["error"].is_string(), "{findings:#}");
+
+    std::fs::remove_file(&file).unwrap();
+    let named = dir.path().join("nowhere.toml");
+    let (_, findings) = doctor_in(dir.path(), &[("HEADROOM_CONFIG", named.to_str().unwrap())]);
+    let warning = findings["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains(&format!("HEADROOM_CONFIG names {}", named.display())),
+        "{warning}"
+    );
+}

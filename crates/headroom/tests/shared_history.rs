@@ -87,7 +87,7 @@ impl Machine {
             .env("HEADROOM_STATE_DIR", self.root.join("state"))
             .env("XDG_RUNTIME_DIR", self.root.join("run"))
             .env("HOME", self.root.join("home"))
-            .env("HEADROOM_CONFIG", self.root.join("no-config.toml"))
+            .env("HEADROOM_CONFIG", "/dev/null")
             .env("AWS_ACCESS_KEY_ID", "headroom-test")
             .env("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
             .env("AWS_CONFIG_FILE", self.root.join("no-aws-config"))
