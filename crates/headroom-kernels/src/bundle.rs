@@ -25,7 +25,8 @@ use crate::cache::{self, Cache, CacheError, Entry, SelectError};
 
 /// The first member of every bundle.
 pub const BUNDLE_MANIFEST: &str = "headroom-bundle.json";
-const BUNDLE_SCHEMA: u32 = 1;
+/// Version 2: entries record their origin (what built them), which version 1 left out.
+const BUNDLE_SCHEMA: u32 = 2;
 const ZSTD_LEVEL: i32 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,9 +35,15 @@ struct BundleManifest {
     artifacts: Vec<BundleArtifact>,
 }
 
+/// The schema alone, read first so that a bundle of another version is named as such.
+#[derive(Deserialize)]
+struct BundleSchema {
+    schema: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct BundleArtifact {
-    /// The member path: `<backend>/<kernel>/<target>.<ext>`.
+    /// The member path: `<backend>/<kernel>/<origin>/<target>.<ext>`.
     path: String,
     blake3: String,
     size: u64,
@@ -335,14 +342,18 @@ fn read_manifest(
     }
     let mut bytes = Vec::with_capacity(size as usize);
     member.read_to_end(&mut bytes).map_err(read_error)?;
-    let parsed: BundleManifest = serde_json::from_slice(&bytes)
-        .map_err(|err| rejected(format!("{BUNDLE_MANIFEST} is malformed: {err}")))?;
-    if parsed.schema != BUNDLE_SCHEMA {
+    let malformed =
+        |err: serde_json::Error| rejected(format!("{BUNDLE_MANIFEST} is malformed: {err}"));
+    let schema = serde_json::from_slice::<BundleSchema>(&bytes)
+        .map_err(malformed)?
+        .schema;
+    if schema != BUNDLE_SCHEMA {
         return Err(BundleError::Rejected {
-            reason: format!("bundle schema {} is not {BUNDLE_SCHEMA}", parsed.schema),
-            advice: "import it with the headroom version that exported it",
+            reason: format!("bundle schema {schema} is not {BUNDLE_SCHEMA}"),
+            advice: "export it again with this headroom version (schema 1 bundles do not say which sources built each artifact), or import it with the headroom version that exported it",
         });
     }
+    let parsed: BundleManifest = serde_json::from_slice(&bytes).map_err(malformed)?;
     if parsed.artifacts.len() > MAX_ARTIFACTS {
         return Err(too_big(format!(
             "{BUNDLE_MANIFEST} lists {} artifacts, over the limit of {MAX_ARTIFACTS}",

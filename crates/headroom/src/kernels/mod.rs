@@ -15,8 +15,9 @@ use headroom_kernels::exec::Launcher;
 
 use headroom_config::BuildOverrides;
 use headroom_kernels::bundle;
-use headroom_kernels::cache::Cache;
-use headroom_kernels::manifest::{Manifest, UnknownKernel};
+use headroom_kernels::cache::{Cache, Origin};
+use headroom_kernels::local;
+use headroom_kernels::manifest::{Manifest, ManifestError, UnknownKernel};
 use headroom_kernels::resolve::{Device, PtxIsa, ResolveOptions};
 use headroom_kernels::toolchain::{ToolchainKind, Toolchains, LOOKUP};
 
@@ -115,10 +116,13 @@ struct BuildArgs {
 
 #[derive(Args)]
 struct ResolveArgs {
-    /// The kernel name from the manifest.
+    /// The kernel name from the manifest. Where the manifest (--manifest) defines it, only
+    /// artifacts built from its sources and flags are taken; else those of the kernel's newest
+    /// build in the cache.
     kernel: String,
-    /// The device: sm_89, gfx1100, gfx90a:xnack-, apple-m3, apple9.
-    #[arg(long)]
+    /// The device: local (this machine's GPU, asked of the CUDA driver), sm_89, gfx1100,
+    /// gfx90a:xnack-, apple-m3, apple9.
+    #[arg(long, default_value = local::LOCAL)]
     device: String,
     /// The newest PTX ISA version the installed driver can JIT-compile, e.g. 8.4.
     #[arg(long, value_name = "VERSION")]
@@ -170,7 +174,7 @@ struct PullArgs {
     /// Pull this kernel (repeatable) [default: the manifest's kernels and the cache's].
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
-    /// Pull only what runs best on this device: sm_89, gfx1100, gfx90a:xnack-, apple9.
+    /// Pull only what runs best on this device: local, sm_89, gfx1100, gfx90a:xnack-, apple9.
     #[arg(long)]
     device: Option<String>,
     /// With --device: the newest PTX ISA version the installed driver can JIT-compile.
@@ -350,6 +354,40 @@ fn check_kernel_exists(cache: &Cache, manifest_path: &Path, name: &str) -> anyho
     .into())
 }
 
+/// A `--device` value: `local` asks the CUDA driver for this machine's GPU, anything else
+/// names the device.
+fn device_flag(text: &str) -> anyhow::Result<Device> {
+    if text == local::LOCAL {
+        return Ok(local::local_device()?);
+    }
+    text.parse().context("in --device")
+}
+
+/// Which build of `kernel` is this project's: where the manifest defines the kernel, the one
+/// of its current sources and flags (with the manifest's path); else the newest in the cache.
+/// A manifest that exists but cannot be read is an error: the artifacts of another project
+/// would otherwise be taken for this one's.
+fn project_origin(manifest_path: &Path, kernel: &str) -> anyhow::Result<(Origin, Option<PathBuf>)> {
+    let manifest = match Manifest::load(manifest_path) {
+        Ok(manifest) => manifest,
+        Err(ManifestError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok((Origin::Newest, None))
+        }
+        Err(err) => {
+            return Err(err).context(format!(
+                "reading the manifest to resolve kernel `{kernel}` for its project (fix it, or pass the project's manifest with --manifest)"
+            ))
+        }
+    };
+    let Some(definition) = manifest.kernels.iter().find(|each| each.name == kernel) else {
+        return Ok((Origin::Newest, None));
+    };
+    let origin = headroom_kernels::build::origin(definition, &manifest.path)?;
+    Ok((Origin::Exactly(origin), Some(manifest.path)))
+}
+
 fn resolve_options(driver_ptx: Option<&str>) -> anyhow::Result<ResolveOptions> {
     let driver_ptx = driver_ptx
         .map(str::parse::<PtxIsa>)
@@ -366,11 +404,18 @@ fn run_pull(
     args: PullArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let kernels = if args.kernels.is_empty() {
+    let names = if args.kernels.is_empty() {
         known_kernels(cache, manifest_path)?.0
     } else {
         args.kernels
     };
+    let kernels = names
+        .into_iter()
+        .map(|kernel| {
+            let origin = project_origin(manifest_path, &kernel)?.0;
+            Ok((kernel, origin))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(
         !kernels.is_empty(),
         "nothing to pull: name kernels with --kernel (there is no manifest {} and the cache {} is empty)",
@@ -378,12 +423,7 @@ fn run_pull(
         cache.root().display()
     );
     let options = resolve_options(args.driver_ptx.as_deref())?;
-    let device = args
-        .device
-        .as_deref()
-        .map(str::parse::<Device>)
-        .transpose()
-        .context("in --device")?;
+    let device = args.device.as_deref().map(device_flag).transpose()?;
     store::pull(
         store,
         cache,
@@ -401,13 +441,15 @@ fn run_resolve(
     args: ResolveArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let device: Device = args.device.parse().context("in --device")?;
+    let device = device_flag(&args.device)?;
     let options = resolve_options(args.driver_ptx.as_deref())?;
+    let (origin, manifest) = project_origin(manifest_path, &args.kernel)?;
     if let Some(store) = store {
-        store::fetch(store, cache, &args.kernel, &device, &options)?;
+        store::fetch(store, cache, (&args.kernel, &origin), &device, &options)?;
     }
-    let (entries, explanation) = cache.resolve(&args.kernel, &device, &options)?;
-    if entries.is_empty() {
+    let (entries, explanation) = cache.resolve_origin(&args.kernel, &origin, &device, &options)?;
+    // Entries of an older headroom show that the kernel exists; the message below names them.
+    if entries.is_empty() && cache.legacy_entries(device.backend(), &args.kernel)? == 0 {
         check_kernel_exists(cache, manifest_path, &args.kernel)?;
     }
     let chosen = explanation.chosen.map(|index| &entries[index]);
@@ -419,7 +461,8 @@ fn run_resolve(
             .collect();
         let output = serde_json::json!({
             "kernel": args.kernel,
-            "device": args.device,
+            "device": device.to_string(),
+            "origin": match &origin { Origin::Exactly(origin) => Some(origin), Origin::Newest => None },
             "chosen": chosen.map(|entry| serde_json::json!({ "target": entry.target, "format": entry.record.format, "artifact": cache.root().join(entry.artifact_path()) })),
             "candidates": candidates,
         });
@@ -431,18 +474,56 @@ fn run_resolve(
         match chosen {
             Some(entry) => println!("{}", cache.root().join(entry.artifact_path()).display()),
             None if entries.is_empty() => eprintln!(
-                "headroom: no artifacts of kernel `{}` for {} devices in {}; run `headroom kernels build` or `headroom kernels import` first",
-                args.kernel,
-                device.backend(),
-                cache.root().display()
+                "headroom: {}",
+                no_artifacts(cache, &args.kernel, &device, manifest.as_deref())?
             ),
             None => eprintln!(
-                "headroom: none of the {} artifacts of kernel `{}` runs on {}; add a compatible target to the manifest (run with --explain to see why each was rejected)",
+                "headroom: none of the {} artifacts of kernel `{}` runs on {device}; add a compatible target to the manifest (run with --explain to see why each was rejected)",
                 entries.len(),
                 args.kernel,
-                args.device
             ),
         }
     }
     Ok(if chosen.is_some() { 0 } else { EXIT_INCOMPLETE })
+}
+
+/// Why a resolve found no artifacts of `kernel` at all, and what to run: with the project's
+/// manifest, the cache may hold other builds of that name (another project's, or this one's
+/// before an edit), which are not this project's; without, entries an older headroom wrote,
+/// which do not say which project built them.
+fn no_artifacts(
+    cache: &Cache,
+    kernel: &str,
+    device: &Device,
+    manifest: Option<&Path>,
+) -> anyhow::Result<String> {
+    let backend = device.backend();
+    let mut message = match manifest {
+        Some(manifest) => format!(
+            "no artifacts of kernel `{kernel}` built from its sources and flags in {} for {backend} devices are in {}; run `headroom kernels build`",
+            manifest.display(),
+            cache.root().display()
+        ),
+        None => format!(
+            "no artifacts of kernel `{kernel}` for {backend} devices in {}; run `headroom kernels build` or `headroom kernels import` first",
+            cache.root().display()
+        ),
+    };
+    let others = cache.builds(backend, kernel)?.len();
+    if others > 0 {
+        message.push_str(&format!(
+            " (the cache holds {others} other build{} of `{kernel}`, from other sources or flags: another project's, or this one's before an edit; they are not used)",
+            if others == 1 { "" } else { "s" }
+        ));
+    }
+    let legacy = cache.legacy_entries(backend, kernel)?;
+    if legacy > 0 {
+        message.push_str(&format!(
+            " (the cache holds {legacy} artifact{} of `{kernel}` from an older headroom, which did not record which project built {}, so {} not used; `headroom kernels gc` removes them)",
+            if legacy == 1 { "" } else { "s" },
+            if legacy == 1 { "it" } else { "them" },
+            if legacy == 1 { "it is" } else { "they are" },
+        ));
+    }
+    Ok(message)
 }
