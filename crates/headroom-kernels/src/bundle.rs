@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{self, Cache, CacheError, Entry, SelectError};
+use crate::cache::{self, Cache, CacheError, Entry, Origin, SelectError};
 
 /// The first member of every bundle.
 pub const BUNDLE_MANIFEST: &str = "headroom-bundle.json";
@@ -88,18 +88,20 @@ fn deterministic_header(size: u64) -> tar::Header {
     header
 }
 
-/// Writes every artifact of the cache (or of the named kernels) into `path`.
+/// Writes the artifacts of one build of each named kernel (of every kernel of the cache at
+/// its newest build, when none is named) into `path`: a bundle holds one version of each
+/// kernel, so whoever imports it resolves to that version.
 pub fn export(
     cache: &Cache,
     path: &Path,
-    kernels: &[String],
+    kernels: &[(String, Origin)],
 ) -> Result<BundleSummary, BundleError> {
     let io_error = |source| BundleError::Write {
         path: path.to_path_buf(),
         source,
     };
     let mut members = Vec::new();
-    for entry in cache.selected_entries(kernels)? {
+    for entry in cache.selected_builds(kernels)? {
         let artifact_path = entry.artifact_path();
         let bytes =
             cache

@@ -65,7 +65,12 @@ pub enum SelectError {
     Cache(#[from] CacheError),
     #[error(transparent)]
     UnknownKernel(#[from] UnknownKernel),
+    #[error("the cache {} holds no build of kernel `{kernel}` from the sources and flags its manifest has now; run `headroom kernels build` first", cache.display())]
+    NotBuilt { kernel: String, cache: PathBuf },
 }
+
+/// Every backend, in the order the layout is listed.
+const BACKENDS: [Backend; 3] = [Backend::Cuda, Backend::Hip, Backend::Metal];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -511,7 +516,7 @@ impl Cache {
     /// then by target.
     pub fn entries(&self) -> Result<Vec<Entry>, CacheError> {
         let mut entries = Vec::new();
-        for backend in [Backend::Cuda, Backend::Hip, Backend::Metal] {
+        for backend in BACKENDS {
             let backend_dir = self.root.join(backend.as_str());
             for kernel_dir in read_dir_sorted(&backend_dir)? {
                 let Some(kernel) = kernel_dir
@@ -529,13 +534,15 @@ impl Cache {
         Ok(entries)
     }
 
-    /// The entries of the named kernels, or every entry when none is named; a name the cache
-    /// lacks is an error that lists the names it has.
-    pub fn selected_entries(&self, kernels: &[String]) -> Result<Vec<Entry>, SelectError> {
-        let mut entries = self.entries()?;
-        let known: BTreeSet<&String> = entries.iter().map(|entry| &entry.kernel).collect();
-        let unknown: Vec<String> = kernels
+    /// The entries of one build of each named kernel, or of every kernel at its newest build
+    /// when none is named: what a bundle or a store receives, the build a resolve here takes.
+    /// A name the cache lacks is an error that lists the names it has; so is a build it lacks.
+    pub fn selected_builds(&self, wanted: &[(String, Origin)]) -> Result<Vec<Entry>, SelectError> {
+        let all = self.entries()?;
+        let known: BTreeSet<&String> = all.iter().map(|entry| &entry.kernel).collect();
+        let unknown: Vec<String> = wanted
             .iter()
+            .map(|(name, _)| name)
             .filter(|name| !known.contains(name))
             .cloned()
             .collect();
@@ -548,7 +555,29 @@ impl Cache {
             }
             .into());
         }
-        entries.retain(|entry| kernels.is_empty() || kernels.contains(&entry.kernel));
+        let every_newest: Vec<(String, Origin)>;
+        let wanted = if wanted.is_empty() {
+            every_newest = known
+                .into_iter()
+                .map(|kernel| (kernel.clone(), Origin::Newest))
+                .collect();
+            &every_newest
+        } else {
+            wanted
+        };
+        let mut entries = Vec::new();
+        for (kernel, origin) in wanted {
+            let before = entries.len();
+            for backend in BACKENDS {
+                entries.extend(self.origin_entries(backend, kernel, origin)?);
+            }
+            if entries.len() == before {
+                return Err(SelectError::NotBuilt {
+                    kernel: kernel.clone(),
+                    cache: self.root.clone(),
+                });
+            }
+        }
         Ok(entries)
     }
 
@@ -716,7 +745,7 @@ impl Cache {
             }
         }
         report.bytes_kept = total;
-        for backend in [Backend::Cuda, Backend::Hip, Backend::Metal] {
+        for backend in BACKENDS {
             for kernel_dir in read_dir_sorted(&self.root.join(backend.as_str()))? {
                 for legacy in legacy_files(&kernel_dir)? {
                     let is_entry = legacy.extension().is_some_and(|ext| ext == "json");

@@ -70,9 +70,13 @@ fn export_import_export_is_byte_identical() {
 
     let only_mul = dir.path().join("mul.tar.zst");
     assert_eq!(
-        export(&source, &only_mul, &["mul".to_string()])
-            .unwrap()
-            .artifacts,
+        export(
+            &source,
+            &only_mul,
+            &[("mul".to_string(), headroom_kernels::cache::Origin::Newest)]
+        )
+        .unwrap()
+        .artifacts,
         1
     );
 }

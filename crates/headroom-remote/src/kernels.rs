@@ -97,8 +97,13 @@ pub struct PushSummary {
     pub bytes_sent: u64,
 }
 
-/// Copies the artifacts of the named kernels (all when none is named) to the store.
-pub fn push(store: &Store, cache: &Cache, kernels: &[String]) -> Result<PushSummary, PushError> {
+/// Copies the artifacts of one build of each named kernel (of every kernel at its newest
+/// build, when none is named) to the store, where it becomes the kernel's newest build.
+pub fn push(
+    store: &Store,
+    cache: &Cache,
+    kernels: &[(String, Origin)],
+) -> Result<PushSummary, PushError> {
     if store.read_only() {
         return Err(StoreError::ReadOnly {
             store: store.shown().to_string(),
@@ -106,9 +111,8 @@ pub fn push(store: &Store, cache: &Cache, kernels: &[String]) -> Result<PushSumm
         .into());
     }
     let mut summary = PushSummary::default();
-    let entries = cache.selected_entries(kernels)?;
-    // `entries` is sorted by backend, kernel, then build, oldest first: each group is one
-    // build of one index, and the cache's newest build is pushed last, so it is the store's too.
+    let entries = cache.selected_builds(kernels)?;
+    // Each kernel's entries come together, by backend: each group is one build of one index.
     let mut pending: Vec<&[Entry]> = entries
         .chunk_by(|a, b| a.backend == b.backend && a.kernel == b.kernel && a.origin == b.origin)
         .collect();

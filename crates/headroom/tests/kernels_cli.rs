@@ -835,6 +835,40 @@ fn an_edited_kernel_resolves_nothing_until_it_is_rebuilt() {
     assert_eq!(resolved(&fresh), ("sm_90".into(), "vector_add".into()));
 }
 
+/// A bundle holds one build of each kernel, the project's current one, though the cache keeps
+/// the build from before an edit: whoever imports it resolves to that build.
+#[test]
+fn export_ships_the_current_build_only() {
+    if !have_clang() {
+        return;
+    }
+    let project = Project::with_source(OTHER_MANIFEST, OTHER_SOURCE);
+    assert_eq!(project.run(&["build"]).status.code(), Some(0));
+    std::fs::write(project.dir.path().join("vector_add.cu"), SOURCE).unwrap();
+    assert_eq!(project.run(&["build"]).status.code(), Some(0));
+    assert_eq!(
+        Cache::open(&project.cache_dir())
+            .unwrap()
+            .entries()
+            .unwrap()
+            .len(),
+        4
+    );
+
+    let bundle = project.dir.path().join("kernels.tar.zst");
+    let exported = project.run(&["export", bundle.to_str().unwrap(), "--json"]);
+    assert_eq!(exported.status.code(), Some(0), "{}", stderr(&exported));
+    let summary: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
+    assert_eq!(summary["artifacts"], 2);
+
+    let user = Project::new(OTHER_MANIFEST);
+    std::fs::remove_file(user.dir.path().join("kernels.toml")).unwrap();
+    let imported = user.run(&["import", bundle.to_str().unwrap()]);
+    assert_eq!(imported.status.code(), Some(0), "{}", stderr(&imported));
+    let resolve = user.run(&["resolve", "vector_add", "--device", "sm_90", "--json"]);
+    assert_eq!(resolved(&resolve), ("sm_90".into(), "vector_add".into()));
+}
+
 /// Entries an older headroom wrote (`<backend>/<kernel>/<target>.json`, no origin) are not
 /// resolved, since nothing says which project built them; the message says so, and `gc`
 /// removes them.

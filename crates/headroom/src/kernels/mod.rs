@@ -76,11 +76,12 @@ enum KernelsCommand {
     Ls,
     /// Evict least recently used artifacts until the cache fits a size.
     Gc(GcArgs),
-    /// Write the cached artifacts into one tar+zstd bundle.
+    /// Write one build of each kernel (the manifest's, else the newest) into one tar+zstd bundle.
     Export(ExportArgs),
     /// Verify a bundle and add its artifacts to the cache.
     Import(ImportArgs),
-    /// Copy cached artifacts to the shared kernel store (--store).
+    /// Copy one build of each kernel (the manifest's, else the newest) to the shared kernel
+    /// store (--store).
     Push(PushArgs),
     /// Copy artifacts from the shared kernel store (--store) into the cache: with --device, only
     /// the one each kernel resolves to.
@@ -151,7 +152,8 @@ struct GcArgs {
 struct ExportArgs {
     /// The bundle to write (conventionally `kernels.tar.zst`).
     file: PathBuf,
-    /// Export only this kernel (repeatable).
+    /// Export this kernel (repeatable) [default: the manifest's kernels, else every kernel in
+    /// the cache].
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
 }
@@ -164,7 +166,8 @@ struct ImportArgs {
 
 #[derive(Args)]
 struct PushArgs {
-    /// Push only this kernel (repeatable).
+    /// Push this kernel (repeatable) [default: the manifest's kernels, else every kernel in
+    /// the cache].
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
 }
@@ -204,12 +207,12 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
                 args.json,
             )
         }
-        KernelsCommand::Push(push_args) => store::push(
-            &store::open(args.store.as_deref(), args.read_only)?,
-            &open_cache()?,
-            &push_args.kernels,
-            args.json,
-        ),
+        KernelsCommand::Push(push_args) => {
+            let store = store::open(args.store.as_deref(), args.read_only)?;
+            let cache = open_cache()?;
+            let builds = builds_to_ship(&cache, &args.manifest, push_args.kernels)?;
+            store::push(&store, &cache, &builds, args.json)
+        }
         KernelsCommand::Pull(pull_args) => {
             let store = store::open_for_reading(args.store.as_deref(), args.read_only)?;
             run_pull(&open_cache()?, &args.manifest, &store, pull_args, args.json)
@@ -227,9 +230,10 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
         }
         KernelsCommand::Export(export_args) => {
             headroom_output::check("export to", &export_args.file)?;
-            let summary =
-                bundle::export(&open_cache()?, &export_args.file, &export_args.kernels)
-                    .with_context(|| format!("exporting to {}", export_args.file.display()))?;
+            let cache = open_cache()?;
+            let builds = builds_to_ship(&cache, &args.manifest, export_args.kernels)?;
+            let summary = bundle::export(&cache, &export_args.file, &builds)
+                .with_context(|| format!("exporting to {}", export_args.file.display()))?;
             crate::output::print(args.json, &summary, || {
                 format!(
                     "exported {} artifacts ({} bytes) to {}\n",
@@ -388,6 +392,59 @@ fn project_origin(manifest_path: &Path, kernel: &str) -> anyhow::Result<(Origin,
     Ok((Origin::Exactly(origin), Some(manifest.path)))
 }
 
+/// Each kernel with the build of it this project takes ([`project_origin`]).
+fn with_origins(
+    manifest_path: &Path,
+    kernels: Vec<String>,
+) -> anyhow::Result<Vec<(String, Origin)>> {
+    kernels
+        .into_iter()
+        .map(|kernel| {
+            let origin = project_origin(manifest_path, &kernel)?.0;
+            Ok((kernel, origin))
+        })
+        .collect()
+}
+
+/// What `export` and `push` ship: one build of each named kernel, else of each kernel of the
+/// manifest that the cache holds (Metal's, say, is never built off macOS), else of every
+/// kernel of the cache; the manifest's build where it defines the kernel, else the newest.
+fn builds_to_ship(
+    cache: &Cache,
+    manifest_path: &Path,
+    named: Vec<String>,
+) -> anyhow::Result<Vec<(String, Origin)>> {
+    if !named.is_empty() {
+        return with_origins(manifest_path, named);
+    }
+    let manifest = match Manifest::load(manifest_path) {
+        Ok(manifest) => manifest,
+        Err(ManifestError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(Vec::new())
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let cached: BTreeSet<String> = cache
+        .entries()?
+        .into_iter()
+        .map(|entry| entry.kernel)
+        .collect();
+    let names: Vec<String> = manifest
+        .names()
+        .into_iter()
+        .filter(|name| cached.contains(name))
+        .collect();
+    anyhow::ensure!(
+        !names.is_empty(),
+        "none of the kernels of the manifest {} is in the cache {}; run `headroom kernels build` first, or name kernels with --kernel",
+        manifest.path.display(),
+        cache.root().display()
+    );
+    with_origins(manifest_path, names)
+}
+
 fn resolve_options(driver_ptx: Option<&str>) -> anyhow::Result<ResolveOptions> {
     let driver_ptx = driver_ptx
         .map(str::parse::<PtxIsa>)
@@ -409,13 +466,7 @@ fn run_pull(
     } else {
         args.kernels
     };
-    let kernels = names
-        .into_iter()
-        .map(|kernel| {
-            let origin = project_origin(manifest_path, &kernel)?.0;
-            Ok((kernel, origin))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let kernels = with_origins(manifest_path, names)?;
     anyhow::ensure!(
         !kernels.is_empty(),
         "nothing to pull: name kernels with --kernel (there is no manifest {} and the cache {} is empty)",

@@ -76,7 +76,12 @@ pub fn fetch(
     pull_and_warn(store, cache, &wanted, Some((device, options))).map(drop)
 }
 
-pub fn push(store: &Store, cache: &Cache, kernels: &[String], json: bool) -> anyhow::Result<u8> {
+pub fn push(
+    store: &Store,
+    cache: &Cache,
+    kernels: &[(String, Origin)],
+    json: bool,
+) -> anyhow::Result<u8> {
     let summary = remote::push(store, cache, kernels)
         .with_context(|| format!("pushing to the kernel store {}", store.shown()))?;
     crate::output::print(
