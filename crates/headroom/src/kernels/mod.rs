@@ -563,8 +563,9 @@ fn no_artifacts(
     let others = cache.builds(backend, kernel)?.len();
     if others > 0 {
         message.push_str(&format!(
-            " (the cache holds {others} other build{} of `{kernel}`, from other sources or flags: another project's, or this one's before an edit; they are not used)",
-            if others == 1 { "" } else { "s" }
+            " (the cache holds {others} other build{} of `{kernel}`, from other sources or flags: another project's, or this one's before an edit; {} not used)",
+            if others == 1 { "" } else { "s" },
+            if others == 1 { "it is" } else { "they are" },
         ));
     }
     let legacy = cache.legacy_entries(backend, kernel)?;
