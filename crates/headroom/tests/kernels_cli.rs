@@ -1016,3 +1016,18 @@ fn without_a_gpu_local_says_to_name_the_device() {
         stderr(&output)
     );
 }
+
+/// A manifest that exists but cannot be read is an error for `resolve`, not a reason to take
+/// whichever build the cache has: it names the place and the flag.
+#[test]
+fn resolve_with_a_broken_manifest_names_it_and_the_flag() {
+    let project = Project::new("[kernel.vector_add]\nlanguage = \"cuda\"\n");
+    let output = project.run(&["resolve", "vector_add", "--device", "sm_90"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains("kernels.toml:1:1: missing field `sources`")
+            && stderr(&output).contains("pass the project's manifest with --manifest"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -367,40 +367,47 @@ fn device_flag(text: &str) -> anyhow::Result<Device> {
     text.parse().context("in --device")
 }
 
-/// Which build of `kernel` is this project's: where the manifest defines the kernel, the one
-/// of its current sources and flags (with the manifest's path); else the newest in the cache.
-/// A manifest that exists but cannot be read is an error: the artifacts of another project
-/// would otherwise be taken for this one's.
-fn project_origin(manifest_path: &Path, kernel: &str) -> anyhow::Result<(Origin, Option<PathBuf>)> {
-    let manifest = match Manifest::load(manifest_path) {
-        Ok(manifest) => manifest,
+/// The project's manifest, `None` where there is none. One that exists but cannot be read
+/// is an error: it says which build of each kernel is the project's, and without it another
+/// project's artifacts would be taken for this one's.
+fn project_manifest(path: &Path) -> anyhow::Result<Option<Manifest>> {
+    match Manifest::load(path) {
+        Ok(manifest) => Ok(Some(manifest)),
         Err(ManifestError::Read { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            return Ok((Origin::Newest, None))
+            Ok(None)
         }
-        Err(err) => {
-            return Err(err).context(format!(
-                "reading the manifest to resolve kernel `{kernel}` for its project (fix it, or pass the project's manifest with --manifest)"
-            ))
+        Err(err) => Err(err).context(
+            "the manifest says which build of each kernel is this project's: fix it, or pass the project's manifest with --manifest",
+        ),
+    }
+}
+
+/// Which build of `kernel` is this project's: where the manifest defines the kernel, the one
+/// of its current sources and flags; else the newest in the cache.
+fn project_origin(manifest: Option<&Manifest>, kernel: &str) -> anyhow::Result<Origin> {
+    let defined = manifest.and_then(|manifest| {
+        let definition = manifest.kernels.iter().find(|each| each.name == kernel)?;
+        Some((manifest, definition))
+    });
+    Ok(match defined {
+        Some((manifest, definition)) => {
+            Origin::Exactly(headroom_kernels::build::origin(definition, &manifest.path)?)
         }
-    };
-    let Some(definition) = manifest.kernels.iter().find(|each| each.name == kernel) else {
-        return Ok((Origin::Newest, None));
-    };
-    let origin = headroom_kernels::build::origin(definition, &manifest.path)?;
-    Ok((Origin::Exactly(origin), Some(manifest.path)))
+        None => Origin::Newest,
+    })
 }
 
 /// Each kernel with the build of it this project takes ([`project_origin`]).
 fn with_origins(
-    manifest_path: &Path,
+    manifest: Option<&Manifest>,
     kernels: Vec<String>,
 ) -> anyhow::Result<Vec<(String, Origin)>> {
     kernels
         .into_iter()
         .map(|kernel| {
-            let origin = project_origin(manifest_path, &kernel)?.0;
+            let origin = project_origin(manifest, &kernel)?;
             Ok((kernel, origin))
         })
         .collect()
@@ -414,17 +421,12 @@ fn builds_to_ship(
     manifest_path: &Path,
     named: Vec<String>,
 ) -> anyhow::Result<Vec<(String, Origin)>> {
+    let manifest = project_manifest(manifest_path)?;
     if !named.is_empty() {
-        return with_origins(manifest_path, named);
+        return with_origins(manifest.as_ref(), named);
     }
-    let manifest = match Manifest::load(manifest_path) {
-        Ok(manifest) => manifest,
-        Err(ManifestError::Read { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return Ok(Vec::new())
-        }
-        Err(err) => return Err(err.into()),
+    let Some(manifest) = manifest else {
+        return Ok(Vec::new());
     };
     let cached: BTreeSet<String> = cache
         .entries()?
@@ -442,7 +444,7 @@ fn builds_to_ship(
         manifest.path.display(),
         cache.root().display()
     );
-    with_origins(manifest_path, names)
+    with_origins(Some(&manifest), names)
 }
 
 fn resolve_options(driver_ptx: Option<&str>) -> anyhow::Result<ResolveOptions> {
@@ -466,7 +468,7 @@ fn run_pull(
     } else {
         args.kernels
     };
-    let kernels = with_origins(manifest_path, names)?;
+    let kernels = with_origins(project_manifest(manifest_path)?.as_ref(), names)?;
     anyhow::ensure!(
         !kernels.is_empty(),
         "nothing to pull: name kernels with --kernel (there is no manifest {} and the cache {} is empty)",
@@ -494,7 +496,8 @@ fn run_resolve(
 ) -> anyhow::Result<u8> {
     let device = device_flag(&args.device)?;
     let options = resolve_options(args.driver_ptx.as_deref())?;
-    let (origin, manifest) = project_origin(manifest_path, &args.kernel)?;
+    let manifest = project_manifest(manifest_path)?;
+    let origin = project_origin(manifest.as_ref(), &args.kernel)?;
     if let Some(store) = store {
         store::fetch(store, cache, (&args.kernel, &origin), &device, &options)?;
     }
@@ -526,7 +529,7 @@ fn run_resolve(
             Some(entry) => println!("{}", cache.root().join(entry.artifact_path()).display()),
             None if entries.is_empty() => eprintln!(
                 "headroom: {}",
-                no_artifacts(cache, &args.kernel, &device, manifest.as_deref())?
+                no_artifacts(cache, &args.kernel, &device, &origin, manifest.as_ref())?
             ),
             None => eprintln!(
                 "headroom: none of the {} artifacts of kernel `{}` runs on {device}; add a compatible target to the manifest (run with --explain to see why each was rejected)",
@@ -546,16 +549,17 @@ fn no_artifacts(
     cache: &Cache,
     kernel: &str,
     device: &Device,
-    manifest: Option<&Path>,
+    origin: &Origin,
+    manifest: Option<&Manifest>,
 ) -> anyhow::Result<String> {
     let backend = device.backend();
-    let mut message = match manifest {
-        Some(manifest) => format!(
+    let mut message = match (origin, manifest) {
+        (Origin::Exactly(_), Some(manifest)) => format!(
             "no artifacts of kernel `{kernel}` built from its sources and flags in {} for {backend} devices are in {}; run `headroom kernels build`",
-            manifest.display(),
+            manifest.path.display(),
             cache.root().display()
         ),
-        None => format!(
+        _ => format!(
             "no artifacts of kernel `{kernel}` for {backend} devices in {}; run `headroom kernels build` or `headroom kernels import` first",
             cache.root().display()
         ),
