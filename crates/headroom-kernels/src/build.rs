@@ -199,6 +199,28 @@ fn hash_inputs(kernel: &Kernel, manifest: &Path) -> Result<blake3::Hash, BuildEr
     Ok(hasher.finalize())
 }
 
+/// What built a kernel's artifacts, the same for all its targets and toolchains: the blake3
+/// hash of its language, its sources and the headers they include, its flags, defines and CUDA
+/// output kind. Paths of this machine are left out, so CI and a user's machine agree. The cache
+/// keeps each origin's artifacts apart, and a project resolves those of its own kernels only.
+pub fn origin(kernel: &Kernel, manifest: &Path) -> Result<String, BuildError> {
+    Ok(origin_of(kernel, &hash_inputs(kernel, manifest)?))
+}
+
+fn origin_of(kernel: &Kernel, inputs: &blake3::Hash) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(format!("headroom-kernels origin {SCHEMA_VERSION}\0").as_bytes());
+    hasher.update(inputs.as_bytes());
+    hasher.update(format!("{:?}\0{:?}\0", kernel.language, kernel.cuda_output).as_bytes());
+    for flag in &kernel.flags {
+        hasher.update(format!("flag\0{flag}\0").as_bytes());
+    }
+    for (name, value) in &kernel.defines {
+        hasher.update(format!("define\0{name}\0{value}\0").as_bytes());
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
 /// The cache key of one pair: schema, inputs, target, the recipe (flags included) and the
 /// toolchain's identity and version. Paths of this machine are left out so that machines
 /// with the same toolchain share keys.
@@ -237,6 +259,7 @@ fn cache_key(
 struct Pending {
     report_index: usize,
     backend: Backend,
+    origin: String,
     key: String,
     format: Format,
     toolchain: Toolchain,
@@ -414,6 +437,7 @@ fn finish_pair(
                 let entry = cache.publish(&Entry {
                     kernel: kernel.to_string(),
                     backend: pending.backend,
+                    origin: pending.origin.clone(),
                     target: target.clone(),
                     key: pending.key.clone(),
                     record,
@@ -486,6 +510,7 @@ pub fn build(
     let mut missing = Vec::new();
     for kernel in kernels {
         let inputs = hash_inputs(kernel, &manifest.path)?;
+        let origin = origin_of(kernel, &inputs);
         let Some(toolchain) = toolchains.pick(&kernel.toolchains)? else {
             let status = match impossible_here(kernel) {
                 Some(reason) => PairStatus::Unsupported {
@@ -520,7 +545,7 @@ pub fn build(
                 toolchain: Some(toolchain.label()),
             };
             let current = cache
-                .entry(backend, &kernel.name, target)?
+                .entry(backend, &kernel.name, &origin, target)?
                 .filter(|entry| entry.key == key);
             if let Some(entry) = current {
                 if matches!(
@@ -536,6 +561,7 @@ pub fn build(
                 let entry = Entry {
                     kernel: kernel.name.clone(),
                     backend,
+                    origin: origin.clone(),
                     target: target.clone(),
                     key,
                     record,
@@ -564,6 +590,7 @@ pub fn build(
             pending.push(Pending {
                 report_index: pairs.len(),
                 backend,
+                origin: origin.clone(),
                 key,
                 format: recipe.format,
                 toolchain: toolchain.clone(),

@@ -21,11 +21,12 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{self, Cache, CacheError, Entry, SelectError};
+use crate::cache::{self, Cache, CacheError, Entry, Origin, SelectError};
 
 /// The first member of every bundle.
 pub const BUNDLE_MANIFEST: &str = "headroom-bundle.json";
-const BUNDLE_SCHEMA: u32 = 1;
+/// Version 2: entries record their origin (what built them), which version 1 left out.
+const BUNDLE_SCHEMA: u32 = 2;
 const ZSTD_LEVEL: i32 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,9 +35,15 @@ struct BundleManifest {
     artifacts: Vec<BundleArtifact>,
 }
 
+/// The schema alone, read first so that a bundle of another version is named as such.
+#[derive(Deserialize)]
+struct BundleSchema {
+    schema: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct BundleArtifact {
-    /// The member path: `<backend>/<kernel>/<target>.<ext>`.
+    /// The member path: `<backend>/<kernel>/<origin>/<target>.<ext>`.
     path: String,
     blake3: String,
     size: u64,
@@ -81,18 +88,20 @@ fn deterministic_header(size: u64) -> tar::Header {
     header
 }
 
-/// Writes every artifact of the cache (or of the named kernels) into `path`.
+/// Writes the artifacts of one build of each named kernel (of every kernel of the cache at
+/// its newest build, when none is named) into `path`: a bundle holds one version of each
+/// kernel, so whoever imports it resolves to that version.
 pub fn export(
     cache: &Cache,
     path: &Path,
-    kernels: &[String],
+    kernels: &[(String, Origin)],
 ) -> Result<BundleSummary, BundleError> {
     let io_error = |source| BundleError::Write {
         path: path.to_path_buf(),
         source,
     };
     let mut members = Vec::new();
-    for entry in cache.selected_entries(kernels)? {
+    for entry in cache.selected_builds(kernels)? {
         let artifact_path = entry.artifact_path();
         let bytes =
             cache
@@ -335,14 +344,18 @@ fn read_manifest(
     }
     let mut bytes = Vec::with_capacity(size as usize);
     member.read_to_end(&mut bytes).map_err(read_error)?;
-    let parsed: BundleManifest = serde_json::from_slice(&bytes)
-        .map_err(|err| rejected(format!("{BUNDLE_MANIFEST} is malformed: {err}")))?;
-    if parsed.schema != BUNDLE_SCHEMA {
+    let malformed =
+        |err: serde_json::Error| rejected(format!("{BUNDLE_MANIFEST} is malformed: {err}"));
+    let schema = serde_json::from_slice::<BundleSchema>(&bytes)
+        .map_err(malformed)?
+        .schema;
+    if schema != BUNDLE_SCHEMA {
         return Err(BundleError::Rejected {
-            reason: format!("bundle schema {} is not {BUNDLE_SCHEMA}", parsed.schema),
-            advice: "import it with the headroom version that exported it",
+            reason: format!("bundle schema {schema} is not {BUNDLE_SCHEMA}"),
+            advice: "export it again with this headroom version (schema 1 bundles do not say which sources built each artifact), or import it with the headroom version that exported it",
         });
     }
+    let parsed: BundleManifest = serde_json::from_slice(&bytes).map_err(malformed)?;
     if parsed.artifacts.len() > MAX_ARTIFACTS {
         return Err(too_big(format!(
             "{BUNDLE_MANIFEST} lists {} artifacts, over the limit of {MAX_ARTIFACTS}",

@@ -4,9 +4,14 @@
 //! ```text
 //! <root>/blobs/ab/abcdef….            artifact bytes, named by their blake3 hash
 //! <root>/keys/12/1234….json           build key -> the blob it produced
-//! <root>/<backend>/<kernel>/<target>.<ext>   symlink to the blob, for people and loaders
-//! <root>/<backend>/<kernel>/<target>.json    the artifact's manifest entry, written last
+//! <root>/<backend>/<kernel>/<origin>/<target>.<ext>   symlink to the blob, for people and loaders
+//! <root>/<backend>/<kernel>/<origin>/<target>.json    the artifact's manifest entry, written last
 //! ```
+//!
+//! `<origin>` names what built the artifact: the blake3 hash of the kernel's sources, the headers
+//! they include, its flags and defines ([`crate::build::origin`]). Projects that share a kernel
+//! name, and one project before and after an edit, so keep apart, and a resolve takes the
+//! artifacts of one origin only ([`Origin`]): never one build's target beside another's.
 //!
 //! Every file appears by `rename` of a fully written and fsynced temp file in the same
 //! directory, so a reader sees either nothing or a whole file, and two builders writing the
@@ -33,8 +38,12 @@ use crate::target::{Backend, Target};
 
 /// Bumped whenever the layout, the key derivation or what an entry records changes: old
 /// entries then simply miss. Version 2: fatbin entries record the PTX ISA of the PTX they
-/// carry, which version 1 left out (the resolver took such PTX for any driver).
-pub const SCHEMA_VERSION: u32 = 2;
+/// carry, which version 1 left out (the resolver took such PTX for any driver). Version 3:
+/// entries record their origin and live under it, where version 2 kept one entry per kernel
+/// and target for every project (two projects' `vector_add` overwrote each other's targets
+/// and resolved to each other's artifacts). Version 2 entries cannot be told apart by project,
+/// so they are not used ([`Cache::legacy_entries`]) and `gc` removes them.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Environment variable that moves the cache (the `--cache` flag wins over it).
 pub const CACHE_ENV: &str = "HEADROOM_KERNEL_CACHE";
@@ -56,7 +65,12 @@ pub enum SelectError {
     Cache(#[from] CacheError),
     #[error(transparent)]
     UnknownKernel(#[from] UnknownKernel),
+    #[error("the cache {} holds no build of kernel `{kernel}` from the sources and flags its manifest has now; run `headroom kernels build` first", cache.display())]
+    NotBuilt { kernel: String, cache: PathBuf },
 }
+
+/// Every backend, in the order the layout is listed.
+const BACKENDS: [Backend; 3] = [Backend::Cuda, Backend::Hip, Backend::Metal];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -139,11 +153,13 @@ pub struct KeyRecord {
     pub toolchain: String,
 }
 
-/// One artifact in the layout: the manifest entry `<backend>/<kernel>/<target>.json`.
+/// One artifact in the layout: the manifest entry `<backend>/<kernel>/<origin>/<target>.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub kernel: String,
     pub backend: Backend,
+    /// What built it ([`crate::build::origin`]): the same for every target of one build.
+    pub origin: String,
     pub target: Target,
     pub key: String,
     #[serde(flatten)]
@@ -151,9 +167,10 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The artifact's path relative to the cache root: `<backend>/<kernel>/<target>.<ext>`.
+    /// The artifact's path relative to the cache root:
+    /// `<backend>/<kernel>/<origin>/<target>.<ext>`.
     pub fn artifact_path(&self) -> PathBuf {
-        layout_dir(self.backend, &self.kernel).join(format!(
+        origin_dir(self.backend, &self.kernel, &self.origin).join(format!(
             "{}.{}",
             self.target.file_stem(),
             self.record.format.extension()
@@ -161,15 +178,16 @@ impl Entry {
     }
 
     fn entry_path(&self) -> PathBuf {
-        entry_path(self.backend, &self.kernel, &self.target)
+        entry_path(self.backend, &self.kernel, &self.origin, &self.target)
     }
 
     /// Whether an entry from outside (a bundle, a shared store) is safe to publish: a valid
-    /// kernel name, a target of its own backend, and hashes as its key and blob, so that every
-    /// path made from it stays inside the cache.
+    /// kernel name, a target of its own backend, and hashes as its origin, key and blob, so that
+    /// every path made from it stays inside the cache.
     pub fn is_well_formed(&self) -> bool {
         is_valid_kernel_name(&self.kernel)
             && self.backend == self.target.backend()
+            && is_hash(&self.origin)
             && is_hash(&self.key)
             && is_hash(&self.record.blob)
     }
@@ -183,12 +201,36 @@ impl Entry {
     }
 }
 
+/// Which build of a kernel a resolve or a pull takes its artifacts from. Builds never mix:
+/// every artifact a resolve weighs comes from the same sources and flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The build published last: the only one in a cache that serves one project, and the
+    /// newest version where a cache or store holds several.
+    Newest,
+    /// The build of these sources and flags ([`crate::build::origin`]): a project's own.
+    Exactly(String),
+}
+
+/// The artifacts of one build of a kernel, and when the last of them was published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Build {
+    pub origin: String,
+    /// Sorted by target.
+    pub entries: Vec<Entry>,
+    pub published: SystemTime,
+}
+
 fn layout_dir(backend: Backend, kernel: &str) -> PathBuf {
     Path::new(backend.as_str()).join(kernel)
 }
 
-fn entry_path(backend: Backend, kernel: &str, target: &Target) -> PathBuf {
-    layout_dir(backend, kernel).join(format!("{}.json", target.file_stem()))
+fn origin_dir(backend: Backend, kernel: &str, origin: &str) -> PathBuf {
+    layout_dir(backend, kernel).join(origin)
+}
+
+fn entry_path(backend: Backend, kernel: &str, origin: &str, target: &Target) -> PathBuf {
+    origin_dir(backend, kernel, origin).join(format!("{}.json", target.file_stem()))
 }
 
 fn blob_path(hash: &str) -> PathBuf {
@@ -404,14 +446,18 @@ impl Cache {
         }
     }
 
-    /// The layout entry of one (kernel, target), without checking its blob.
+    /// The layout entry of one (kernel, origin, target), without checking its blob.
     pub fn entry(
         &self,
         backend: Backend,
         kernel: &str,
+        origin: &str,
         target: &Target,
     ) -> Result<Option<Entry>, CacheError> {
-        self.read_json(&entry_path(backend, kernel, target))
+        if !is_hash(origin) {
+            return Ok(None);
+        }
+        self.read_json(&entry_path(backend, kernel, origin, target))
     }
 
     /// Records a finished artifact: key record, layout link, then the entry, in that order, so
@@ -429,7 +475,7 @@ impl Cache {
         };
         let previous: Option<Entry> = self.read_json(&entry.entry_path())?;
         let link = self.root.join(entry.artifact_path());
-        let blob_from_link_dir = Path::new("../..").join(blob_path(&entry.record.blob));
+        let blob_from_link_dir = Path::new("../../..").join(blob_path(&entry.record.blob));
         link_atomic(&blob_from_link_dir, &link).map_err(io_error(&link))?;
         if let Some(previous) =
             previous.filter(|previous| previous.record.format != entry.record.format)
@@ -466,10 +512,11 @@ impl Cache {
         }
     }
 
-    /// Every entry of the layout, sorted by backend, kernel and target.
+    /// Every entry of the layout, sorted by backend and kernel, then by build (oldest first),
+    /// then by target.
     pub fn entries(&self) -> Result<Vec<Entry>, CacheError> {
         let mut entries = Vec::new();
-        for backend in [Backend::Cuda, Backend::Hip, Backend::Metal] {
+        for backend in BACKENDS {
             let backend_dir = self.root.join(backend.as_str());
             for kernel_dir in read_dir_sorted(&backend_dir)? {
                 let Some(kernel) = kernel_dir
@@ -479,19 +526,23 @@ impl Cache {
                 else {
                     continue;
                 };
-                entries.extend(self.kernel_entries(backend, &kernel)?);
+                for build in self.builds(backend, &kernel)? {
+                    entries.extend(build.entries);
+                }
             }
         }
         Ok(entries)
     }
 
-    /// The entries of the named kernels, or every entry when none is named; a name the cache
-    /// lacks is an error that lists the names it has.
-    pub fn selected_entries(&self, kernels: &[String]) -> Result<Vec<Entry>, SelectError> {
-        let mut entries = self.entries()?;
-        let known: BTreeSet<&String> = entries.iter().map(|entry| &entry.kernel).collect();
-        let unknown: Vec<String> = kernels
+    /// The entries of one build of each named kernel, or of every kernel at its newest build
+    /// when none is named: what a bundle or a store receives, the build a resolve here takes.
+    /// A name the cache lacks is an error that lists the names it has; so is a build it lacks.
+    pub fn selected_builds(&self, wanted: &[(String, Origin)]) -> Result<Vec<Entry>, SelectError> {
+        let all = self.entries()?;
+        let known: BTreeSet<&String> = all.iter().map(|entry| &entry.kernel).collect();
+        let unknown: Vec<String> = wanted
             .iter()
+            .map(|(name, _)| name)
             .filter(|name| !known.contains(name))
             .cloned()
             .collect();
@@ -504,14 +555,59 @@ impl Cache {
             }
             .into());
         }
-        entries.retain(|entry| kernels.is_empty() || kernels.contains(&entry.kernel));
+        let every_newest: Vec<(String, Origin)>;
+        let wanted = if wanted.is_empty() {
+            every_newest = known
+                .into_iter()
+                .map(|kernel| (kernel.clone(), Origin::Newest))
+                .collect();
+            &every_newest
+        } else {
+            wanted
+        };
+        let mut entries = Vec::new();
+        for (kernel, origin) in wanted {
+            let before = entries.len();
+            for backend in BACKENDS {
+                entries.extend(self.origin_entries(backend, kernel, origin)?);
+            }
+            if entries.len() == before {
+                return Err(SelectError::NotBuilt {
+                    kernel: kernel.clone(),
+                    cache: self.root.clone(),
+                });
+            }
+        }
         Ok(entries)
     }
 
-    /// The entries of one kernel in one backend, sorted by target.
-    pub fn kernel_entries(&self, backend: Backend, kernel: &str) -> Result<Vec<Entry>, CacheError> {
-        let dir = layout_dir(backend, kernel);
+    /// The builds of one kernel in one backend, the one published last at the end.
+    pub fn builds(&self, backend: Backend, kernel: &str) -> Result<Vec<Build>, CacheError> {
+        let mut builds = Vec::new();
+        for path in read_dir_sorted(&self.root.join(layout_dir(backend, kernel)))? {
+            let Some(origin) = path.file_name().and_then(|name| name.to_str()) else {
+                continue;
+            };
+            if is_hash(origin) {
+                if let Some(build) = self.build(backend, kernel, origin)? {
+                    builds.push(build);
+                }
+            }
+        }
+        builds.sort_by(|a, b| (a.published, &a.origin).cmp(&(b.published, &b.origin)));
+        Ok(builds)
+    }
+
+    /// One build of a kernel, `None` when it has no entries.
+    fn build(
+        &self,
+        backend: Backend,
+        kernel: &str,
+        origin: &str,
+    ) -> Result<Option<Build>, CacheError> {
+        let dir = origin_dir(backend, kernel, origin);
         let mut entries = Vec::new();
+        let mut published = SystemTime::UNIX_EPOCH;
         for path in read_dir_sorted(&self.root.join(&dir))? {
             let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
                 continue;
@@ -520,25 +616,68 @@ impl Cache {
                 continue;
             }
             if let Some(entry) = self.read_json::<Entry>(&dir.join(name))? {
-                if entry.kernel == kernel && entry.backend == backend {
+                if entry.kernel == kernel && entry.backend == backend && entry.origin == origin {
+                    // Each publish renames a new file over the entry: its time is the publish's.
+                    let time = fs::metadata(&path).and_then(|metadata| metadata.modified());
+                    published = published.max(time.unwrap_or(SystemTime::UNIX_EPOCH));
                     entries.push(entry);
                 }
             }
         }
         entries.sort_by(|a, b| a.target.cmp(&b.target));
-        Ok(entries)
+        Ok((!entries.is_empty()).then(|| Build {
+            origin: origin.to_string(),
+            entries,
+            published,
+        }))
     }
 
-    /// Resolves a kernel for a device against the artifacts in this cache: the kernel's
-    /// entries for the device's backend, and the verdict on each. The chosen artifact's blob
-    /// is verified; a missing or corrupt one is dropped and the next best is chosen.
+    /// The entries of one build of a kernel, sorted by target; none when it has no such build.
+    pub fn origin_entries(
+        &self,
+        backend: Backend,
+        kernel: &str,
+        origin: &Origin,
+    ) -> Result<Vec<Entry>, CacheError> {
+        let build = match origin {
+            Origin::Newest => self.builds(backend, kernel)?.pop(),
+            Origin::Exactly(origin) if is_hash(origin) => self.build(backend, kernel, origin)?,
+            Origin::Exactly(_) => None,
+        };
+        Ok(build.map(|build| build.entries).unwrap_or_default())
+    }
+
+    /// How many entries of a kernel an older headroom wrote (`<backend>/<kernel>/<target>.json`,
+    /// schema 2): they do not say which project built them, so no resolve uses them.
+    pub fn legacy_entries(&self, backend: Backend, kernel: &str) -> Result<usize, CacheError> {
+        Ok(legacy_files(&self.root.join(layout_dir(backend, kernel)))?
+            .iter()
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .count())
+    }
+
+    /// Resolves a kernel for a device against the artifacts of its newest build in this cache
+    /// (see [`Cache::resolve_origin`]).
     pub fn resolve(
         &self,
         kernel: &str,
         device: &Device,
         options: &ResolveOptions,
     ) -> Result<(Vec<Entry>, Explanation), CacheError> {
-        let mut entries = self.kernel_entries(device.backend(), kernel)?;
+        self.resolve_origin(kernel, &Origin::Newest, device, options)
+    }
+
+    /// Resolves a kernel for a device against the artifacts of one of its builds: its entries
+    /// for the device's backend, and the verdict on each. The chosen artifact's blob is
+    /// verified; a missing or corrupt one is dropped and the next best is chosen.
+    pub fn resolve_origin(
+        &self,
+        kernel: &str,
+        origin: &Origin,
+        device: &Device,
+        options: &ResolveOptions,
+    ) -> Result<(Vec<Entry>, Explanation), CacheError> {
+        let mut entries = self.origin_entries(device.backend(), kernel, origin)?;
         loop {
             let candidates: Vec<Candidate> = entries.iter().map(Entry::candidate).collect();
             let explanation = explain(&candidates, device, options);
@@ -606,6 +745,16 @@ impl Cache {
             }
         }
         report.bytes_kept = total;
+        for backend in BACKENDS {
+            for kernel_dir in read_dir_sorted(&self.root.join(backend.as_str()))? {
+                for legacy in legacy_files(&kernel_dir)? {
+                    let is_entry = legacy.extension().is_some_and(|ext| ext == "json");
+                    if fs::remove_file(&legacy).is_ok() && is_entry {
+                        report.entries_removed += 1;
+                    }
+                }
+            }
+        }
         for entry in self.entries()? {
             if !self.root.join(blob_path(&entry.record.blob)).exists() {
                 let _ = fs::remove_file(self.root.join(entry.entry_path()));
@@ -633,6 +782,19 @@ struct BlobFile {
     path: PathBuf,
     size: u64,
     used: SystemTime,
+}
+
+/// What an older headroom left in a kernel's directory: its entries and links, which sat beside
+/// the origin directories of today's layout. Temp files are left to the temp file sweep.
+fn legacy_files(kernel_dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
+    Ok(read_dir_sorted(kernel_dir)?
+        .into_iter()
+        .filter(|path| {
+            let name = path.file_name().map(|name| name.to_string_lossy());
+            !name.is_some_and(|name| name.starts_with('.'))
+                && fs::symlink_metadata(path).is_ok_and(|metadata| !metadata.is_dir())
+        })
+        .collect())
 }
 
 /// Directory entries sorted by name; a missing directory is empty.
@@ -696,12 +858,18 @@ mod tests {
     use super::*;
 
     fn entry(cache: &Cache, kernel: &str, target: &str, bytes: &[u8]) -> Entry {
+        built_from(cache, "sources", kernel, target, bytes)
+    }
+
+    /// An entry of the build of `sources`.
+    fn built_from(cache: &Cache, sources: &str, kernel: &str, target: &str, bytes: &[u8]) -> Entry {
         let blob = cache.store_blob(bytes).unwrap();
         Entry {
             kernel: kernel.into(),
             backend: Backend::Cuda,
+            origin: hash_bytes(sources.as_bytes()),
             target: target.parse().unwrap(),
-            key: hash_bytes(format!("{kernel}{target}").as_bytes()),
+            key: hash_bytes(format!("{sources}{kernel}{target}").as_bytes()),
             record: KeyRecord {
                 blob,
                 size: bytes.len() as u64,
@@ -719,7 +887,13 @@ mod tests {
         let entry = entry(&cache, "add", "sm_80", b"ptx bytes");
         cache.publish(&entry).unwrap();
         assert_eq!(
-            fs::read(dir.path().join("cuda/add/sm_80.ptx")).unwrap(),
+            fs::read(
+                dir.path()
+                    .join("cuda/add")
+                    .join(&entry.origin)
+                    .join("sm_80.ptx")
+            )
+            .unwrap(),
             b"ptx bytes"
         );
         assert_eq!(
@@ -769,7 +943,7 @@ mod tests {
             (1, 1000, 1000, 1)
         );
         assert_eq!(cache.entries().unwrap(), std::slice::from_ref(&new));
-        assert!(!dir.path().join("cuda/old/sm_80.ptx").exists());
+        assert!(!dir.path().join(old.artifact_path()).exists());
         assert_eq!(cache.lookup_key(&old.key).unwrap(), None);
         assert!(cache.lookup_key(&new.key).unwrap().is_some());
     }
@@ -795,6 +969,76 @@ mod tests {
         // Once the winner's blob is gone, a new record takes its place.
         fs::remove_file(dir.path().join(blob_path(&first.record.blob))).unwrap();
         assert_eq!(cache.publish(&second).unwrap(), second);
+    }
+
+    /// Two builds of one kernel name (two projects, or one before and after an edit) keep
+    /// their own entries, and a resolve weighs the artifacts of one build only: its own, or
+    /// by default the one published last, never a target of the other beside it.
+    #[test]
+    fn builds_of_one_kernel_never_mix_in_a_resolve() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let first = ["sm_80", "sm_90a"]
+            .map(|target| built_from(&cache, "first", "add", target, target.as_bytes()));
+        let second = ["sm_80", "sm_90"].map(|target| {
+            built_from(
+                &cache,
+                "second",
+                "add",
+                target,
+                format!("other {target}").as_bytes(),
+            )
+        });
+        for entry in first.iter().chain(&second) {
+            cache.publish(entry).unwrap();
+        }
+        let hopper: Device = "sm_90".parse().unwrap();
+        let options = ResolveOptions::default();
+        let pick = |origin: &Origin| {
+            let (entries, explanation) = cache
+                .resolve_origin("add", origin, &hopper, &options)
+                .unwrap();
+            (entries.len(), entries[explanation.chosen.unwrap()].clone())
+        };
+        assert_eq!(
+            pick(&Origin::Exactly(first[0].origin.clone())),
+            (2, first[1].clone())
+        );
+        assert_eq!(
+            pick(&Origin::Exactly(second[0].origin.clone())),
+            (2, second[1].clone())
+        );
+        assert_eq!(pick(&Origin::Newest), (2, second[1].clone()));
+        assert_eq!(cache.resolve("add", &hopper, &options).unwrap().0, second);
+        assert_eq!(cache.entries().unwrap().len(), 4);
+
+        // Publishing the first again makes it the newest.
+        cache.publish(&first[0]).unwrap();
+        assert_eq!(pick(&Origin::Newest), (2, first[1].clone()));
+        assert!(cache
+            .resolve_origin("add", &Origin::Exactly("..".into()), &hopper, &options)
+            .unwrap()
+            .0
+            .is_empty());
+    }
+
+    /// What an older headroom wrote beside the builds is not resolved, is counted, and goes
+    /// with `gc`.
+    #[test]
+    fn entries_of_an_older_layout_are_counted_and_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let current = entry(&cache, "add", "sm_80", b"ptx");
+        cache.publish(&current).unwrap();
+        let kernel_dir = dir.path().join("cuda/add");
+        fs::write(kernel_dir.join("sm_86.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink("../../blobs", kernel_dir.join("sm_86.ptx")).unwrap();
+        assert_eq!(cache.legacy_entries(Backend::Cuda, "add").unwrap(), 1);
+        assert_eq!(cache.entries().unwrap(), std::slice::from_ref(&current));
+        assert_eq!(cache.gc(u64::MAX).unwrap().entries_removed, 1);
+        assert_eq!(cache.legacy_entries(Backend::Cuda, "add").unwrap(), 0);
+        assert!(fs::symlink_metadata(kernel_dir.join("sm_86.ptx")).is_err());
+        assert_eq!(cache.entries().unwrap(), [current]);
     }
 
     #[test]
@@ -827,7 +1071,10 @@ mod tests {
         let left = [
             dir.path().join(format!(".tmp{dead}-work")),
             shard.join(format!(".tmp{dead}-blob")),
-            dir.path().join("cuda/k").join(format!(".tmp{dead}-link")),
+            dir.path()
+                .join("cuda/k")
+                .join(&published.origin)
+                .join(format!(".tmp{dead}-link")),
         ];
         fs::create_dir(&left[0]).unwrap();
         fs::write(left[0].join("sm_80.ptx"), "half").unwrap();

@@ -10,6 +10,7 @@ pub mod cache;
 pub mod deps;
 pub mod exec;
 pub mod inspect;
+pub mod local;
 pub mod manifest;
 pub mod resolve;
 pub mod target;

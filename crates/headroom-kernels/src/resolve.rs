@@ -119,6 +119,29 @@ impl Device {
     }
 }
 
+/// The device as `--device` names it: `sm_90`, `gfx90a:xnack-`, `apple9`.
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match self {
+            Device::Cuda(cc) => Target::CudaSm {
+                cc: *cc,
+                variant: CudaVariant::Portable,
+            },
+            Device::Amd {
+                processor,
+                xnack,
+                sramecc,
+            } => Target::Amd {
+                processor: processor.clone(),
+                xnack: *xnack,
+                sramecc: *sramecc,
+            },
+            Device::Apple { family } => Target::Apple(AppleTarget::Family(*family)),
+        };
+        target.fmt(f)
+    }
+}
+
 /// Why a `--device` string was not understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown device `{input}`: {reason}")]
@@ -131,7 +154,7 @@ impl FromStr for Device {
     type Err = DeviceError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let reason = "valid forms are sm_89 (a CUDA compute capability), gfx1100 or gfx90a:xnack- (an AMD target ID), apple-m3 or apple9 (an Apple GPU)";
+        let reason = "valid forms are local (this machine's GPU), sm_89 (a CUDA compute capability), gfx1100 or gfx90a:xnack- (an AMD target ID), apple-m3 or apple9 (an Apple GPU)";
         let error = || DeviceError {
             input: input.to_string(),
             reason,

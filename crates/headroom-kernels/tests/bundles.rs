@@ -9,6 +9,7 @@ use headroom_kernels::cache::{hash_bytes, Cache, Entry, KeyRecord};
 use headroom_kernels::resolve::Format;
 use headroom_kernels::target::Backend;
 
+#[macro_use]
 mod hostile;
 use hostile::{manifest_for, regular, write_members, Member};
 
@@ -30,6 +31,7 @@ fn filled_cache(root: &Path) -> Cache {
         let entry = Entry {
             kernel: kernel.into(),
             backend: Backend::Cuda,
+            origin: hostile::ORIGIN.into(),
             target: target.parse().unwrap(),
             key: hash_bytes(format!("{kernel}/{target}").as_bytes()),
             record,
@@ -51,7 +53,11 @@ fn export_import_export_is_byte_identical() {
     assert_eq!(import(&user, &first).unwrap().artifacts, 3);
     assert_eq!(user.entries().unwrap(), source.entries().unwrap());
     assert_eq!(
-        std::fs::read(user.root().join("cuda/add/sm_90a.ptx")).unwrap(),
+        std::fs::read(
+            user.root()
+                .join(concat!("cuda/add/", origin!(), "/sm_90a.ptx"))
+        )
+        .unwrap(),
         b"ptx 90a"
     );
 
@@ -64,9 +70,13 @@ fn export_import_export_is_byte_identical() {
 
     let only_mul = dir.path().join("mul.tar.zst");
     assert_eq!(
-        export(&source, &only_mul, &["mul".to_string()])
-            .unwrap()
-            .artifacts,
+        export(
+            &source,
+            &only_mul,
+            &[("mul".to_string(), headroom_kernels::cache::Origin::Newest)]
+        )
+        .unwrap()
+        .artifacts,
         1
     );
 }
@@ -83,7 +93,11 @@ fn bundles_and_cached_artifacts_are_as_readable_as_plain_files() {
     let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&bundle), mode(&plain));
     assert_eq!(
-        mode(&source.root().join("cuda/add/sm_90a.ptx")),
+        mode(
+            &source
+                .root()
+                .join(concat!("cuda/add/", origin!(), "/sm_90a.ptx"))
+        ),
         mode(&plain)
     );
 }
@@ -106,7 +120,10 @@ fn a_well_formed_hand_made_bundle_imports() {
         &bundle,
         &[
             regular(BUNDLE_MANIFEST.as_bytes(), &manifest),
-            regular(b"cuda/add/sm_80.ptx", b"good"),
+            regular(
+                concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                b"good",
+            ),
         ],
     );
     let cache = Cache::open(&dir.path().join("cache")).unwrap();
@@ -140,7 +157,10 @@ fn import_rejects_malicious_bundles() {
                 Member {
                     kind: tar::EntryType::Symlink,
                     link: b"/etc/passwd",
-                    ..regular(b"cuda/add/sm_80.ptx", b"")
+                    ..regular(
+                        concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                        b"",
+                    )
                 },
             ],
             "only regular files are allowed",
@@ -152,19 +172,34 @@ fn import_rejects_malicious_bundles() {
                 Member {
                     kind: tar::EntryType::Link,
                     link: b"/etc/passwd",
-                    ..regular(b"cuda/add/sm_80.ptx", b"")
+                    ..regular(
+                        concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                        b"",
+                    )
                 },
             ],
             "only regular files are allowed",
         ),
         (
             "wrong hash",
-            vec![manifest_member(), regular(b"cuda/add/sm_80.ptx", b"evil")],
+            vec![
+                manifest_member(),
+                regular(
+                    concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                    b"evil",
+                ),
+            ],
             "does not match its blake3 hash",
         ),
         (
             "unlisted member",
-            vec![manifest_member(), regular(b"cuda/add/sm_90.ptx", b"good")],
+            vec![
+                manifest_member(),
+                regular(
+                    concat!("cuda/add/", origin!(), "/sm_90.ptx").as_bytes(),
+                    b"good",
+                ),
+            ],
             "is not listed",
         ),
         (
@@ -174,15 +209,27 @@ fn import_rejects_malicious_bundles() {
         ),
         (
             "no manifest first",
-            vec![regular(b"cuda/add/sm_80.ptx", b"good"), manifest_member()],
+            vec![
+                regular(
+                    concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                    b"good",
+                ),
+                manifest_member(),
+            ],
             "the first member is",
         ),
         (
             "duplicate",
             vec![
                 manifest_member(),
-                regular(b"cuda/add/sm_80.ptx", b"good"),
-                regular(b"cuda/add/sm_80.ptx", b"good"),
+                regular(
+                    concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                    b"good",
+                ),
+                regular(
+                    concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                    b"good",
+                ),
             ],
             "duplicated",
         ),
@@ -201,12 +248,18 @@ fn import_rejects_malicious_bundles() {
 fn import_rejects_kernel_names_that_nest_directories() {
     let manifest = String::from_utf8(manifest_for(b"good"))
         .unwrap()
-        .replace("\"cuda/add/sm_80.ptx\"", "\"cuda/add/x/sm_80.ptx\"")
+        .replace(
+            concat!("\"cuda/add/", origin!(), "/sm_80.ptx\""),
+            concat!("\"cuda/add/x/", origin!(), "/sm_80.ptx\""),
+        )
         .replace("\"kernel\":\"add\"", "\"kernel\":\"add/x\"");
     assert!(manifest.contains("add/x\""), "{manifest}");
     let (err, _cache, _dir) = import_error(&[
         regular(BUNDLE_MANIFEST.as_bytes(), manifest.as_bytes()),
-        regular(b"cuda/add/x/sm_80.ptx", b"good"),
+        regular(
+            concat!("cuda/add/x/", origin!(), "/sm_80.ptx").as_bytes(),
+            b"good",
+        ),
     ]);
     assert!(
         err.contains("does not match its kernel and target"),
@@ -216,12 +269,16 @@ fn import_rejects_kernel_names_that_nest_directories() {
 
 #[test]
 fn import_rejects_a_manifest_whose_paths_do_not_match_its_entries() {
-    let manifest = String::from_utf8(manifest_for(b"good"))
-        .unwrap()
-        .replace("\"cuda/add/sm_80.ptx\"", "\"../escape.ptx\"");
+    let manifest = String::from_utf8(manifest_for(b"good")).unwrap().replace(
+        concat!("\"cuda/add/", origin!(), "/sm_80.ptx\""),
+        "\"../escape.ptx\"",
+    );
     let (err, _cache, _dir) = import_error(&[
         regular(BUNDLE_MANIFEST.as_bytes(), manifest.as_bytes()),
-        regular(b"cuda/add/sm_80.ptx", b"good"),
+        regular(
+            concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+            b"good",
+        ),
     ]);
     assert!(
         err.contains("does not match its kernel and target"),
@@ -239,7 +296,10 @@ fn import_rejects_a_build_key_that_is_not_a_hash() {
         .replace(&key, "../outside");
     let (err, _cache, dir) = import_error(&[
         regular(BUNDLE_MANIFEST.as_bytes(), manifest.as_bytes()),
-        regular(b"cuda/add/sm_80.ptx", b"good"),
+        regular(
+            concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+            b"good",
+        ),
     ]);
     assert!(
         err.contains("does not match its kernel and target"),

@@ -126,14 +126,20 @@ fn clang_builds_ptx_and_code_objects_for_every_target() {
         }
     }
     // The layout is browsable and the entry records the PTX ISA the resolver needs.
-    let entries = cache
-        .kernel_entries(headroom_kernels::target::Backend::Cuda, "vector_add")
-        .unwrap();
+    let newest = |backend, kernel| {
+        cache
+            .origin_entries(backend, kernel, &headroom_kernels::cache::Origin::Newest)
+            .unwrap()
+    };
+    let entries = newest(headroom_kernels::target::Backend::Cuda, "vector_add");
     assert_eq!(entries.len(), 7);
     assert!(entries.iter().all(|entry| entry.record.ptx_isa.is_some()));
+    let hip = newest(headroom_kernels::target::Backend::Hip, "vector_add_hip");
     assert!(cache_dir
         .path()
-        .join("hip/vector_add_hip/gfx90a_xnack-.hsaco")
+        .join("hip/vector_add_hip")
+        .join(&hip[0].origin)
+        .join("gfx90a_xnack-.hsaco")
         .is_file());
 }
 
@@ -169,12 +175,13 @@ fn rebuilds_are_incremental_and_follow_header_edits() {
         total
     );
 
-    // Going back finds the old artifacts by key without compiling.
+    // Going back finds the old build still in place (each build keeps its own entries),
+    // without compiling.
     std::fs::write(&header, text).unwrap();
     assert_eq!(
         count(
             &build(&manifest, &cache, &BuildOptions::default()).unwrap(),
-            "reused"
+            "up-to-date"
         ),
         total
     );
@@ -210,7 +217,20 @@ fn a_flipped_byte_in_a_blob_is_detected_and_rebuilt() {
     let cache = Cache::open(cache_dir.path()).unwrap();
     build(&manifest, &cache, &BuildOptions::default()).unwrap();
 
-    let artifact = cache_dir.path().join("cuda/vector_add/sm_75.ptx");
+    let origin = cache
+        .origin_entries(
+            headroom_kernels::target::Backend::Cuda,
+            "vector_add",
+            &headroom_kernels::cache::Origin::Newest,
+        )
+        .unwrap()[0]
+        .origin
+        .clone();
+    let artifact = cache_dir
+        .path()
+        .join("cuda/vector_add")
+        .join(origin)
+        .join("sm_75.ptx");
     let blob = std::fs::canonicalize(&artifact).unwrap();
     assert!(blob.starts_with(std::fs::canonicalize(cache_dir.path().join("blobs")).unwrap()));
     let good = std::fs::read(&blob).unwrap();

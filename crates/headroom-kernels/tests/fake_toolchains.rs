@@ -144,8 +144,21 @@ impl Fixture {
         build(&self.manifest, &self.cache, &options)
     }
 
+    /// The artifact `<backend>/<kernel>/<file>` of the kernel's newest build.
     fn artifact(&self, path: &str) -> String {
-        std::fs::read_to_string(self.cache.root().join(path)).unwrap()
+        let (dir, file) = path.rsplit_once('/').unwrap();
+        let (backend, kernel) = dir.split_once('/').unwrap();
+        let backend = match backend {
+            "cuda" => headroom_kernels::target::Backend::Cuda,
+            "hip" => headroom_kernels::target::Backend::Hip,
+            _ => headroom_kernels::target::Backend::Metal,
+        };
+        let entries = self
+            .cache
+            .origin_entries(backend, kernel, &headroom_kernels::cache::Origin::Newest)
+            .unwrap();
+        let origin = &entries[0].origin;
+        std::fs::read_to_string(self.cache.root().join(dir).join(origin).join(file)).unwrap()
     }
 }
 
@@ -333,12 +346,14 @@ fn a_new_toolchain_version_rebuilds() {
     );
     let entry = fixture
         .cache
-        .entry(
+        .origin_entries(
             headroom_kernels::target::Backend::Cuda,
             "add",
-            &"sm_80".parse().unwrap(),
+            &headroom_kernels::cache::Origin::Newest,
         )
         .unwrap()
+        .into_iter()
+        .find(|entry| entry.target.to_string() == "sm_80")
         .unwrap();
     assert_eq!(
         entry.record.toolchain,

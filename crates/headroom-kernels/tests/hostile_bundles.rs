@@ -12,6 +12,7 @@ use std::time::Instant;
 use headroom_kernels::bundle::{import, BundleError, BUNDLE_MANIFEST};
 use headroom_kernels::cache::Cache;
 
+#[macro_use]
 mod hostile;
 use hostile::{artifact, listing, manifest_of, regular, write_members, HOSTILE};
 
@@ -23,7 +24,10 @@ fn cache_with_one_artifact(dir: &Path) -> Cache {
         &bundle,
         &[
             regular(BUNDLE_MANIFEST.as_bytes(), &manifest),
-            regular(b"cuda/other/sm_80.ptx", b"other"),
+            regular(
+                concat!("cuda/other/", origin!(), "/sm_80.ptx").as_bytes(),
+                b"other",
+            ),
         ],
     );
     let cache = Cache::open(&dir.join("cache")).unwrap();
@@ -95,13 +99,23 @@ fn a_refused_bundle_leaves_no_staged_bytes_behind_even_after_good_members() {
         &bundle,
         &[
             regular(BUNDLE_MANIFEST.as_bytes(), &manifest),
-            regular(b"cuda/add/sm_80.ptx", b"good"),
-            regular(b"cuda/mul/sm_80.ptx", b"evil"),
+            regular(
+                concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes(),
+                b"good",
+            ),
+            regular(
+                concat!("cuda/mul/", origin!(), "/sm_80.ptx").as_bytes(),
+                b"evil",
+            ),
         ],
     );
     let err = import(&cache, &bundle).unwrap_err().to_string();
     assert!(
-        err.contains("member `cuda/mul/sm_80.ptx` does not match its blake3 hash"),
+        err.contains(concat!(
+            "member `cuda/mul/",
+            origin!(),
+            "/sm_80.ptx` does not match its blake3 hash"
+        )),
         "{err}"
     );
     assert_eq!(listing(cache.root()), before);

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use headroom_kernels::build::{build, BuildOptions, BuildReport, PairStatus};
-use headroom_kernels::cache::Cache;
+use headroom_kernels::cache::{Cache, Origin};
 use headroom_kernels::inspect::{ptx_target, ptx_version};
 use headroom_kernels::manifest::Manifest;
 use headroom_kernels::resolve::{Format, PtxIsa, Rejection, ResolveOptions, Verdict};
@@ -348,8 +348,10 @@ fn nvcc_builds_real_cubins_ptx_and_fatbins_that_resolve() {
     // What each artifact really is.
     let entry = |kernel: &str, target: &str| {
         cache
-            .entry(Backend::Cuda, kernel, &target.parse().unwrap())
+            .origin_entries(Backend::Cuda, kernel, &Origin::Newest)
             .unwrap()
+            .into_iter()
+            .find(|entry| entry.target.to_string() == target)
             .unwrap_or_else(|| panic!("no entry for {kernel} {target}"))
     };
     let read = |kernel: &str, target: &str| {
@@ -361,7 +363,9 @@ fn nvcc_builds_real_cubins_ptx_and_fatbins_that_resolve() {
         assert_eq!(entry.record.format, Format::Cubin, "{arch}");
         assert_eq!(
             entry.artifact_path(),
-            Path::new(&format!("cuda/add/{arch}.cubin"))
+            Path::new("cuda/add")
+                .join(&entry.origin)
+                .join(format!("{arch}.cubin"))
         );
         assert!(
             entry.record.toolchain.contains("release 13.2,"),

@@ -3,23 +3,28 @@
 //!
 //! ```text
 //! <root>/blobs/ab/abcdef…                    artifact bytes (the cache's blobs, same hashes)
-//! <root>/kernels/v2/<backend>/<kernel>.json  the kernel's index: its cache entries, by target
+//! <root>/kernels/v3/<backend>/<kernel>.json  the kernel's index: its builds, each its entries
 //! ```
 //!
 //! Not every service can list keys (Redis cannot), so one index per kernel says what exists:
-//! a reader asks for it, resolves, and fetches only the blob it picked. A pusher stores its
+//! a reader asks for it, takes one build (its project's origin, else the one pushed last),
+//! resolves among that build's entries only, and fetches only the blob it picked. An index
+//! keeps the [`MAX_BUILDS`] builds pushed last, oldest first, so it stays small while CI
+//! pushes a new build of every edit. A pusher stores its
 //! blobs first and writes the indexes last, each merged into what is there, so every index
 //! any pusher writes names only stored blobs, and pushers of the same artifacts write the same
 //! index. Without compare-and-swap two pushers of different targets can still overwrite each
 //! other's merge, so a pusher waits well past one read-and-write time, checks that its targets
-//! stayed, and merges again where they did not. `v2` is the cache's schema version: entries of
+//! stayed, and merges again where they did not. `v3` is the cache's schema version: entries of
 //! another schema are simply not seen.
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use headroom_kernels::cache::{BlobCheck, Cache, CacheError, Entry, SelectError, SCHEMA_VERSION};
+use headroom_kernels::cache::{
+    is_hash, BlobCheck, Cache, CacheError, Entry, Origin, SelectError, SCHEMA_VERSION,
+};
 use headroom_kernels::manifest::is_valid_kernel_name;
 use headroom_kernels::resolve::{resolve, Device, ResolveOptions};
 use headroom_kernels::target::Backend;
@@ -31,13 +36,30 @@ const PUBLISH_ATTEMPTS: usize = 5;
 /// The least wait between writing indexes and checking that they kept our entries.
 pub(crate) const SETTLE: Duration = Duration::from_millis(50);
 
+/// Builds of one kernel an index keeps: those pushed last.
+pub const MAX_BUILDS: usize = 16;
+
 /// The store's record of one kernel in one backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct KernelIndex {
     kernel: String,
     backend: Backend,
-    /// Sorted by target, one per target.
+    /// Oldest push first, one per origin, at most [`MAX_BUILDS`].
+    builds: Vec<IndexedBuild>,
+}
+
+/// The entries of one build (one origin) of a kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct IndexedBuild {
+    origin: String,
+    /// Sorted by target, one per target, all of this origin.
     entries: Vec<Entry>,
+}
+
+impl KernelIndex {
+    fn build(&self, origin: &str) -> Option<&IndexedBuild> {
+        self.builds.iter().find(|build| build.origin == origin)
+    }
 }
 
 /// The key of a kernel's index.
@@ -75,8 +97,13 @@ pub struct PushSummary {
     pub bytes_sent: u64,
 }
 
-/// Copies the artifacts of the named kernels (all when none is named) to the store.
-pub fn push(store: &Store, cache: &Cache, kernels: &[String]) -> Result<PushSummary, PushError> {
+/// Copies the artifacts of one build of each named kernel (of every kernel at its newest
+/// build, when none is named) to the store, where it becomes the kernel's newest build.
+pub fn push(
+    store: &Store,
+    cache: &Cache,
+    kernels: &[(String, Origin)],
+) -> Result<PushSummary, PushError> {
     if store.read_only() {
         return Err(StoreError::ReadOnly {
             store: store.shown().to_string(),
@@ -84,10 +111,10 @@ pub fn push(store: &Store, cache: &Cache, kernels: &[String]) -> Result<PushSumm
         .into());
     }
     let mut summary = PushSummary::default();
-    let entries = cache.selected_entries(kernels)?;
-    // `entries` is sorted by backend, then kernel: each group is one index.
+    let entries = cache.selected_builds(kernels)?;
+    // Each kernel's entries come together, by backend: each group is one build of one index.
     let mut pending: Vec<&[Entry]> = entries
-        .chunk_by(|a, b| a.backend == b.backend && a.kernel == b.kernel)
+        .chunk_by(|a, b| a.backend == b.backend && a.kernel == b.kernel && a.origin == b.origin)
         .collect();
     for entry in &entries {
         let bytes = cache
@@ -133,46 +160,71 @@ pub fn push(store: &Store, cache: &Cache, kernels: &[String]) -> Result<PushSumm
     })
 }
 
-/// Merges `mine` (one kernel, one backend) into the store's index; returns `None` when the
-/// index already holds them all, else how many it lacked.
+/// Merges `mine` (one build of one kernel in one backend) into the store's index, as its
+/// newest build; returns `None` when the index already holds them all in its newest build,
+/// else how many it lacked.
 fn merge_index(store: &Store, mine: &[Entry]) -> Result<Option<usize>, StoreError> {
-    let (kernel, backend) = (&mine[0].kernel, mine[0].backend);
+    let (kernel, backend, origin) = (&mine[0].kernel, mine[0].backend, &mine[0].origin);
     let mut index = read_index(store, kernel, backend)?
         .found()
         .unwrap_or_else(|| KernelIndex {
             kernel: kernel.clone(),
             backend,
-            entries: Vec::new(),
+            builds: Vec::new(),
         });
     let missing = mine
         .iter()
-        .filter(|entry| !index.entries.contains(entry))
+        .filter(|entry| {
+            !index
+                .build(origin)
+                .is_some_and(|build| build.entries.contains(entry))
+        })
         .count();
-    if missing == 0 {
+    let newest = index
+        .builds
+        .last()
+        .is_some_and(|build| &build.origin == origin);
+    if missing == 0 && newest {
         return Ok(None);
     }
-    index
+    let position = index
+        .builds
+        .iter()
+        .position(|build| &build.origin == origin);
+    let mut build = match position {
+        Some(position) => index.builds.remove(position),
+        None => IndexedBuild {
+            origin: origin.clone(),
+            entries: Vec::new(),
+        },
+    };
+    build
         .entries
         .retain(|there| !mine.iter().any(|entry| entry.target == there.target));
-    index.entries.extend(mine.iter().cloned());
-    index.entries.sort_by(|a, b| a.target.cmp(&b.target));
+    build.entries.extend(mine.iter().cloned());
+    build.entries.sort_by(|a, b| a.target.cmp(&b.target));
+    index.builds.push(build);
+    let excess = index.builds.len().saturating_sub(MAX_BUILDS);
+    index.builds.drain(..excess);
     let bytes = serde_json::to_vec_pretty(&index).expect("indexes always serialize");
     store.put(&index_key(backend, kernel), &bytes)?;
     Ok(Some(missing))
 }
 
-/// Whether the store's index has an entry for each target of `mine`. A concurrent pusher's
-/// entry for one of them may have won: it names a stored blob too.
+/// Whether the store's index has, in the build of `mine`, an entry for each of its targets. A
+/// concurrent pusher's entry for one of them may have won: it names a stored blob too.
 fn index_holds_targets(store: &Store, mine: &[Entry]) -> Result<bool, StoreError> {
-    let (kernel, backend) = (&mine[0].kernel, mine[0].backend);
+    let (kernel, backend, origin) = (&mine[0].kernel, mine[0].backend, &mine[0].origin);
     Ok(read_index(store, kernel, backend)?
         .found()
         .is_some_and(|index| {
-            mine.iter().all(|entry| {
-                index
-                    .entries
-                    .iter()
-                    .any(|there| there.target == entry.target)
+            index.build(origin).is_some_and(|build| {
+                mine.iter().all(|entry| {
+                    build
+                        .entries
+                        .iter()
+                        .any(|there| there.target == entry.target)
+                })
             })
         }))
 }
@@ -210,20 +262,33 @@ fn read_index(store: &Store, kernel: &str, backend: Backend) -> Result<IndexRead
         Ok(index) => index,
         Err(err) => return Ok(IndexRead::Refused(format!("it is not an index: {err}"))),
     };
+    let well_formed_build = |build: &IndexedBuild| {
+        is_hash(&build.origin)
+            && build.entries.iter().all(|entry| {
+                entry.is_well_formed()
+                    && entry.kernel == kernel
+                    && entry.backend == backend
+                    && entry.origin == build.origin
+            })
+            && build
+                .entries
+                .windows(2)
+                .all(|pair| pair[0].target < pair[1].target)
+    };
+    let origins_once = index.builds.iter().enumerate().all(|(at, build)| {
+        index.builds[..at]
+            .iter()
+            .all(|before| before.origin != build.origin)
+    });
     let well_formed = index.kernel == kernel
         && index.backend == backend
-        && index.entries.iter().all(|entry| {
-            entry.is_well_formed() && entry.kernel == kernel && entry.backend == backend
-        })
-        && index
-            .entries
-            .windows(2)
-            .all(|pair| pair[0].target < pair[1].target);
+        && origins_once
+        && index.builds.iter().all(well_formed_build);
     Ok(if well_formed {
         IndexRead::Found(index)
     } else {
         IndexRead::Refused(format!(
-            "it does not hold well-formed, sorted entries of kernel `{kernel}` ({backend}) only"
+            "it does not hold builds of kernel `{kernel}` ({backend}) only, each once, with well-formed entries sorted by target"
         ))
     })
 }
@@ -247,13 +312,13 @@ pub struct PullSummary {
     pub unreachable: Option<String>,
 }
 
-/// Copies artifacts of the named kernels from the store into the cache: with a device, only
-/// the one the resolver picks for it (the next best where that one's blob is corrupt);
-/// without, every target.
+/// Copies artifacts of the named kernels, each of its build (`Origin`), from the store into
+/// the cache: with a device, only the one the resolver picks for it (the next best where that
+/// one's blob is corrupt); without, every target.
 pub fn pull(
     store: &Store,
     cache: &Cache,
-    kernels: &[String],
+    kernels: &[(String, Origin)],
     device: Option<(&Device, &ResolveOptions)>,
 ) -> Result<PullSummary, CacheError> {
     let mut summary = PullSummary::default();
@@ -261,9 +326,19 @@ pub fn pull(
         Some((device, _)) => vec![device.backend()],
         None => vec![Backend::Cuda, Backend::Hip, Backend::Metal],
     };
-    for kernel in kernels.iter().filter(|kernel| is_valid_kernel_name(kernel)) {
+    for (kernel, origin) in kernels
+        .iter()
+        .filter(|(kernel, _)| is_valid_kernel_name(kernel))
+    {
         for &backend in &backends {
-            match pull_kernel(store, cache, kernel, backend, device, &mut summary) {
+            match pull_kernel(
+                store,
+                cache,
+                (kernel, origin),
+                backend,
+                device,
+                &mut summary,
+            ) {
                 Ok(()) => {}
                 Err(Failure::Store(err)) => {
                     summary.unreachable = Some(err.to_string());
@@ -276,17 +351,29 @@ pub fn pull(
     Ok(summary)
 }
 
-/// Pulls one kernel of one backend.
+/// Pulls one build of one kernel of one backend.
 fn pull_kernel(
     store: &Store,
     cache: &Cache,
-    kernel: &str,
+    (kernel, origin): (&str, &Origin),
     backend: Backend,
     device: Option<(&Device, &ResolveOptions)>,
     summary: &mut PullSummary,
 ) -> Result<(), Failure> {
     let mut entries = match read_index(store, kernel, backend)? {
-        IndexRead::Found(index) => index.entries,
+        IndexRead::Found(mut index) => {
+            let chosen = match origin {
+                Origin::Newest => index.builds.pop(),
+                Origin::Exactly(origin) => index
+                    .builds
+                    .into_iter()
+                    .find(|build| &build.origin == origin),
+            };
+            match chosen {
+                Some(build) => build.entries,
+                None => return Ok(()),
+            }
+        }
         IndexRead::Absent => return Ok(()),
         IndexRead::Refused(reason) => {
             let key = index_key(backend, kernel);
@@ -348,7 +435,7 @@ fn fetch(
             }
         }
     } else if cache
-        .entry(entry.backend, &entry.kernel, &entry.target)?
+        .entry(entry.backend, &entry.kernel, &entry.origin, &entry.target)?
         .as_ref()
         == Some(entry)
     {
@@ -383,14 +470,25 @@ mod tests {
         }
     }
 
+    /// The origin of the sources `name` stands for.
+    fn origin(name: &str) -> String {
+        hash_bytes(format!("sources {name}").as_bytes())
+    }
+
     /// Publishes a cubin of `kernel` for `target` into `cache`.
     fn artifact(cache: &Cache, kernel: &str, target: &str) -> Entry {
-        let bytes = format!("cubin of {kernel} for {target}");
+        built_from(cache, "main", kernel, target)
+    }
+
+    /// Publishes a cubin of `kernel` for `target`, built from the sources `sources`.
+    fn built_from(cache: &Cache, sources: &str, kernel: &str, target: &str) -> Entry {
+        let bytes = format!("cubin of {kernel} for {target} from {sources}");
         let entry = Entry {
             kernel: kernel.into(),
             backend: Backend::Cuda,
+            origin: origin(sources),
             target: target.parse().unwrap(),
-            key: hash_bytes(format!("key {kernel} {target}").as_bytes()),
+            key: hash_bytes(format!("key {kernel} {target} {sources}").as_bytes()),
             record: KeyRecord {
                 blob: cache.store_blob(bytes.as_bytes()).unwrap(),
                 size: bytes.len() as u64,
@@ -406,6 +504,80 @@ mod tests {
         "sm_89".parse().unwrap()
     }
 
+    /// The newest build of each named kernel.
+    fn newest(names: &[&str]) -> Vec<(String, Origin)> {
+        names
+            .iter()
+            .map(|name| (name.to_string(), Origin::Newest))
+            .collect()
+    }
+
+    /// Two projects push a `vector_add` each (the second without sm_86): a pull for one
+    /// project's origin gets only its own artifacts, and a pull of the newest build gets the
+    /// last pushed, never a target of the other beside it.
+    #[test]
+    fn builds_of_one_kernel_name_stay_apart_in_the_store() {
+        let fixture = Fixture::new();
+        let first = fixture.cache("first");
+        for target in ["sm_80", "sm_86"] {
+            built_from(&first, "first", "vector_add", target);
+        }
+        let second = fixture.cache("second");
+        built_from(&second, "second", "vector_add", "sm_80");
+        push(&fixture.store, &first, &[]).unwrap();
+        push(&fixture.store, &second, &[]).unwrap();
+
+        let options = ResolveOptions::default();
+        let pulled_origins = |wanted: Origin| {
+            let user = fixture.cache(&format!("user-{}", fastrand::u64(..)));
+            let names = [("vector_add".to_string(), wanted)];
+            pull(&fixture.store, &user, &names, Some((&sm89(), &options)))
+                .unwrap()
+                .fetched
+                .iter()
+                .map(|entry| (entry.origin.clone(), entry.target.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            pulled_origins(Origin::Exactly(origin("first"))),
+            [(origin("first"), "sm_86".to_string())]
+        );
+        assert_eq!(
+            pulled_origins(Origin::Exactly(origin("second"))),
+            [(origin("second"), "sm_80".to_string())]
+        );
+        assert_eq!(
+            pulled_origins(Origin::Newest),
+            [(origin("second"), "sm_80".to_string())],
+            "the newest build alone, not the first's sm_86 beside it"
+        );
+        assert_eq!(pulled_origins(Origin::Exactly(origin("third"))), []);
+    }
+
+    /// An index keeps the builds pushed last, so it stays small as CI pushes every edit.
+    #[test]
+    fn an_index_keeps_the_builds_pushed_last() {
+        let fixture = Fixture::new();
+        for version in 0..MAX_BUILDS + 2 {
+            let cache = fixture.cache(&format!("v{version}"));
+            built_from(&cache, &format!("v{version}"), "add", "sm_80");
+            push(&fixture.store, &cache, &[]).unwrap();
+        }
+        let IndexRead::Found(index) = read_index(&fixture.store, "add", Backend::Cuda).unwrap()
+        else {
+            panic!("no index");
+        };
+        let origins: Vec<&str> = index
+            .builds
+            .iter()
+            .map(|build| build.origin.as_str())
+            .collect();
+        let expected: Vec<String> = (2..MAX_BUILDS + 2)
+            .map(|v| origin(&format!("v{v}")))
+            .collect();
+        assert_eq!(origins, expected);
+    }
+
     #[test]
     fn pull_for_a_device_fetches_only_the_artifact_it_resolves_to() {
         let fixture = Fixture::new();
@@ -419,7 +591,7 @@ mod tests {
 
         let user = fixture.cache("user");
         let options = ResolveOptions::default();
-        let names = ["add".to_string()];
+        let names = newest(&["add"]);
         let pulled = pull(&fixture.store, &user, &names, Some((&sm89(), &options))).unwrap();
         let targets: Vec<String> = pulled
             .fetched
@@ -451,7 +623,7 @@ mod tests {
         let pulled = pull(
             &fixture.store,
             &user,
-            &["add".to_string()],
+            &newest(&["add"]),
             Some((&sm89(), &ResolveOptions::default())),
         )
         .unwrap();
@@ -478,7 +650,10 @@ mod tests {
         let index = KernelIndex {
             kernel: "add".into(),
             backend: Backend::Cuda,
-            entries: vec![entry],
+            builds: vec![IndexedBuild {
+                origin: entry.origin.clone(),
+                entries: vec![entry],
+            }],
         };
         let key = index_key(Backend::Cuda, "add");
         fixture
@@ -486,7 +661,7 @@ mod tests {
             .put(&key, &serde_json::to_vec(&index).unwrap())
             .unwrap();
         let user = fixture.cache("user");
-        let pulled = pull(&fixture.store, &user, &["add".to_string()], None).unwrap();
+        let pulled = pull(&fixture.store, &user, &newest(&["add"]), None).unwrap();
         assert!(pulled.fetched.is_empty());
         assert!(pulled.refused[0].starts_with(&key), "{:?}", pulled.refused);
         assert!(user.entries().unwrap().is_empty());
@@ -509,7 +684,7 @@ mod tests {
             }
         });
         let user = fixture.cache("user");
-        let pulled = pull(&fixture.store, &user, &["add".to_string()], None).unwrap();
+        let pulled = pull(&fixture.store, &user, &newest(&["add"]), None).unwrap();
         assert_eq!(pulled.fetched.len(), targets.len());
     }
 

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use headroom_kernels::cache::Cache;
+use headroom_kernels::manifest::Manifest;
 
 const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
 
@@ -42,18 +43,43 @@ fn have_clang() -> bool {
 
 struct Project {
     dir: tempfile::TempDir,
+    /// `cache` in the project's directory, unless projects share one.
+    cache: PathBuf,
 }
 
 impl Project {
     fn new(manifest: &str) -> Self {
+        Project::with_source(manifest, SOURCE)
+    }
+
+    /// A project whose `vector_add.cu` is `source`.
+    fn with_source(manifest: &str, source: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("kernels.toml"), manifest).unwrap();
-        std::fs::write(dir.path().join("vector_add.cu"), SOURCE).unwrap();
-        Project { dir }
+        std::fs::write(dir.path().join("vector_add.cu"), source).unwrap();
+        let cache = dir.path().join("cache");
+        Project { dir, cache }
     }
 
     fn cache_dir(&self) -> PathBuf {
-        self.dir.path().join("cache")
+        self.cache.clone()
+    }
+
+    /// Where the cache keeps `file` of `kernel` as the manifest builds it now:
+    /// `<cache>/<backend>/<kernel>/<origin>/<file>`.
+    fn layout(&self, kernel: &str, file: &str) -> PathBuf {
+        let manifest = Manifest::load(&self.dir.path().join("kernels.toml")).unwrap();
+        let kernel = manifest
+            .kernels
+            .iter()
+            .find(|each| each.name == kernel)
+            .unwrap();
+        let origin = headroom_kernels::build::origin(kernel, &manifest.path).unwrap();
+        self.cache
+            .join(kernel.language.backend().as_str())
+            .join(&kernel.name)
+            .join(origin)
+            .join(file)
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -200,8 +226,7 @@ fn a_corrupted_blob_is_rebuilt_through_the_cli() {
     }
     let project = Project::new(MANIFEST);
     assert_eq!(project.run(&["build"]).status.code(), Some(0));
-    let blob = std::fs::canonicalize(project.cache_dir().join("hip/vector_add_hip/gfx1100.hsaco"))
-        .unwrap();
+    let blob = std::fs::canonicalize(project.layout("vector_add_hip", "gfx1100.hsaco")).unwrap();
     let mut bytes = std::fs::read(&blob).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
@@ -230,8 +255,7 @@ fn resolve_prints_the_artifact_or_exits_1_with_advice() {
     assert_eq!(
         stdout(&hopper).trim(),
         project
-            .cache_dir()
-            .join("cuda/vector_add/sm_90a.ptx")
+            .layout("vector_add", "sm_90a.ptx")
             .display()
             .to_string()
     );
@@ -415,7 +439,7 @@ fn an_interrupted_build_keeps_the_artifacts_it_finished() {
         .spawn()
         .unwrap();
 
-    let finished_entry = project.cache_dir().join("cuda/k/sm_80.json");
+    let finished_entry = project.layout("k", "sm_80.json");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !finished_entry.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -427,10 +451,10 @@ fn an_interrupted_build_keeps_the_artifacts_it_finished() {
         "sm_80 was not published before the build was interrupted"
     );
     assert_eq!(
-        std::fs::read_to_string(project.cache_dir().join("cuda/k/sm_80.cubin")).unwrap(),
+        std::fs::read_to_string(project.layout("k", "sm_80.cubin")).unwrap(),
         "FAKE cubin sm_80\n"
     );
-    assert!(!project.cache_dir().join("cuda/k/sm_90.json").exists());
+    assert!(!project.layout("k", "sm_90.json").exists());
 }
 
 #[test]
@@ -711,6 +735,299 @@ fn the_real_nvcc_builds_through_cuda_home() {
         stdout(&output),
         stderr(&output)
     );
-    let cubin = std::fs::read(project.cache_dir().join("cuda/k/sm_80.cubin")).unwrap();
+    let cubin = std::fs::read(project.layout("k", "sm_80.cubin")).unwrap();
     assert!(cubin.starts_with(b"\x7fELF"));
+}
+
+/// `vector_add` of another project: other sources (its entry point has another name, so each
+/// project's PTX can be told apart) and other targets.
+const OTHER_MANIFEST: &str = r#"
+[kernel.vector_add]
+language = "cuda"
+sources = ["vector_add.cu"]
+targets = ["sm_80", "sm_90"]
+toolchain = ["clang"]
+"#;
+
+const OTHER_SOURCE: &str = "extern \"C\" __global__ void vector_add_other(float *o, const float *a, const float *b, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) o[i] = a[i] * b[i];\n}\n";
+
+/// `resolve --json`'s pick: its target and the PTX entry point in its artifact.
+fn resolved(output: &Output) -> (String, String) {
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(output));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let chosen = &json["chosen"];
+    let ptx = std::fs::read_to_string(chosen["artifact"].as_str().unwrap()).unwrap();
+    let entry = ["vector_add_other", "vector_add"]
+        .into_iter()
+        .find(|name| ptx.contains(&format!(".entry {name}(")))
+        .unwrap_or("none");
+    (
+        chosen["target"].as_str().unwrap().to_string(),
+        entry.to_string(),
+    )
+}
+
+/// Issue 36, item 15: two projects that both define `vector_add`, from different sources,
+/// build into one cache. Each resolves only its own artifacts: before, the second's resolve
+/// for sm_90 returned the first's sm_90a, and their sm_80 entries overwrote each other. From
+/// elsewhere (no manifest) a resolve takes the newest build whole, never a target of another.
+#[test]
+fn projects_sharing_a_kernel_name_resolve_only_their_own_artifacts() {
+    if !have_clang() {
+        return;
+    }
+    let first = Project::new(MANIFEST);
+    let mut second = Project::with_source(OTHER_MANIFEST, OTHER_SOURCE);
+    second.cache = first.cache_dir();
+    for project in [&first, &second] {
+        let build = project.run(&["build", "--kernel", "vector_add"]);
+        assert_eq!(build.status.code(), Some(0), "{}", stderr(&build));
+    }
+    let resolve = |project: &Project, device: &str| {
+        resolved(&project.run(&["resolve", "vector_add", "--device", device, "--json"]))
+    };
+    let own = |target: &str, entry: &str| (target.to_string(), entry.to_string());
+    assert_eq!(resolve(&second, "sm_90"), own("sm_90", "vector_add_other"));
+    assert_eq!(resolve(&second, "sm_89"), own("sm_80", "vector_add_other"));
+    assert_eq!(resolve(&first, "sm_90"), own("sm_90a", "vector_add"));
+    assert_eq!(resolve(&first, "sm_80"), own("sm_80", "vector_add"));
+
+    // A rebuild of the first finds its artifacts up to date: nothing of it was overwritten.
+    let again = first.run(&["build", "--kernel", "vector_add", "--json"]);
+    assert!(
+        statuses(&again).iter().all(|status| status == "up_to_date"),
+        "{}",
+        stdout(&again)
+    );
+
+    // Without a manifest: the newest build (the second's), all of it, and nothing else.
+    let elsewhere = first
+        .command_with_manifest(&first.dir.path().join("none.toml"), &[])
+        .args(["resolve", "vector_add", "--device", "sm_90", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(resolved(&elsewhere), own("sm_90", "vector_add_other"));
+}
+
+/// After an edit, the project's resolve takes only artifacts of its current sources: until it
+/// is rebuilt there are none, and the message says so and what to run.
+#[test]
+fn an_edited_kernel_resolves_nothing_until_it_is_rebuilt() {
+    if !have_clang() {
+        return;
+    }
+    let project = Project::with_source(OTHER_MANIFEST, OTHER_SOURCE);
+    assert_eq!(project.run(&["build"]).status.code(), Some(0));
+    std::fs::write(project.dir.path().join("vector_add.cu"), SOURCE).unwrap();
+    let stale = project.run(&["resolve", "vector_add", "--device", "sm_90"]);
+    assert_eq!(stale.status.code(), Some(1), "{}", stdout(&stale));
+    assert!(
+        stderr(&stale)
+            .contains("no artifacts of kernel `vector_add` built from its sources and flags in ")
+            && stderr(&stale).contains(
+                "run `headroom kernels build` (the cache holds 1 other build of `vector_add`"
+            ),
+        "{}",
+        stderr(&stale)
+    );
+    assert_eq!(project.run(&["build"]).status.code(), Some(0));
+    let fresh = project.run(&["resolve", "vector_add", "--device", "sm_90", "--json"]);
+    assert_eq!(resolved(&fresh), ("sm_90".into(), "vector_add".into()));
+}
+
+/// A bundle holds one build of each kernel, the project's current one, though the cache keeps
+/// the build from before an edit: whoever imports it resolves to that build.
+#[test]
+fn export_ships_the_current_build_only() {
+    if !have_clang() {
+        return;
+    }
+    let project = Project::with_source(OTHER_MANIFEST, OTHER_SOURCE);
+    assert_eq!(project.run(&["build"]).status.code(), Some(0));
+    std::fs::write(project.dir.path().join("vector_add.cu"), SOURCE).unwrap();
+    assert_eq!(project.run(&["build"]).status.code(), Some(0));
+    assert_eq!(
+        Cache::open(&project.cache_dir())
+            .unwrap()
+            .entries()
+            .unwrap()
+            .len(),
+        4
+    );
+
+    let bundle = project.dir.path().join("kernels.tar.zst");
+    let exported = project.run(&["export", bundle.to_str().unwrap(), "--json"]);
+    assert_eq!(exported.status.code(), Some(0), "{}", stderr(&exported));
+    let summary: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
+    assert_eq!(summary["artifacts"], 2);
+
+    let user = Project::new(OTHER_MANIFEST);
+    std::fs::remove_file(user.dir.path().join("kernels.toml")).unwrap();
+    let imported = user.run(&["import", bundle.to_str().unwrap()]);
+    assert_eq!(imported.status.code(), Some(0), "{}", stderr(&imported));
+    let resolve = user.run(&["resolve", "vector_add", "--device", "sm_90", "--json"]);
+    assert_eq!(resolved(&resolve), ("sm_90".into(), "vector_add".into()));
+}
+
+/// Entries an older headroom wrote (`<backend>/<kernel>/<target>.json`, no origin) are not
+/// resolved, since nothing says which project built them; the message says so, and `gc`
+/// removes them.
+#[test]
+fn entries_of_an_older_headroom_are_named_and_not_used() {
+    let project = Project::new(MANIFEST);
+    let cache = Cache::open(&project.cache_dir()).unwrap();
+    let blob = cache.store_blob(b"old ptx").unwrap();
+    let kernel_dir = project.cache_dir().join("cuda/vector_add");
+    std::fs::create_dir_all(&kernel_dir).unwrap();
+    let old_entry = serde_json::json!({
+        "kernel": "vector_add", "backend": "cuda", "target": "sm_80", "key": blob,
+        "blob": blob, "size": 7, "format": "ptx", "ptx_isa": null, "toolchain": "clang",
+    });
+    std::fs::write(kernel_dir.join("sm_80.json"), old_entry.to_string()).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../blobs/{}/{blob}", &blob[..2]),
+        kernel_dir.join("sm_80.ptx"),
+    )
+    .unwrap();
+
+    let output = project
+        .command_with_manifest(&project.dir.path().join("none.toml"), &[])
+        .args(["resolve", "vector_add", "--device", "sm_80"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains("the cache holds 1 artifact of `vector_add` from an older headroom, which did not record which project built it, so it is not used; `headroom kernels gc` removes them"),
+        "{}",
+        stderr(&output)
+    );
+    let gc = project.run(&["gc", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(report["entries_removed"], 1, "{}", stdout(&gc));
+    assert_eq!(std::fs::read_dir(&kernel_dir).unwrap().count(), 0);
+}
+
+/// A stand-in for the CUDA driver (`libcuda.so.1`): device 0 has the compute capability in
+/// `FAKE_CUDA_CC` (e.g. `90`), or there is no device when it is unset.
+const FAKE_CUDA: &str = r#"
+#include <stdlib.h>
+static int cc(void) { const char *v = getenv("FAKE_CUDA_CC"); return v ? atoi(v) : -1; }
+int cuInit(unsigned int flags) { (void)flags; return cc() < 0 ? 100 : 0; }
+int cuDeviceGet(int *device, int ordinal) { *device = ordinal; return ordinal == 0 ? 0 : 101; }
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+    (void)device;
+    if (attribute == 75) { *value = cc() / 10; return 0; }
+    if (attribute == 76) { *value = cc() % 10; return 0; }
+    return 1;
+}
+"#;
+
+/// A directory holding the stand-in driver, or `None` (with why) where no C compiler builds it.
+fn fake_cuda_dir(dir: &Path) -> Option<PathBuf> {
+    let lib = dir.join("fake-cuda");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("fake_cuda.c"), FAKE_CUDA).unwrap();
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(lib.join("libcuda.so.1"))
+        .arg(lib.join("fake_cuda.c"))
+        .status()
+        .is_ok_and(|status| status.success());
+    if !built {
+        eprintln!("skipping: no C compiler (`cc`) to build the stand-in CUDA driver");
+    }
+    built.then_some(lib)
+}
+
+/// Issue 36, item 20: `--device` defaults to `local`, the GPU the CUDA driver reports.
+#[test]
+fn resolve_picks_the_local_gpu_through_the_driver() {
+    if !have_clang() {
+        return;
+    }
+    let project = Project::new(MANIFEST);
+    assert_eq!(
+        project
+            .run(&["build", "--kernel", "vector_add"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let Some(lib) = fake_cuda_dir(project.dir.path()) else {
+        return;
+    };
+    let resolve = |cc: Option<&str>, args: &[&str]| {
+        let mut command = project.command(&["resolve", "vector_add", "--json"]);
+        command.args(args).env("LD_LIBRARY_PATH", &lib);
+        match cc {
+            Some(cc) => command.env("FAKE_CUDA_CC", cc),
+            None => command.env_remove("FAKE_CUDA_CC"),
+        };
+        command.output().unwrap()
+    };
+    for (cc, device, target) in [("90", "sm_90", "sm_90a"), ("89", "sm_89", "sm_89")] {
+        for args in [&[][..], &["--device", "local"][..]] {
+            let output = resolve(Some(cc), args);
+            assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+            let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+            assert_eq!(json["device"], device);
+            assert_eq!(json["chosen"]["target"], target);
+        }
+    }
+    let none = resolve(None, &[]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        stderr(&none).contains("--device local found no GPU here: the CUDA driver sees no device (check CUDA_VISIBLE_DEVICES); name the device instead, e.g. --device sm_90"),
+        "{}",
+        stderr(&none)
+    );
+}
+
+/// Whether the loader would find a CUDA driver: in its cache or on `LD_LIBRARY_PATH`.
+fn have_cuda_driver() -> bool {
+    let in_cache = ["ldconfig", "/sbin/ldconfig"].iter().any(|ldconfig| {
+        Command::new(ldconfig)
+            .arg("-p")
+            .output()
+            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).contains("libcuda.so.1"))
+    });
+    let on_path = std::env::var_os("LD_LIBRARY_PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| dir.join("libcuda.so.1").exists())
+    });
+    in_cache || on_path
+}
+
+/// Issue 36, item 20: where no CUDA driver loads, `--device local` (the default) fails with an
+/// error that names the flag and how to name the device instead.
+#[test]
+fn without_a_gpu_local_says_to_name_the_device() {
+    if have_cuda_driver() {
+        eprintln!("skipping: this machine has a CUDA driver");
+        return;
+    }
+    let project = Project::new(MANIFEST);
+    let output = project.run(&["resolve", "vector_add"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains(
+            "--device local found no GPU here: the NVIDIA driver's libcuda.so.1 does not load"
+        ) && stderr(&output).contains("name the device instead, e.g. --device sm_90"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// A manifest that exists but cannot be read is an error for `resolve`, not a reason to take
+/// whichever build the cache has: it names the place and the flag.
+#[test]
+fn resolve_with_a_broken_manifest_names_it_and_the_flag() {
+    let project = Project::new("[kernel.vector_add]\nlanguage = \"cuda\"\n");
+    let output = project.run(&["resolve", "vector_add", "--device", "sm_90"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
+    assert!(
+        stderr(&output).contains("kernels.toml:1:1: missing field `sources`")
+            && stderr(&output).contains("pass the project's manifest with --manifest"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -108,6 +108,16 @@ fn artifact_bytes(kernel: &str, target: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// The origin of what CI built (any hash will do).
+fn ci_origin() -> String {
+    hash_bytes(b"the sources CI built")
+}
+
+/// Where the cache keeps `file` of CI's build of a kernel: `<backend>/<kernel>/<origin>/<file>`.
+fn in_layout(kernel_dir: &str, file: &str) -> String {
+    format!("{kernel_dir}/{}/{file}", ci_origin())
+}
+
 /// Publishes one artifact into a cache.
 fn publish(cache: &Cache, kernel: &str, target: &str, format: Format) -> Entry {
     let target: headroom_kernels::target::Target = target.parse().unwrap();
@@ -116,6 +126,7 @@ fn publish(cache: &Cache, kernel: &str, target: &str, format: Format) -> Entry {
         .publish(&Entry {
             kernel: kernel.into(),
             backend: target.backend(),
+            origin: ci_origin(),
             key: hash_bytes(format!("{kernel} {target}").as_bytes()),
             target,
             record: KeyRecord {
@@ -207,7 +218,7 @@ fn push_pull_and_resolve_fetch(kind: Kind) {
         assert_eq!(stderr(&resolved), "");
         let path = stdout(&resolved).trim().to_string();
         assert!(
-            path.ends_with("hip/vector_add_hip/gfx11-generic.hsaco"),
+            path.ends_with(&in_layout("hip/vector_add_hip", "gfx11-generic.hsaco")),
             "{path}"
         );
         assert_eq!(
@@ -313,7 +324,10 @@ fn concurrent_pushers(kind: Kind) {
         let output = reader.wait_with_output().unwrap();
         assert!(output.status.success());
         let path = stdout(&output).trim().to_string();
-        assert!(path.ends_with("cuda/vector_add/sm_86.cubin"), "{path}");
+        assert!(
+            path.ends_with(&in_layout("cuda/vector_add", "sm_86.cubin")),
+            "{path}"
+        );
         assert_eq!(
             std::fs::read(&path).unwrap(),
             artifact_bytes("vector_add", "sm_86")
@@ -346,7 +360,12 @@ fn concurrent_pushers(kind: Kind) {
 fn best_blob_key(built: &Path) -> String {
     let best = Cache::open(built)
         .unwrap()
-        .entry(Backend::Cuda, "vector_add", &"sm_86".parse().unwrap())
+        .entry(
+            Backend::Cuda,
+            "vector_add",
+            &ci_origin(),
+            &"sm_86".parse().unwrap(),
+        )
         .unwrap()
         .unwrap();
     blob_key(&best.record.blob)
@@ -361,7 +380,7 @@ fn resolve_falls_back_with_one_warning(user: &Path, store_url: &str) -> String {
     assert!(
         stdout(&resolved)
             .trim()
-            .ends_with("cuda/vector_add/sm_80.cubin"),
+            .ends_with(&in_layout("cuda/vector_add", "sm_80.cubin")),
         "{}",
         stdout(&resolved)
     );
@@ -434,7 +453,7 @@ fn a_store_that_is_down_warns_once_and_resolves_locally(kind: Kind) {
     );
     assert!(stdout(&resolved)
         .trim()
-        .ends_with("cuda/vector_add/sm_80.cubin"));
+        .ends_with(&in_layout("cuda/vector_add", "sm_80.cubin")));
     let warning = stderr(&resolved);
     assert_eq!(warning.lines().count(), 1, "{warning}");
     assert!(
@@ -619,7 +638,7 @@ fn the_store_comes_from_the_flag_the_variable_headroom_toml_or_the_user_settings
     let pushed_to = |name: &str| {
         dir.path()
             .join(name)
-            .join("kernels/v2/cuda/vector_add.json")
+            .join(index_key(Backend::Cuda, "vector_add"))
             .is_file()
     };
     let none = push(&[]);

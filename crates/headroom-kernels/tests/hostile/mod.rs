@@ -13,6 +13,16 @@ use headroom_kernels::cache::{hash_bytes, Entry, KeyRecord};
 use headroom_kernels::resolve::Format;
 use headroom_kernels::target::Backend;
 
+/// The origin of every artifact here (any hash will do), as a literal for `concat!`.
+macro_rules! origin {
+    () => {
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    };
+}
+
+/// The origin of every artifact here.
+pub const ORIGIN: &str = origin!();
+
 const BLOCK: usize = 512;
 
 /// Decompressed bytes of zeros each repeated zstd frame of a bomb holds.
@@ -156,6 +166,7 @@ pub fn artifact(kernel: &str, bytes: &[u8]) -> serde_json::Value {
     let entry = Entry {
         kernel: kernel.into(),
         backend: Backend::Cuda,
+        origin: ORIGIN.into(),
         target: "sm_80".parse().unwrap(),
         key: hash_bytes(b"add"),
         record: KeyRecord {
@@ -167,7 +178,7 @@ pub fn artifact(kernel: &str, bytes: &[u8]) -> serde_json::Value {
         },
     };
     serde_json::json!({
-        "path": format!("cuda/{kernel}/sm_80.ptx"),
+        "path": format!("cuda/{kernel}/{ORIGIN}/sm_80.ptx"),
         "blake3": blob,
         "size": bytes.len(),
         "entry": entry,
@@ -175,7 +186,7 @@ pub fn artifact(kernel: &str, bytes: &[u8]) -> serde_json::Value {
 }
 
 pub fn manifest_of(artifacts: Vec<serde_json::Value>) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({ "schema": 1, "artifacts": artifacts })).unwrap()
+    serde_json::to_vec(&serde_json::json!({ "schema": 2, "artifacts": artifacts })).unwrap()
 }
 
 /// A valid bundle manifest for one artifact `cuda/add/sm_80.ptx` with these bytes.
@@ -188,7 +199,7 @@ pub fn good_manifest() -> Vec<u8> {
     regular(BUNDLE_MANIFEST.as_bytes(), &manifest_for(b"good")).bytes()
 }
 
-pub const GOOD: &[u8] = b"cuda/add/sm_80.ptx";
+pub const GOOD: &[u8] = concat!("cuda/add/", origin!(), "/sm_80.ptx").as_bytes();
 
 /// Every file, link and directory under `root`: relative path, kind and length.
 pub fn listing(root: &Path) -> Vec<(String, String, u64)> {
@@ -268,7 +279,7 @@ pub const HOSTILE: &[Hostile] = &[
             };
             with_manifest(path, vec![Part::Tar(header.bytes()), Part::Zeros(BOMB_BYTES)]);
         },
-        refusal: "member `cuda/add/sm_80.ptx` is 4294967296 bytes but headroom-bundle.json declares 4",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is 4294967296 bytes but headroom-bundle.json declares 4"),
     },
     Hostile {
         name: "decompression bomb: 4 GiB of zeros in a long-name record",
@@ -308,7 +319,7 @@ pub const HOSTILE: &[Hostile] = &[
             let manifest = manifest_of(artifacts);
             write_members(path, &[regular(BUNDLE_MANIFEST.as_bytes(), &manifest)]);
         },
-        refusal: "declares more than 17179869184 bytes of artifacts (at `cuda/b/sm_80.ptx`)",
+        refusal: concat!("declares more than 17179869184 bytes of artifacts (at `cuda/b/", origin!(), "/sm_80.ptx`)"),
     },
     Hostile {
         name: "a million tiny entries",
@@ -324,7 +335,7 @@ pub const HOSTILE: &[Hostile] = &[
             let artifacts: Vec<String> = (0..20_001)
                 .map(|n| one.replace("KERNEL", &format!("k{n}")))
                 .collect();
-            let manifest = format!(r#"{{"schema":1,"artifacts":[{}]}}"#, artifacts.join(","));
+            let manifest = format!(r#"{{"schema":2,"artifacts":[{}]}}"#, artifacts.join(","));
             write_members(path, &[regular(BUNDLE_MANIFEST.as_bytes(), manifest.as_bytes())]);
         },
         refusal: "lists 20001 artifacts, over the limit of 20000",
@@ -350,7 +361,7 @@ pub const HOSTILE: &[Hostile] = &[
             let member = regular(GOOD, b"good").bytes();
             with_manifest(path, vec![Part::Tar(member.clone()), Part::Tar(member)]);
         },
-        refusal: "member `cuda/add/sm_80.ptx` is duplicated",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is duplicated"),
     },
     Hostile {
         name: "a duplicate manifest entry",
@@ -364,37 +375,37 @@ pub const HOSTILE: &[Hostile] = &[
                 ],
             );
         },
-        refusal: "manifest entry `cuda/add/sm_80.ptx` is listed twice",
+        refusal: concat!("manifest entry `cuda/add/", origin!(), "/sm_80.ptx` is listed twice"),
     },
     Hostile {
         name: "a hard link",
         write: |path| typed(path, tar::EntryType::Link, b"/etc/passwd"),
-        refusal: "member `cuda/add/sm_80.ptx` is a Link, only regular files are allowed",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is a Link, only regular files are allowed"),
     },
     Hostile {
         name: "a symlink",
         write: |path| typed(path, tar::EntryType::Symlink, b"/etc/passwd"),
-        refusal: "member `cuda/add/sm_80.ptx` is a Symlink, only regular files are allowed",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is a Symlink, only regular files are allowed"),
     },
     Hostile {
         name: "a character device",
         write: |path| typed(path, tar::EntryType::Char, b""),
-        refusal: "member `cuda/add/sm_80.ptx` is a Char, only regular files are allowed",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is a Char, only regular files are allowed"),
     },
     Hostile {
         name: "a block device",
         write: |path| typed(path, tar::EntryType::Block, b""),
-        refusal: "member `cuda/add/sm_80.ptx` is a Block, only regular files are allowed",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is a Block, only regular files are allowed"),
     },
     Hostile {
         name: "a FIFO",
         write: |path| typed(path, tar::EntryType::Fifo, b""),
-        refusal: "member `cuda/add/sm_80.ptx` is a Fifo, only regular files are allowed",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is a Fifo, only regular files are allowed"),
     },
     Hostile {
         name: "a setuid member",
         write: |path| moded(path, 0o4755),
-        refusal: "member `cuda/add/sm_80.ptx` has mode 4755; setuid, setgid, sticky and world-writable modes are refused",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` has mode 4755; setuid, setgid, sticky and world-writable modes are refused"),
     },
     Hostile {
         name: "a setgid member",
@@ -426,7 +437,7 @@ pub const HOSTILE: &[Hostile] = &[
     Hostile {
         name: "a manifest that declares fewer bytes than the member holds",
         write: |path| with_good_member(path, regular(GOOD, b"good and more")),
-        refusal: "member `cuda/add/sm_80.ptx` is 13 bytes but headroom-bundle.json declares 4",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is 13 bytes but headroom-bundle.json declares 4"),
     },
     Hostile {
         name: "a manifest whose size and record disagree",
@@ -442,7 +453,7 @@ pub const HOSTILE: &[Hostile] = &[
                 ],
             );
         },
-        refusal: "manifest entry `cuda/add/sm_80.ptx` declares 4 bytes but its record 5",
+        refusal: concat!("manifest entry `cuda/add/", origin!(), "/sm_80.ptx` declares 4 bytes but its record 5"),
     },
     Hostile {
         name: "a member cut short of the size its header and the manifest give",
@@ -456,16 +467,16 @@ pub const HOSTILE: &[Hostile] = &[
             bytes.extend(b"go");
             std::fs::write(path, zstd::encode_all(bytes.as_slice(), 1).unwrap()).unwrap();
         },
-        refusal: "member `cuda/add/sm_80.ptx` is cut short at 2 of its 4 bytes",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` is cut short at 2 of its 4 bytes"),
     },
     Hostile {
         name: "bytes that do not match the manifest's hash",
         write: |path| with_good_member(path, regular(GOOD, b"evil")),
-        refusal: "member `cuda/add/sm_80.ptx` does not match its blake3 hash",
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_80.ptx` does not match its blake3 hash"),
     },
     Hostile {
         name: "a member the manifest does not list",
-        write: |path| with_good_member(path, regular(b"cuda/add/sm_90.ptx", b"good")),
-        refusal: "member `cuda/add/sm_90.ptx` is not listed in headroom-bundle.json",
+        write: |path| with_good_member(path, regular(concat!("cuda/add/", origin!(), "/sm_90.ptx").as_bytes(), b"good")),
+        refusal: concat!("member `cuda/add/", origin!(), "/sm_90.ptx` is not listed in headroom-bundle.json"),
     },
 ];

@@ -15,8 +15,9 @@ use headroom_kernels::exec::Launcher;
 
 use headroom_config::BuildOverrides;
 use headroom_kernels::bundle;
-use headroom_kernels::cache::Cache;
-use headroom_kernels::manifest::{Manifest, UnknownKernel};
+use headroom_kernels::cache::{Cache, Origin};
+use headroom_kernels::local;
+use headroom_kernels::manifest::{Manifest, ManifestError, UnknownKernel};
 use headroom_kernels::resolve::{Device, PtxIsa, ResolveOptions};
 use headroom_kernels::toolchain::{ToolchainKind, Toolchains, LOOKUP};
 
@@ -75,11 +76,12 @@ enum KernelsCommand {
     Ls,
     /// Evict least recently used artifacts until the cache fits a size.
     Gc(GcArgs),
-    /// Write the cached artifacts into one tar+zstd bundle.
+    /// Write one build of each kernel (the manifest's, else the newest) into one tar+zstd bundle.
     Export(ExportArgs),
     /// Verify a bundle and add its artifacts to the cache.
     Import(ImportArgs),
-    /// Copy cached artifacts to the shared kernel store (--store).
+    /// Copy one build of each kernel (the manifest's, else the newest) to the shared kernel
+    /// store (--store).
     Push(PushArgs),
     /// Copy artifacts from the shared kernel store (--store) into the cache: with --device, only
     /// the one each kernel resolves to.
@@ -115,10 +117,13 @@ struct BuildArgs {
 
 #[derive(Args)]
 struct ResolveArgs {
-    /// The kernel name from the manifest.
+    /// The kernel name from the manifest. Where the manifest (--manifest) defines it, only
+    /// artifacts built from its sources and flags are taken; else those of the kernel's newest
+    /// build in the cache.
     kernel: String,
-    /// The device: sm_89, gfx1100, gfx90a:xnack-, apple-m3, apple9.
-    #[arg(long)]
+    /// The device: local (this machine's GPU, asked of the CUDA driver), sm_89, gfx1100,
+    /// gfx90a:xnack-, apple-m3, apple9.
+    #[arg(long, default_value = local::LOCAL)]
     device: String,
     /// The newest PTX ISA version the installed driver can JIT-compile, e.g. 8.4.
     #[arg(long, value_name = "VERSION")]
@@ -147,7 +152,8 @@ struct GcArgs {
 struct ExportArgs {
     /// The bundle to write (conventionally `kernels.tar.zst`).
     file: PathBuf,
-    /// Export only this kernel (repeatable).
+    /// Export this kernel (repeatable) [default: the manifest's kernels, else every kernel in
+    /// the cache].
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
 }
@@ -160,7 +166,8 @@ struct ImportArgs {
 
 #[derive(Args)]
 struct PushArgs {
-    /// Push only this kernel (repeatable).
+    /// Push this kernel (repeatable) [default: the manifest's kernels, else every kernel in
+    /// the cache].
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
 }
@@ -170,7 +177,7 @@ struct PullArgs {
     /// Pull this kernel (repeatable) [default: the manifest's kernels and the cache's].
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
-    /// Pull only what runs best on this device: sm_89, gfx1100, gfx90a:xnack-, apple9.
+    /// Pull only what runs best on this device: local, sm_89, gfx1100, gfx90a:xnack-, apple9.
     #[arg(long)]
     device: Option<String>,
     /// With --device: the newest PTX ISA version the installed driver can JIT-compile.
@@ -200,12 +207,12 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
                 args.json,
             )
         }
-        KernelsCommand::Push(push_args) => store::push(
-            &store::open(args.store.as_deref(), args.read_only)?,
-            &open_cache()?,
-            &push_args.kernels,
-            args.json,
-        ),
+        KernelsCommand::Push(push_args) => {
+            let store = store::open(args.store.as_deref(), args.read_only)?;
+            let cache = open_cache()?;
+            let builds = builds_to_ship(&cache, &args.manifest, push_args.kernels)?;
+            store::push(&store, &cache, &builds, args.json)
+        }
         KernelsCommand::Pull(pull_args) => {
             let store = store::open_for_reading(args.store.as_deref(), args.read_only)?;
             run_pull(&open_cache()?, &args.manifest, &store, pull_args, args.json)
@@ -223,9 +230,10 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
         }
         KernelsCommand::Export(export_args) => {
             headroom_output::check("export to", &export_args.file)?;
-            let summary =
-                bundle::export(&open_cache()?, &export_args.file, &export_args.kernels)
-                    .with_context(|| format!("exporting to {}", export_args.file.display()))?;
+            let cache = open_cache()?;
+            let builds = builds_to_ship(&cache, &args.manifest, export_args.kernels)?;
+            let summary = bundle::export(&cache, &export_args.file, &builds)
+                .with_context(|| format!("exporting to {}", export_args.file.display()))?;
             crate::output::print(args.json, &summary, || {
                 format!(
                     "exported {} artifacts ({} bytes) to {}\n",
@@ -350,6 +358,95 @@ fn check_kernel_exists(cache: &Cache, manifest_path: &Path, name: &str) -> anyho
     .into())
 }
 
+/// A `--device` value: `local` asks the CUDA driver for this machine's GPU, anything else
+/// names the device.
+fn device_flag(text: &str) -> anyhow::Result<Device> {
+    if text == local::LOCAL {
+        return Ok(local::local_device()?);
+    }
+    text.parse().context("in --device")
+}
+
+/// The project's manifest, `None` where there is none. One that exists but cannot be read
+/// is an error: it says which build of each kernel is the project's, and without it another
+/// project's artifacts would be taken for this one's.
+fn project_manifest(path: &Path) -> anyhow::Result<Option<Manifest>> {
+    match Manifest::load(path) {
+        Ok(manifest) => Ok(Some(manifest)),
+        Err(ManifestError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(err) => Err(err).context(
+            "the manifest says which build of each kernel is this project's: fix it, or pass the project's manifest with --manifest",
+        ),
+    }
+}
+
+/// Which build of `kernel` is this project's: where the manifest defines the kernel, the one
+/// of its current sources and flags; else the newest in the cache.
+fn project_origin(manifest: Option<&Manifest>, kernel: &str) -> anyhow::Result<Origin> {
+    let defined = manifest.and_then(|manifest| {
+        let definition = manifest.kernels.iter().find(|each| each.name == kernel)?;
+        Some((manifest, definition))
+    });
+    Ok(match defined {
+        Some((manifest, definition)) => {
+            Origin::Exactly(headroom_kernels::build::origin(definition, &manifest.path)?)
+        }
+        None => Origin::Newest,
+    })
+}
+
+/// Each kernel with the build of it this project takes ([`project_origin`]).
+fn with_origins(
+    manifest: Option<&Manifest>,
+    kernels: Vec<String>,
+) -> anyhow::Result<Vec<(String, Origin)>> {
+    kernels
+        .into_iter()
+        .map(|kernel| {
+            let origin = project_origin(manifest, &kernel)?;
+            Ok((kernel, origin))
+        })
+        .collect()
+}
+
+/// What `export` and `push` ship: one build of each named kernel, else of each kernel of the
+/// manifest that the cache holds (Metal's, say, is never built off macOS), else of every
+/// kernel of the cache; the manifest's build where it defines the kernel, else the newest.
+fn builds_to_ship(
+    cache: &Cache,
+    manifest_path: &Path,
+    named: Vec<String>,
+) -> anyhow::Result<Vec<(String, Origin)>> {
+    let manifest = project_manifest(manifest_path)?;
+    if !named.is_empty() {
+        return with_origins(manifest.as_ref(), named);
+    }
+    let Some(manifest) = manifest else {
+        return Ok(Vec::new());
+    };
+    let cached: BTreeSet<String> = cache
+        .entries()?
+        .into_iter()
+        .map(|entry| entry.kernel)
+        .collect();
+    let names: Vec<String> = manifest
+        .names()
+        .into_iter()
+        .filter(|name| cached.contains(name))
+        .collect();
+    anyhow::ensure!(
+        !names.is_empty(),
+        "none of the kernels of the manifest {} is in the cache {}; run `headroom kernels build` first, or name kernels with --kernel",
+        manifest.path.display(),
+        cache.root().display()
+    );
+    with_origins(Some(&manifest), names)
+}
+
 fn resolve_options(driver_ptx: Option<&str>) -> anyhow::Result<ResolveOptions> {
     let driver_ptx = driver_ptx
         .map(str::parse::<PtxIsa>)
@@ -366,11 +463,12 @@ fn run_pull(
     args: PullArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let kernels = if args.kernels.is_empty() {
+    let names = if args.kernels.is_empty() {
         known_kernels(cache, manifest_path)?.0
     } else {
         args.kernels
     };
+    let kernels = with_origins(project_manifest(manifest_path)?.as_ref(), names)?;
     anyhow::ensure!(
         !kernels.is_empty(),
         "nothing to pull: name kernels with --kernel (there is no manifest {} and the cache {} is empty)",
@@ -378,12 +476,7 @@ fn run_pull(
         cache.root().display()
     );
     let options = resolve_options(args.driver_ptx.as_deref())?;
-    let device = args
-        .device
-        .as_deref()
-        .map(str::parse::<Device>)
-        .transpose()
-        .context("in --device")?;
+    let device = args.device.as_deref().map(device_flag).transpose()?;
     store::pull(
         store,
         cache,
@@ -401,13 +494,16 @@ fn run_resolve(
     args: ResolveArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let device: Device = args.device.parse().context("in --device")?;
+    let device = device_flag(&args.device)?;
     let options = resolve_options(args.driver_ptx.as_deref())?;
+    let manifest = project_manifest(manifest_path)?;
+    let origin = project_origin(manifest.as_ref(), &args.kernel)?;
     if let Some(store) = store {
-        store::fetch(store, cache, &args.kernel, &device, &options)?;
+        store::fetch(store, cache, (&args.kernel, &origin), &device, &options)?;
     }
-    let (entries, explanation) = cache.resolve(&args.kernel, &device, &options)?;
-    if entries.is_empty() {
+    let (entries, explanation) = cache.resolve_origin(&args.kernel, &origin, &device, &options)?;
+    // Entries of an older headroom show that the kernel exists; the message below names them.
+    if entries.is_empty() && cache.legacy_entries(device.backend(), &args.kernel)? == 0 {
         check_kernel_exists(cache, manifest_path, &args.kernel)?;
     }
     let chosen = explanation.chosen.map(|index| &entries[index]);
@@ -419,7 +515,8 @@ fn run_resolve(
             .collect();
         let output = serde_json::json!({
             "kernel": args.kernel,
-            "device": args.device,
+            "device": device.to_string(),
+            "origin": match &origin { Origin::Exactly(origin) => Some(origin), Origin::Newest => None },
             "chosen": chosen.map(|entry| serde_json::json!({ "target": entry.target, "format": entry.record.format, "artifact": cache.root().join(entry.artifact_path()) })),
             "candidates": candidates,
         });
@@ -431,18 +528,58 @@ fn run_resolve(
         match chosen {
             Some(entry) => println!("{}", cache.root().join(entry.artifact_path()).display()),
             None if entries.is_empty() => eprintln!(
-                "headroom: no artifacts of kernel `{}` for {} devices in {}; run `headroom kernels build` or `headroom kernels import` first",
-                args.kernel,
-                device.backend(),
-                cache.root().display()
+                "headroom: {}",
+                no_artifacts(cache, &args.kernel, &device, &origin, manifest.as_ref())?
             ),
             None => eprintln!(
-                "headroom: none of the {} artifacts of kernel `{}` runs on {}; add a compatible target to the manifest (run with --explain to see why each was rejected)",
+                "headroom: none of the {} artifacts of kernel `{}` runs on {device}; add a compatible target to the manifest (run with --explain to see why each was rejected)",
                 entries.len(),
                 args.kernel,
-                args.device
             ),
         }
     }
     Ok(if chosen.is_some() { 0 } else { EXIT_INCOMPLETE })
+}
+
+/// Why a resolve found no artifacts of `kernel` at all, and what to run: with the project's
+/// manifest, the cache may hold other builds of that name (another project's, or this one's
+/// before an edit), which are not this project's; without, entries an older headroom wrote,
+/// which do not say which project built them.
+fn no_artifacts(
+    cache: &Cache,
+    kernel: &str,
+    device: &Device,
+    origin: &Origin,
+    manifest: Option<&Manifest>,
+) -> anyhow::Result<String> {
+    let backend = device.backend();
+    let mut message = match (origin, manifest) {
+        (Origin::Exactly(_), Some(manifest)) => format!(
+            "no artifacts of kernel `{kernel}` built from its sources and flags in {} for {backend} devices are in {}; run `headroom kernels build`",
+            manifest.path.display(),
+            cache.root().display()
+        ),
+        _ => format!(
+            "no artifacts of kernel `{kernel}` for {backend} devices in {}; run `headroom kernels build` or `headroom kernels import` first",
+            cache.root().display()
+        ),
+    };
+    let others = cache.builds(backend, kernel)?.len();
+    if others > 0 {
+        message.push_str(&format!(
+            " (the cache holds {others} other build{} of `{kernel}`, from other sources or flags: another project's, or this one's before an edit; {} not used)",
+            if others == 1 { "" } else { "s" },
+            if others == 1 { "it is" } else { "they are" },
+        ));
+    }
+    let legacy = cache.legacy_entries(backend, kernel)?;
+    if legacy > 0 {
+        message.push_str(&format!(
+            " (the cache holds {legacy} artifact{} of `{kernel}` from an older headroom, which did not record which project built {}, so {} not used; `headroom kernels gc` removes them)",
+            if legacy == 1 { "" } else { "s" },
+            if legacy == 1 { "it" } else { "them" },
+            if legacy == 1 { "it is" } else { "they are" },
+        ));
+    }
+    Ok(message)
 }

@@ -213,6 +213,7 @@ mod tests {
         Entry {
             kernel: "vector_add".into(),
             backend: Backend::Cuda,
+            origin: "2".repeat(64),
             target: target.parse().unwrap(),
             key: "0".repeat(64),
             record: KeyRecord {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use headroom_kernels::cache::Cache;
+use headroom_kernels::cache::{Cache, Origin};
 use headroom_kernels::resolve::{Device, ResolveOptions};
 use headroom_remote::kernels::{self as remote, PullSummary};
 use headroom_remote::{Store, StoreError};
@@ -36,7 +36,7 @@ pub fn open_for_reading(flag: Option<&str>, read_only: bool) -> anyhow::Result<R
 fn pull_and_warn(
     store: &Reading,
     cache: &Cache,
-    kernels: &[String],
+    kernels: &[(String, Origin)],
     device: Option<(&Device, &ResolveOptions)>,
 ) -> anyhow::Result<PullSummary> {
     let (summary, shown) = match store {
@@ -63,18 +63,25 @@ fn pull_and_warn(
     Ok(summary)
 }
 
-/// `resolve --fetch`: pulls what the resolver picks for the device before resolving locally.
+/// `resolve --fetch`: pulls what the resolver picks for the device, among the artifacts of
+/// one build of the kernel, before resolving locally.
 pub fn fetch(
     store: &Reading,
     cache: &Cache,
-    kernel: &str,
+    (kernel, origin): (&str, &Origin),
     device: &Device,
     options: &ResolveOptions,
 ) -> anyhow::Result<()> {
-    pull_and_warn(store, cache, &[kernel.to_string()], Some((device, options))).map(drop)
+    let wanted = [(kernel.to_string(), origin.clone())];
+    pull_and_warn(store, cache, &wanted, Some((device, options))).map(drop)
 }
 
-pub fn push(store: &Store, cache: &Cache, kernels: &[String], json: bool) -> anyhow::Result<u8> {
+pub fn push(
+    store: &Store,
+    cache: &Cache,
+    kernels: &[(String, Origin)],
+    json: bool,
+) -> anyhow::Result<u8> {
     let summary = remote::push(store, cache, kernels)
         .with_context(|| format!("pushing to the kernel store {}", store.shown()))?;
     crate::output::print(
@@ -98,7 +105,7 @@ pub fn push(store: &Store, cache: &Cache, kernels: &[String], json: bool) -> any
 pub fn pull(
     store: &Reading,
     cache: &Cache,
-    kernels: &[String],
+    kernels: &[(String, Origin)],
     device: Option<(&Device, &ResolveOptions)>,
     json: bool,
 ) -> anyhow::Result<u8> {
@@ -108,10 +115,20 @@ pub fn pull(
         cache.root().join(entry.artifact_path())
     };
     let mut lacking = Vec::new();
-    for kernel in kernels {
+    for (kernel, origin) in kernels {
         let found = match device {
-            Some((device, options)) => cache.resolve(kernel, device, options)?.1.chosen.is_some(),
-            None => cache.entries()?.iter().any(|entry| &entry.kernel == kernel),
+            Some((device, options)) => cache
+                .resolve_origin(kernel, origin, device, options)?
+                .1
+                .chosen
+                .is_some(),
+            None => cache.entries()?.iter().any(|entry| {
+                &entry.kernel == kernel
+                    && match origin {
+                        Origin::Newest => true,
+                        Origin::Exactly(origin) => &entry.origin == origin,
+                    }
+            }),
         };
         if !found {
             lacking.push(kernel.clone());
