@@ -19,7 +19,9 @@ use std::time::Instant;
 use headroom_farm::RemoteLaunch;
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::process::{kill_process_group, setpriority_process, Pid, Signal};
+use rustix::process::{
+    getpriority_process, kill_process_group, setpriority_process, Pid, Signal,
+};
 
 use crate::ladder::Rung;
 use crate::liveness;
@@ -233,6 +235,8 @@ fn governed(
         become_compiler(command)
     }
     let mut cpu_before = children_cpu_ms();
+    // The niceness the user gave the build is a floor that headroom's priorities add to.
+    let floor = getpriority_process(None).unwrap_or(0);
     loop {
         let (job_id, rung, nice, remote) = match liveness::read_reply(&stream) {
             Ok(Reply::Run {
@@ -248,7 +252,7 @@ fn governed(
         command.env(crate::shim::JOB_ENV, job_id.to_string());
         let mut attempt = attempt_command(&command, args, rung.as_ref(), remote.as_ref());
         let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
-        let outcome = run_attempt(&mut attempt, nice, &stream, fallback_markers);
+        let outcome = run_attempt(&mut attempt, floor, nice, &stream, fallback_markers);
         let Ok((status, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -379,9 +383,11 @@ fn attempt_command(
 }
 
 /// Runs one attempt in its own process group, so the governor can stop, resume or kill it
-/// whole, at CPU niceness `nice`; returns its status and everything it wrote to stderr.
+/// whole, `nice` steps nicer than the user's niceness `floor`; returns its status and
+/// everything it wrote to stderr.
 fn run_attempt(
     command: &mut Command,
+    floor: i32,
     nice: u8,
     stream: &UnixStream,
     fallback_markers: &[String],
@@ -389,10 +395,11 @@ fn run_attempt(
     command.process_group(0).stderr(Stdio::piped());
     // The shim takes on the attempt's niceness before starting it, so every process and
     // thread of the attempt inherits it, and the compiler can start through posix_spawn
-    // (no pre_exec hook, which would force a fork). Niceness only rises without privilege:
-    // a retry the governor starts nicer gets it; one it starts less nice keeps the shim's.
-    // Failing to change it only costs speed: the compiler runs anyway.
-    let _ = setpriority_process(None, i32::from(nice));
+    // (no pre_exec hook, which would force a fork). It never goes below the user's own
+    // (`nice -n 15 headroom build` means the build is background work, even for root).
+    // Niceness only rises without privilege: a retry the governor starts nicer gets it; one
+    // it starts less nice keeps the shim's. Failing to change it only costs speed.
+    let _ = setpriority_process(None, (floor + i32::from(nice)).min(19));
     RUNNING_GROUP.store(STARTING, Ordering::SeqCst);
     let spawned = command.spawn();
     let pid = spawned.as_ref().map_or(0, |child| child.id() as i32);

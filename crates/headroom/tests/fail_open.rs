@@ -180,7 +180,8 @@ fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
 #[test]
 fn ctrl_backslash_ends_the_compilers_with_the_build() {
     let dir = tempfile::tempdir().unwrap();
-    reliability::project(dir.path(), 2, "--mem 4 --ms 20000");
+    // Compiles far longer than the test waits for them to end.
+    reliability::project(dir.path(), 2, "--mem 4 --ms 600000");
     reliability::become_subreaper();
     let mut command = build(dir.path(), &["--jobs", "2", "--", "make", "-j2"]);
     command.process_group(0).stderr(Stdio::piped());
@@ -389,4 +390,22 @@ fn a_parallelism_the_user_set_or_refused_is_kept() {
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     assert!(refused.status.success(), "{}", stderr(&refused));
     assert_eq!(report["build"]["parallelism_set"], serde_json::json!([]));
+}
+
+#[test]
+fn the_users_niceness_is_a_floor_for_every_compiler() {
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+    let mut command = Command::new("nice");
+    command.args(["-n", "15", HEADROOM, "build", "--", "make"]);
+    reliability::isolate(&mut command, dir.path());
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    for object in ["o0.o", "o1.o"] {
+        // The stand-in compiler writes the niceness it ran at into its output.
+        let text = std::fs::read_to_string(dir.path().join(object)).unwrap();
+        let (_, after) = text.split_once("nice ").expect("the niceness is named");
+        let nice: i32 = after.split(',').next().unwrap().parse().unwrap();
+        assert!(nice >= 15, "{object} ran at niceness {nice}");
+    }
 }
