@@ -134,13 +134,16 @@ impl Ledger {
         }
     }
 
-    /// How many calls ran ungoverned, and removes the ledger.
-    pub fn take_count(&self) -> usize {
-        let count = std::fs::read(&self.path)
+    /// How many calls ran ungoverned.
+    pub fn count(&self) -> usize {
+        std::fs::read(&self.path)
             .map(|text| text.iter().filter(|&&byte| byte == b'\n').count())
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// Removes the ledger, with its session's socket.
+    pub fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
-        count
     }
 }
 
@@ -195,7 +198,8 @@ mod tests {
         assert!(ledger.record(Path::new("/usr/bin/g++")));
         assert!(!ledger.record(Path::new("/usr/bin/g++")));
         assert!(ledger.patience() <= 2 * HEARTBEAT);
-        assert_eq!(ledger.take_count(), 2);
-        assert_eq!(ledger.take_count(), 0, "taken and removed");
+        assert_eq!(ledger.count(), 2);
+        ledger.remove();
+        assert_eq!(ledger.count(), 0, "removed");
     }
 }

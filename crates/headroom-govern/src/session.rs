@@ -186,7 +186,9 @@ impl Session {
     /// report. A silent governor is killed: it never outlives its session, and the session
     /// never waits on it for good.
     pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Ending {
-        let bound = liveness::silence_bound();
+        let ledger = liveness::Ledger::of(&self.socket);
+        // A governor already found silent in this build is not waited for long again.
+        let bound = ledger.patience();
         let ended = (|| {
             let stream = liveness::connect(&self.socket, bound).map_err(|_| Ending::Gone)?;
             let shutdown = Request::Shutdown {
@@ -208,13 +210,14 @@ impl Session {
         }
         let _ = self.governor.wait();
         let _ = std::fs::remove_file(&self.socket);
+        ledger.remove();
         ended
     }
 
     /// How many compiler calls ran ungoverned because the governor was silent past the bound
     /// (`crate::liveness::Ledger`).
     pub fn ungoverned_calls(&self) -> usize {
-        liveness::Ledger::of(&self.socket).take_count()
+        liveness::Ledger::of(&self.socket).count()
     }
 }
 
