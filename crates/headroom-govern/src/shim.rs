@@ -19,9 +19,7 @@ use std::time::Instant;
 use headroom_farm::RemoteLaunch;
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::process::{
-    getpriority_process, kill_process_group, setpriority_process, Pid, Signal,
-};
+use rustix::process::{getpriority_process, kill_process_group, setpriority_process, Pid, Signal};
 
 use crate::ladder::Rung;
 use crate::liveness;
