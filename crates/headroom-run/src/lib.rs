@@ -8,6 +8,7 @@ mod supervise;
 mod trace;
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -232,14 +233,16 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             break;
         }
         if index + 1 < rungs.len() {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "headroom: rung {index} failed for lack of memory; trying rung {}",
                 index + 1
             );
         }
     }
     report.headroom_cpu_s = headroom_probe::rusage::self_cpu_seconds();
-    eprint!("{}", report::render_table(&report));
+    // A closed stderr (`2>&1 | head`) loses the table, not CMD's exit status.
+    let _ = std::io::stderr().write_all(report::render_table(&report).as_bytes());
     write_outputs(&args, &report)?;
     Ok(exit_code)
 }

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,12 +22,12 @@ use headroom_size::format_size;
 use serde::Serialize;
 
 use super::devices::Devices;
-use super::stages::{StageDetector, StageStart};
+use super::stages::{StageDetector, StageScanner, StageStart};
 
 /// How much of the command's output is kept for classifying a failure.
 const TAIL_BYTES: usize = 256 * 1024;
-/// Longest line scanned for a stage start; longer lines pass through but are not scanned.
-const MAX_LINE: usize = 64 * 1024;
+/// The pipe size asked for CMD's stdout and stderr, and the most read from one at a time.
+const PIPE_BYTES: usize = 1 << 20;
 /// PSS costs a page-table walk per process: read it at most this often, and only for small trees.
 const PSS_EVERY: Duration = Duration::from_secs(1);
 const PSS_MAX_PROCESSES: usize = 64;
@@ -553,10 +554,12 @@ impl Watch<'_> {
     }
 }
 
-/// Copies one of the command's streams to ours, byte for byte, scanning whole lines for stage
-/// starts and keeping the tail for classification.
+/// Copies one of the command's streams to ours, byte for byte, scanning it for stage starts
+/// and keeping the tail for classification. When ours cannot be written (its reader is gone),
+/// it stops reading and closes CMD's end, so CMD gets SIGPIPE (or EPIPE) as it would have
+/// writing there itself.
 fn spawn_pump(
-    mut source: impl Read + Send + 'static,
+    source: impl Read + AsRawFd + Send + 'static,
     is_stderr: bool,
     detector: StageDetector,
     started: Instant,
@@ -565,8 +568,14 @@ fn spawn_pump(
     terminal: Arc<Terminal>,
 ) {
     std::thread::spawn(move || {
-        let mut buffer = vec![0u8; 64 * 1024];
-        let mut line = Vec::new();
+        let mut source = source;
+        widen_pipe(&source);
+        let mut scanner = StageScanner::new(detector);
+        let mut send_stage = |name| {
+            let t = started.elapsed().as_secs_f64();
+            let _ = events.send(Event::Stage(StageStart { t, name }));
+        };
+        let mut buffer = vec![0u8; PIPE_BYTES];
         loop {
             let n = match source.read(&mut buffer) {
                 Ok(0) => break,
@@ -575,53 +584,71 @@ fn spawn_pump(
                 Err(_) => break,
             };
             let chunk = &buffer[..n];
-            {
-                let _guard = terminal.lock.lock();
-                let mut stderr = std::io::stderr().lock();
-                terminal.clear_status(&mut stderr);
-                if is_stderr {
-                    let _ = stderr.write_all(chunk);
-                    let _ = stderr.flush();
-                } else {
-                    let mut stdout = std::io::stdout().lock();
-                    let _ = stdout.write_all(chunk);
-                    let _ = stdout.flush();
-                }
-                terminal
-                    .at_line_start
-                    .store(chunk.ends_with(b"\n"), Ordering::SeqCst);
+            if pass_through(chunk, is_stderr, &terminal).is_err() {
+                break;
             }
-            if let Ok(mut tail) = tail.lock() {
-                tail.extend_from_slice(chunk);
-                if tail.len() > TAIL_BYTES {
-                    let excess = tail.len() - TAIL_BYTES;
-                    tail.drain(..excess);
-                }
-            }
-            for piece in chunk.split_inclusive(|&b| b == b'\n') {
-                if line.len() < MAX_LINE {
-                    line.extend_from_slice(&piece[..piece.len().min(MAX_LINE - line.len())]);
-                }
-                if piece.ends_with(b"\n") {
-                    if let Some(name) = detector.stage_in(&line) {
-                        let t = started.elapsed().as_secs_f64();
-                        let _ = events.send(Event::Stage(StageStart { t, name }));
-                    }
-                    line.clear();
-                }
-            }
+            keep_tail(&tail, chunk);
+            scanner.feed(chunk, &mut send_stage);
         }
-        if let Some(name) = detector.stage_in(&line) {
-            let t = started.elapsed().as_secs_f64();
-            let _ = events.send(Event::Stage(StageStart { t, name }));
+        drop(source);
+        if let Some(name) = scanner.finish() {
+            send_stage(name);
         }
         let _ = events.send(Event::Closed);
     });
 }
 
+/// Asks for a pipe of `PIPE_BYTES`, so a chatty command is read in a few large chunks rather
+/// than many 64 KiB ones. Where the system caps pipe sizes lower the default stays.
+fn widen_pipe(pipe: &impl AsRawFd) {
+    // SAFETY: fcntl on a descriptor we own; F_SETPIPE_SZ takes an integer.
+    unsafe {
+        libc::fcntl(
+            pipe.as_raw_fd(),
+            libc::F_SETPIPE_SZ,
+            PIPE_BYTES as libc::c_int,
+        );
+    }
+}
+
+/// Writes a chunk of CMD's output to our stdout or stderr, clearing the status line first.
+fn pass_through(chunk: &[u8], is_stderr: bool, terminal: &Terminal) -> std::io::Result<()> {
+    let _guard = terminal.lock.lock();
+    let mut stderr = std::io::stderr().lock();
+    terminal.clear_status(&mut stderr);
+    if is_stderr {
+        stderr.write_all(chunk)?;
+        stderr.flush()?;
+    } else {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(chunk)?;
+        stdout.flush()?;
+    }
+    terminal
+        .at_line_start
+        .store(chunk.ends_with(b"\n"), Ordering::SeqCst);
+    Ok(())
+}
+
+/// Keeps at least the last `TAIL_BYTES` of a stream; trimming only past twice that moves each
+/// byte at most once.
+fn keep_tail(tail: &Mutex<Vec<u8>>, chunk: &[u8]) {
+    if let Ok(mut tail) = tail.lock() {
+        tail.extend_from_slice(&chunk[chunk.len().saturating_sub(TAIL_BYTES)..]);
+        if tail.len() > 2 * TAIL_BYTES {
+            let excess = tail.len() - TAIL_BYTES;
+            tail.drain(..excess);
+        }
+    }
+}
+
+/// The last `TAIL_BYTES` kept of a stream.
 fn take(tail: &Mutex<Vec<u8>>) -> Vec<u8> {
     tail.lock()
-        .map(|mut t| std::mem::take(&mut *t))
+        .map(|mut tail| {
+            let excess = tail.len().saturating_sub(TAIL_BYTES);
+            tail.split_off(excess)
+        })
         .unwrap_or_default()
 }
 
