@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use headroom_diagnose::classify;
+use headroom_diagnose::{classify, scan_bytes, Diagnosis};
 use regex::Regex;
 
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
@@ -196,12 +196,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             stage.neuron_peak_bytes = inside().filter_map(|s| s.neuron).max();
         }
         let succeeded = outcome.exit.success();
-        let diagnosis =
-            classify(&outcome.output_tail, &outcome.exit).map(|diagnosis| StagedDiagnosis {
-                stage: stages.last().map_or_else(String::new, |s| s.name.clone()),
-                is_memory: diagnosis.is_memory(),
-                diagnosis,
-            });
+        let diagnosis = diagnose(&outcome).map(|diagnosis| StagedDiagnosis {
+            stage: stages.last().map_or_else(String::new, |s| s.name.clone()),
+            is_memory: diagnosis.is_memory(),
+            diagnosis,
+        });
         let memory_failure = diagnosis.as_ref().is_some_and(|d| d.is_memory);
         exit_code = exit_status(&outcome.exit);
         report.rungs.push(RungReport {
@@ -245,6 +244,20 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
     let _ = std::io::stderr().write_all(report::render_table(&report).as_bytes());
     write_outputs(&args, &report)?;
     Ok(exit_code)
+}
+
+/// Why a rung failed. A SIGKILL that headroom sent itself (the user's second Ctrl-C) says
+/// nothing about memory: then only what CMD printed, or the kernel's own record of a kill,
+/// explains the failure.
+fn diagnose(outcome: &supervise::Outcome) -> Option<Diagnosis> {
+    if outcome.killed_by_headroom && outcome.exit.kernel_oom_evidence.is_none() {
+        return scan_bytes(&outcome.output_tail)
+            .findings
+            .into_iter()
+            .next()
+            .map(|finding| finding.diagnosis);
+    }
+    classify(&outcome.output_tail, &outcome.exit)
 }
 
 /// CMD's own exit status, passed through; death by a signal reads as `128 + signal`, as in shells.

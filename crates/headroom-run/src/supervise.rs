@@ -104,6 +104,9 @@ pub struct Outcome {
     pub tracking: &'static str,
     /// The signal forwarded from the user (Ctrl-C), if any.
     pub interrupted: Option<i32>,
+    /// headroom sent SIGKILL itself, at the user's second Ctrl-C: a SIGKILL exit is then
+    /// headroom's doing, not the OOM killer's.
+    pub killed_by_headroom: bool,
     pub notes: Vec<String>,
     /// The processes with the largest sampled RSS, largest first.
     pub largest_processes: Vec<ProcessPeak>,
@@ -309,6 +312,7 @@ pub fn run(
     let mut stage_starts = Vec::new();
     let mut last_stage_sample: Option<Instant> = None;
     let mut interrupted = None;
+    let mut sent_kill = false;
     let mut forwarded = 0;
     let mut exit = None;
     let mut open_streams = 2;
@@ -347,7 +351,8 @@ pub fn run(
             forwarded += 1;
             interrupted = Some(signal);
             // A second Ctrl-C means "now".
-            let signal = if forwarded > 1 { libc::SIGKILL } else { signal };
+            sent_kill = forwarded > 1;
+            let signal = if sent_kill { libc::SIGKILL } else { signal };
             forward(signal, child_pid, cgroup.as_ref());
         }
         exit = reap(child_pid);
@@ -380,6 +385,13 @@ pub fn run(
     }
     let mut exit = exit.unwrap_or_default();
     let mut notes = Vec::new();
+    let killed_by_headroom = sent_kill && exit.signal == Some(libc::SIGKILL);
+    if killed_by_headroom {
+        notes.push(
+            "headroom killed CMD with SIGKILL at the second Ctrl-C: that kill is headroom's, not the OOM killer's"
+                .to_string(),
+        );
+    }
     let kernel = KernelPeaks {
         largest_process: rusage::children_max_rss(),
         cgroup: cgroup.as_ref().and_then(Cgroup::peak),
@@ -427,6 +439,7 @@ pub fn run(
         kernel,
         tracking,
         interrupted,
+        killed_by_headroom,
         notes,
     }))
 }

@@ -245,6 +245,59 @@ fn passing_output_through_costs_by_the_byte_not_by_the_line() {
 }
 
 #[test]
+fn a_kill_headroom_sends_is_not_called_out_of_memory() {
+    // CMD ignores INT and TERM, so only the second Ctrl-C, turned into SIGKILL, ends it.
+    let scratch = Scratch::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            "--json",
+            "r.json",
+            "--",
+            "sh",
+            "-c",
+            "trap '' INT TERM; echo '##headroom stage stubborn'; sleep 60",
+        ])
+        .current_dir(scratch.dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("stubborn"), "{line:?}");
+    // Ctrl-C until headroom ends: signals that arrive together count once, so keep pressing.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        // SAFETY: kill(2) on the child we started.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        if let Some(status) = wait_at_most(&mut child, Duration::from_millis(200)) {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("headroom never killed CMD");
+        }
+    };
+    let mut shown = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut shown).unwrap();
+    assert_eq!(status.code(), Some(137), "{shown}");
+    let report = scratch.json("r.json");
+    assert_eq!(report["interrupted"], true);
+    let diagnosis = &report["rungs"][0]["diagnosis"];
+    assert!(
+        diagnosis.is_null() || diagnosis["is_memory"] == false,
+        "headroom's own SIGKILL is no OOM kill: {diagnosis}"
+    );
+    assert!(!shown.contains("probably the OOM killer"), "{shown}");
+    assert!(shown.contains("headroom killed CMD"), "{shown}");
+}
+
+#[test]
 fn a_terminal_gets_a_live_status_line() {
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("skipping: `script` (util-linux) is not installed to provide a terminal");
