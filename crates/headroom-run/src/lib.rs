@@ -186,14 +186,21 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             outcome.duration_s,
         );
         for stage in &mut stages {
-            let inside = || {
-                outcome
-                    .samples
-                    .iter()
-                    .filter(|s| s.t >= stage.start_s && s.t <= stage.end_s)
-            };
-            stage.gpu_peak_bytes = inside().filter_map(|s| s.gpu).max();
-            stage.neuron_peak_bytes = inside().filter_map(|s| s.neuron).max();
+            let within = |t: f64| t >= stage.start_s && t <= stage.end_s;
+            // A GPU reading belongs to the stage it was taken in, not to the stage of the
+            // sample that carried it: the last reading before a marker held the stage before.
+            stage.gpu_peak_bytes = outcome
+                .samples
+                .iter()
+                .filter(|s| s.gpu_read_s.is_some_and(within))
+                .filter_map(|s| s.gpu)
+                .max();
+            stage.neuron_peak_bytes = outcome
+                .samples
+                .iter()
+                .filter(|s| within(s.t))
+                .filter_map(|s| s.neuron)
+                .max();
         }
         let succeeded = outcome.exit.success();
         let diagnosis = diagnose(&outcome).map(|diagnosis| StagedDiagnosis {

@@ -72,6 +72,11 @@ pub struct Sample {
     pub psi_some_avg10: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u64>,
+    /// Seconds since the command started when `gpu` was read: NVML is read at most every
+    /// 200 ms, so several samples share one reading, and it counts toward the stage it was
+    /// taken in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_read_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neuron: Option<u64>,
     /// Resident memory by command name (`python3`, `cc1plus`).
@@ -322,6 +327,7 @@ pub fn run(
     while exit.is_none() {
         match received.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
             Ok(Event::Stage(start)) => {
+                devices.stage_started();
                 watch.stage = Some(start.name.clone());
                 stage_starts.push(start);
                 // Entry memory of the new stage, measured now rather than up to one interval
@@ -515,6 +521,9 @@ impl Watch<'_> {
             mem_available,
             psi_some_avg10,
             gpu: device.gpu,
+            gpu_read_s: device
+                .gpu_read_at
+                .map(|at| at.saturating_duration_since(self.started).as_secs_f64()),
             neuron: device.neuron,
             by_command,
         });
