@@ -577,9 +577,9 @@ impl Watch<'_> {
 }
 
 /// Copies one of the command's streams to ours, byte for byte, scanning it for stage starts
-/// and keeping the tail for classification. When ours cannot be written (its reader is gone),
-/// it stops reading and closes CMD's end, so CMD gets SIGPIPE (or EPIPE) as it would have
-/// writing there itself.
+/// and keeping the tail for classification. When ours has no reader any more, it stops
+/// reading and closes CMD's end, so CMD gets SIGPIPE (or EPIPE) as it would have writing there
+/// itself.
 fn spawn_pump(
     source: impl Read + AsRawFd + Send + 'static,
     is_stderr: bool,
@@ -606,8 +606,12 @@ fn spawn_pump(
                 Err(_) => break,
             };
             let chunk = &buffer[..n];
-            if pass_through(chunk, is_stderr, &terminal).is_err() {
-                break;
+            // Only a reader gone away ends the pump: CMD would have got SIGPIPE. Other errors
+            // (a closed descriptor, a full disk) CMD would have got as errors and gone on.
+            if let Err(e) = pass_through(chunk, is_stderr, &terminal) {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    break;
+                }
             }
             keep_tail(&tail, chunk);
             scanner.feed(chunk, &mut send_stage);

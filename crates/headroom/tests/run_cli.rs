@@ -216,6 +216,26 @@ fn a_reader_that_goes_away_ends_the_run_as_it_would_end_cmd() {
     }
 }
 
+#[test]
+fn an_output_that_fails_otherwise_does_not_end_cmd() {
+    // Only a reader gone away ends CMD. Writing to a full disk fails too, but CMD would have
+    // had an error and gone on: 8 MB is more than the pipe holds, so CMD writes on after
+    // headroom's writes have failed, and must end by itself.
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipping: no /dev/full to make writes fail");
+        return;
+    };
+    let scratch = Scratch::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["run", "--", "head", "-c", "8000000", "/dev/zero"])
+        .current_dir(scratch.dir.path())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
 /// headroom's own CPU time to pass 100 MB of `yes LINE` through to /dev/null.
 fn pass_through_cpu_s(scratch: &Scratch, line: &str) -> f64 {
     let script = format!("yes '{line}' | head -c 100000000");
