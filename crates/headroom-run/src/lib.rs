@@ -8,11 +8,12 @@ mod supervise;
 mod trace;
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use headroom_diagnose::classify;
+use headroom_diagnose::{classify, scan_bytes, Diagnosis};
 use regex::Regex;
 
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
@@ -185,22 +186,28 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             outcome.duration_s,
         );
         for stage in &mut stages {
-            let inside = || {
-                outcome
-                    .samples
-                    .iter()
-                    .filter(|s| s.t >= stage.start_s && s.t <= stage.end_s)
-            };
-            stage.gpu_peak_bytes = inside().filter_map(|s| s.gpu).max();
-            stage.neuron_peak_bytes = inside().filter_map(|s| s.neuron).max();
+            let within = |t: f64| t >= stage.start_s && t <= stage.end_s;
+            // A GPU reading belongs to the stage it was taken in, not to the stage of the
+            // sample that carried it: the last reading before a marker held the stage before.
+            stage.gpu_peak_bytes = outcome
+                .samples
+                .iter()
+                .filter(|s| s.gpu_read_s.is_some_and(within))
+                .filter_map(|s| s.gpu)
+                .max();
+            stage.neuron_peak_bytes = outcome
+                .samples
+                .iter()
+                .filter(|s| within(s.t))
+                .filter_map(|s| s.neuron)
+                .max();
         }
         let succeeded = outcome.exit.success();
-        let diagnosis =
-            classify(&outcome.output_tail, &outcome.exit).map(|diagnosis| StagedDiagnosis {
-                stage: stages.last().map_or_else(String::new, |s| s.name.clone()),
-                is_memory: diagnosis.is_memory(),
-                diagnosis,
-            });
+        let diagnosis = diagnose(&outcome).map(|diagnosis| StagedDiagnosis {
+            stage: stages.last().map_or_else(String::new, |s| s.name.clone()),
+            is_memory: diagnosis.is_memory(),
+            diagnosis,
+        });
         let memory_failure = diagnosis.as_ref().is_some_and(|d| d.is_memory);
         exit_code = exit_status(&outcome.exit);
         report.rungs.push(RungReport {
@@ -232,16 +239,32 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             break;
         }
         if index + 1 < rungs.len() {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "headroom: rung {index} failed for lack of memory; trying rung {}",
                 index + 1
             );
         }
     }
     report.headroom_cpu_s = headroom_probe::rusage::self_cpu_seconds();
-    eprint!("{}", report::render_table(&report));
+    // A closed stderr (`2>&1 | head`) loses the table, not CMD's exit status.
+    let _ = std::io::stderr().write_all(report::render_table(&report).as_bytes());
     write_outputs(&args, &report)?;
     Ok(exit_code)
+}
+
+/// Why a rung failed. A SIGKILL that headroom sent itself (the user's second Ctrl-C) says
+/// nothing about memory: then only what CMD printed, or the kernel's own record of a kill,
+/// explains the failure.
+fn diagnose(outcome: &supervise::Outcome) -> Option<Diagnosis> {
+    if outcome.killed_by_headroom && outcome.exit.kernel_oom_evidence.is_none() {
+        return scan_bytes(&outcome.output_tail)
+            .findings
+            .into_iter()
+            .next()
+            .map(|finding| finding.diagnosis);
+    }
+    classify(&outcome.output_tail, &outcome.exit)
 }
 
 /// CMD's own exit status, passed through; death by a signal reads as `128 + signal`, as in shells.

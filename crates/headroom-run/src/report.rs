@@ -592,6 +592,7 @@ mod tests {
             mem_available: Some(8192 * MIB),
             psi_some_avg10: Some(0.0),
             gpu: None,
+            gpu_read_s: None,
             neuron: None,
             by_command,
         }

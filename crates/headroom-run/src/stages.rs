@@ -37,6 +37,69 @@ impl StageDetector {
     }
 }
 
+/// Longest line scanned for a stage start; longer lines pass through but only their first
+/// `MAX_LINE` bytes are scanned.
+const MAX_LINE: usize = 64 * 1024;
+
+/// Finds stage starts in a stream that arrives in chunks cut anywhere, lines split across
+/// them included. Without `--stage-regex` only lines that hold the marker's bytes are read
+/// further, so a chatty command's output (millions of lines a second) costs one substring
+/// search per chunk rather than a look at every line.
+pub struct StageScanner {
+    detector: StageDetector,
+    marker: memchr::memmem::Finder<'static>,
+    /// The start of the line the last chunk ended inside, at most `MAX_LINE` bytes.
+    partial: Vec<u8>,
+}
+
+impl StageScanner {
+    pub fn new(detector: StageDetector) -> Self {
+        StageScanner {
+            detector,
+            marker: memchr::memmem::Finder::new(headroom_diagnose::STAGE_MARKER.as_bytes()),
+            partial: Vec::new(),
+        }
+    }
+
+    /// Scans the lines `chunk` ends and keeps the start of the one it leaves open; calls
+    /// `found` with each stage started, in order.
+    pub fn feed(&mut self, chunk: &[u8], found: &mut impl FnMut(String)) {
+        let Some(first_end) = memchr::memchr(b'\n', chunk) else {
+            self.keep_partial(chunk);
+            return;
+        };
+        self.keep_partial(&chunk[..=first_end]);
+        self.check(&self.partial, found);
+        self.partial.clear();
+        let rest = &chunk[first_end + 1..];
+        let whole_end = memchr::memrchr(b'\n', rest).map_or(0, |last| last + 1);
+        let (whole, open) = rest.split_at(whole_end);
+        if self.detector.regex.is_some() || self.marker.find(whole).is_some() {
+            for line in whole.split_inclusive(|&b| b == b'\n') {
+                self.check(&line[..line.len().min(MAX_LINE)], found);
+            }
+        }
+        self.keep_partial(open);
+    }
+
+    /// The stage the stream's last line starts, when the stream ended without a newline.
+    pub fn finish(self) -> Option<String> {
+        self.detector.stage_in(&self.partial)
+    }
+
+    fn keep_partial(&mut self, piece: &[u8]) {
+        let room = MAX_LINE - self.partial.len();
+        self.partial
+            .extend_from_slice(&piece[..piece.len().min(room)]);
+    }
+
+    fn check(&self, line: &[u8], found: &mut impl FnMut(String)) {
+        if let Some(name) = self.detector.stage_in(line) {
+            found(name);
+        }
+    }
+}
+
 /// A stage start seen in the output, in seconds since the command started.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StageStart {
@@ -158,6 +221,61 @@ mod tests {
             None,
             "binary lines are harmless"
         );
+    }
+
+    /// Every stage `scanner` finds in `chunks`, the end of the stream included.
+    fn scan(detector: StageDetector, chunks: &[&[u8]]) -> Vec<String> {
+        let mut scanner = StageScanner::new(detector);
+        let mut found = Vec::new();
+        for chunk in chunks {
+            scanner.feed(chunk, &mut |name| found.push(name));
+        }
+        found.extend(scanner.finish());
+        found
+    }
+
+    #[test]
+    fn the_scanner_finds_markers_wherever_chunks_are_cut() {
+        let stream = b"y\ny\n##headroom stage load\nlog\n  ##headroom stage train\r\nz\n##headroom stage eval";
+        for cut in 0..stream.len() {
+            for second in cut..stream.len() {
+                let chunks = [&stream[..cut], &stream[cut..second], &stream[second..]];
+                assert_eq!(
+                    scan(StageDetector::default(), &chunks),
+                    ["load", "train", "eval"],
+                    "cut at {cut} and {second}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_scanner_reads_every_line_for_a_regex_and_only_the_start_of_long_lines() {
+        let regex = StageDetector::new(Some(Regex::new(r"^epoch (\d+)$").unwrap()));
+        assert_eq!(
+            scan(
+                regex,
+                &[b"epoch 1\nnot epoch 2\nepoch 3\n", b"epoch", b" 4\n"]
+            ),
+            ["1", "3", "4"]
+        );
+        let mut long = b"##headroom stage late\n".to_vec();
+        long.splice(0..0, std::iter::repeat_n(b'x', MAX_LINE));
+        assert!(scan(StageDetector::default(), &[&long]).is_empty());
+        assert!(scan(
+            StageDetector::default(),
+            &[&long[..MAX_LINE / 2], &long[MAX_LINE / 2..]]
+        )
+        .is_empty());
+        assert_eq!(
+            scan(
+                StageDetector::default(),
+                &[b"a\n", &long, b"##headroom stage next\n"]
+            ),
+            ["next"]
+        );
+        let in_one_chunk = [b"a\n".as_slice(), &long, b"##headroom stage next\n"].concat();
+        assert_eq!(scan(StageDetector::default(), &[&in_one_chunk]), ["next"]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,12 +22,12 @@ use headroom_size::format_size;
 use serde::Serialize;
 
 use super::devices::Devices;
-use super::stages::{StageDetector, StageStart};
+use super::stages::{StageDetector, StageScanner, StageStart};
 
 /// How much of the command's output is kept for classifying a failure.
 const TAIL_BYTES: usize = 256 * 1024;
-/// Longest line scanned for a stage start; longer lines pass through but are not scanned.
-const MAX_LINE: usize = 64 * 1024;
+/// The pipe size asked for CMD's stdout and stderr, and the most read from one at a time.
+const PIPE_BYTES: usize = 1 << 20;
 /// PSS costs a page-table walk per process: read it at most this often, and only for small trees.
 const PSS_EVERY: Duration = Duration::from_secs(1);
 const PSS_MAX_PROCESSES: usize = 64;
@@ -71,6 +72,11 @@ pub struct Sample {
     pub psi_some_avg10: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u64>,
+    /// Seconds since the command started when `gpu` was read: NVML is read at most every
+    /// 200 ms, so several samples share one reading, and it counts toward the stage it was
+    /// taken in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_read_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neuron: Option<u64>,
     /// Resident memory by command name (`python3`, `cc1plus`).
@@ -103,6 +109,9 @@ pub struct Outcome {
     pub tracking: &'static str,
     /// The signal forwarded from the user (Ctrl-C), if any.
     pub interrupted: Option<i32>,
+    /// headroom sent SIGKILL itself, at the user's second Ctrl-C: a SIGKILL exit is then
+    /// headroom's doing, not the OOM killer's.
+    pub killed_by_headroom: bool,
     pub notes: Vec<String>,
     /// The processes with the largest sampled RSS, largest first.
     pub largest_processes: Vec<ProcessPeak>,
@@ -308,6 +317,7 @@ pub fn run(
     let mut stage_starts = Vec::new();
     let mut last_stage_sample: Option<Instant> = None;
     let mut interrupted = None;
+    let mut sent_kill = false;
     let mut forwarded = 0;
     let mut exit = None;
     let mut open_streams = 2;
@@ -317,6 +327,7 @@ pub fn run(
     while exit.is_none() {
         match received.recv_timeout(next_sample.saturating_duration_since(Instant::now())) {
             Ok(Event::Stage(start)) => {
+                devices.stage_started();
                 watch.stage = Some(start.name.clone());
                 stage_starts.push(start);
                 // Entry memory of the new stage, measured now rather than up to one interval
@@ -346,7 +357,8 @@ pub fn run(
             forwarded += 1;
             interrupted = Some(signal);
             // A second Ctrl-C means "now".
-            let signal = if forwarded > 1 { libc::SIGKILL } else { signal };
+            sent_kill = forwarded > 1;
+            let signal = if sent_kill { libc::SIGKILL } else { signal };
             forward(signal, child_pid, cgroup.as_ref());
         }
         exit = reap(child_pid);
@@ -379,6 +391,13 @@ pub fn run(
     }
     let mut exit = exit.unwrap_or_default();
     let mut notes = Vec::new();
+    let killed_by_headroom = sent_kill && exit.signal == Some(libc::SIGKILL);
+    if killed_by_headroom {
+        notes.push(
+            "headroom killed CMD with SIGKILL at the second Ctrl-C: that kill is headroom's, not the OOM killer's"
+                .to_string(),
+        );
+    }
     let kernel = KernelPeaks {
         largest_process: rusage::children_max_rss(),
         cgroup: cgroup.as_ref().and_then(Cgroup::peak),
@@ -426,6 +445,7 @@ pub fn run(
         kernel,
         tracking,
         interrupted,
+        killed_by_headroom,
         notes,
     }))
 }
@@ -501,6 +521,9 @@ impl Watch<'_> {
             mem_available,
             psi_some_avg10,
             gpu: device.gpu,
+            gpu_read_s: device
+                .gpu_read_at
+                .map(|at| at.saturating_duration_since(self.started).as_secs_f64()),
             neuron: device.neuron,
             by_command,
         });
@@ -553,10 +576,12 @@ impl Watch<'_> {
     }
 }
 
-/// Copies one of the command's streams to ours, byte for byte, scanning whole lines for stage
-/// starts and keeping the tail for classification.
+/// Copies one of the command's streams to ours, byte for byte, scanning it for stage starts
+/// and keeping the tail for classification. When ours has no reader any more, it stops
+/// reading and closes CMD's end, so CMD gets SIGPIPE (or EPIPE) as it would have writing there
+/// itself.
 fn spawn_pump(
-    mut source: impl Read + Send + 'static,
+    source: impl Read + AsRawFd + Send + 'static,
     is_stderr: bool,
     detector: StageDetector,
     started: Instant,
@@ -565,8 +590,14 @@ fn spawn_pump(
     terminal: Arc<Terminal>,
 ) {
     std::thread::spawn(move || {
-        let mut buffer = vec![0u8; 64 * 1024];
-        let mut line = Vec::new();
+        let mut source = source;
+        widen_pipe(&source);
+        let mut scanner = StageScanner::new(detector);
+        let mut send_stage = |name| {
+            let t = started.elapsed().as_secs_f64();
+            let _ = events.send(Event::Stage(StageStart { t, name }));
+        };
+        let mut buffer = vec![0u8; PIPE_BYTES];
         loop {
             let n = match source.read(&mut buffer) {
                 Ok(0) => break,
@@ -575,53 +606,75 @@ fn spawn_pump(
                 Err(_) => break,
             };
             let chunk = &buffer[..n];
-            {
-                let _guard = terminal.lock.lock();
-                let mut stderr = std::io::stderr().lock();
-                terminal.clear_status(&mut stderr);
-                if is_stderr {
-                    let _ = stderr.write_all(chunk);
-                    let _ = stderr.flush();
-                } else {
-                    let mut stdout = std::io::stdout().lock();
-                    let _ = stdout.write_all(chunk);
-                    let _ = stdout.flush();
-                }
-                terminal
-                    .at_line_start
-                    .store(chunk.ends_with(b"\n"), Ordering::SeqCst);
-            }
-            if let Ok(mut tail) = tail.lock() {
-                tail.extend_from_slice(chunk);
-                if tail.len() > TAIL_BYTES {
-                    let excess = tail.len() - TAIL_BYTES;
-                    tail.drain(..excess);
+            // Only a reader gone away ends the pump: CMD would have got SIGPIPE. Other errors
+            // (a closed descriptor, a full disk) CMD would have got as errors and gone on.
+            if let Err(e) = pass_through(chunk, is_stderr, &terminal) {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    break;
                 }
             }
-            for piece in chunk.split_inclusive(|&b| b == b'\n') {
-                if line.len() < MAX_LINE {
-                    line.extend_from_slice(&piece[..piece.len().min(MAX_LINE - line.len())]);
-                }
-                if piece.ends_with(b"\n") {
-                    if let Some(name) = detector.stage_in(&line) {
-                        let t = started.elapsed().as_secs_f64();
-                        let _ = events.send(Event::Stage(StageStart { t, name }));
-                    }
-                    line.clear();
-                }
-            }
+            keep_tail(&tail, chunk);
+            scanner.feed(chunk, &mut send_stage);
         }
-        if let Some(name) = detector.stage_in(&line) {
-            let t = started.elapsed().as_secs_f64();
-            let _ = events.send(Event::Stage(StageStart { t, name }));
+        drop(source);
+        if let Some(name) = scanner.finish() {
+            send_stage(name);
         }
         let _ = events.send(Event::Closed);
     });
 }
 
+/// Asks for a pipe of `PIPE_BYTES`, so a chatty command is read in a few large chunks rather
+/// than many 64 KiB ones. Where the system caps pipe sizes lower the default stays.
+fn widen_pipe(pipe: &impl AsRawFd) {
+    // SAFETY: fcntl on a descriptor we own; F_SETPIPE_SZ takes an integer.
+    unsafe {
+        libc::fcntl(
+            pipe.as_raw_fd(),
+            libc::F_SETPIPE_SZ,
+            PIPE_BYTES as libc::c_int,
+        );
+    }
+}
+
+/// Writes a chunk of CMD's output to our stdout or stderr, clearing the status line first.
+fn pass_through(chunk: &[u8], is_stderr: bool, terminal: &Terminal) -> std::io::Result<()> {
+    let _guard = terminal.lock.lock();
+    let mut stderr = std::io::stderr().lock();
+    terminal.clear_status(&mut stderr);
+    if is_stderr {
+        stderr.write_all(chunk)?;
+        stderr.flush()?;
+    } else {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(chunk)?;
+        stdout.flush()?;
+    }
+    terminal
+        .at_line_start
+        .store(chunk.ends_with(b"\n"), Ordering::SeqCst);
+    Ok(())
+}
+
+/// Keeps at least the last `TAIL_BYTES` of a stream; trimming only past twice that moves each
+/// byte at most once.
+fn keep_tail(tail: &Mutex<Vec<u8>>, chunk: &[u8]) {
+    if let Ok(mut tail) = tail.lock() {
+        tail.extend_from_slice(&chunk[chunk.len().saturating_sub(TAIL_BYTES)..]);
+        if tail.len() > 2 * TAIL_BYTES {
+            let excess = tail.len() - TAIL_BYTES;
+            tail.drain(..excess);
+        }
+    }
+}
+
+/// The last `TAIL_BYTES` kept of a stream.
 fn take(tail: &Mutex<Vec<u8>>) -> Vec<u8> {
     tail.lock()
-        .map(|mut t| std::mem::take(&mut *t))
+        .map(|mut tail| {
+            let excess = tail.len().saturating_sub(TAIL_BYTES);
+            tail.split_off(excess)
+        })
         .unwrap_or_default()
 }
 

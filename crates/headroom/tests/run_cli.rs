@@ -170,6 +170,154 @@ fn ctrl_c_is_forwarded_and_a_partial_report_is_written() {
 }
 
 #[test]
+fn a_reader_that_goes_away_ends_the_run_as_it_would_end_cmd() {
+    // `headroom run -- yes | head -1`, on stdout and on stderr: CMD dies of SIGPIPE as it would
+    // writing to the closed pipe itself, and headroom exits as CMD did.
+    let scratch = Scratch::new();
+    for script in ["yes", "yes >&2"] {
+        let to_stderr = script.ends_with(">&2");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["run", "--json", "r.json", "--", "sh", "-c", script])
+            .current_dir(scratch.dir.path())
+            .stdout(if to_stderr {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            })
+            .stderr(if to_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .unwrap();
+        let reader: Box<dyn std::io::Read> = match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), _) => Box::new(stdout),
+            (_, Some(stderr)) => Box::new(stderr),
+            _ => unreachable!("one stream is piped"),
+        };
+        let mut line = String::new();
+        std::io::BufReader::new(reader)
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "y\n");
+        // The reader is dropped here: the pipe's read end is closed.
+        let status = wait_at_most(&mut child, Duration::from_secs(60));
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(141),
+            "`{script}` ends with 128 + SIGPIPE once its reader is gone"
+        );
+        assert_eq!(scratch.json("r.json")["rungs"][0]["exit_code"], 141);
+    }
+}
+
+#[test]
+fn an_output_that_fails_otherwise_does_not_end_cmd() {
+    // Only a reader gone away ends CMD. Writing to a full disk fails too, but CMD would have
+    // had an error and gone on: 8 MB is more than the pipe holds, so CMD writes on after
+    // headroom's writes have failed, and must end by itself.
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipping: no /dev/full to make writes fail");
+        return;
+    };
+    let scratch = Scratch::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["run", "--", "head", "-c", "8000000", "/dev/zero"])
+        .current_dir(scratch.dir.path())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+/// headroom's own CPU time to pass 100 MB of `yes LINE` through to /dev/null.
+fn pass_through_cpu_s(scratch: &Scratch, line: &str) -> f64 {
+    let script = format!("yes '{line}' | head -c 100000000");
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["run", "--json", "r.json", "--", "sh", "-c", &script])
+        .current_dir(scratch.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    scratch.json("r.json")["headroom_cpu_s"].as_f64().unwrap()
+}
+
+#[test]
+fn passing_output_through_costs_by_the_byte_not_by_the_line() {
+    // The same 100 MB as two-byte lines (the most lines a command can write) and as 1000-byte
+    // lines. Looking at every line made the first cost 6 times the second (36 in a debug
+    // build: 13 s of CPU); a look per chunk costs the same for both.
+    let scratch = Scratch::new();
+    let long_lines = pass_through_cpu_s(&scratch, &"x".repeat(999));
+    let short_lines = pass_through_cpu_s(&scratch, "y");
+    assert!(
+        short_lines < 3.0 * long_lines + 0.1,
+        "headroom spent {short_lines:.2}s of CPU on two-byte lines, {long_lines:.2}s on 1000-byte lines"
+    );
+}
+
+#[test]
+fn a_kill_headroom_sends_is_not_called_out_of_memory() {
+    // CMD ignores INT and TERM, so only the second Ctrl-C, turned into SIGKILL, ends it.
+    let scratch = Scratch::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "run",
+            "--json",
+            "r.json",
+            "--",
+            "sh",
+            "-c",
+            "trap '' INT TERM; echo '##headroom stage stubborn'; sleep 60",
+        ])
+        .current_dir(scratch.dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("stubborn"), "{line:?}");
+    // Ctrl-C until headroom ends: signals that arrive together count once, so keep pressing.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        // SAFETY: kill(2) on the child we started.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        if let Some(status) = wait_at_most(&mut child, Duration::from_millis(200)) {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("headroom never killed CMD");
+        }
+    };
+    let mut shown = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut shown).unwrap();
+    assert_eq!(status.code(), Some(137), "{shown}");
+    let report = scratch.json("r.json");
+    assert_eq!(report["interrupted"], true);
+    let diagnosis = &report["rungs"][0]["diagnosis"];
+    assert!(
+        diagnosis.is_null() || diagnosis["is_memory"] == false,
+        "headroom's own SIGKILL is no OOM kill: {diagnosis}"
+    );
+    assert!(!shown.contains("probably the OOM killer"), "{shown}");
+    assert!(shown.contains("headroom killed CMD"), "{shown}");
+}
+
+#[test]
 fn a_terminal_gets_a_live_status_line() {
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("skipping: `script` (util-linux) is not installed to provide a terminal");

@@ -8,18 +8,25 @@ use std::process::Command;
 
 use run_support::*;
 
-#[test]
-fn gpu_memory_of_the_tree_is_recorded_per_sample_and_per_stage() {
-    let scratch = Scratch::new();
-    let library = scratch.path("libnvidia-ml.so.1");
+/// Builds the stand-in NVML into the scratch directory; prints why a test skips when it cannot.
+fn build_fake_nvml(scratch: &Scratch) -> bool {
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/run_support/fake_nvml.c");
     let compiled = Command::new("cc")
         .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&library)
+        .arg(scratch.path("libnvidia-ml.so.1"))
         .arg(source)
         .status();
-    if !compiled.is_ok_and(|s| s.success()) {
+    let built = compiled.is_ok_and(|s| s.success());
+    if !built {
         eprintln!("skipping: no C compiler (`cc`) to build the stand-in NVML");
+    }
+    built
+}
+
+#[test]
+fn gpu_memory_of_the_tree_is_recorded_per_sample_and_per_stage() {
+    let scratch = Scratch::new();
+    if !build_fake_nvml(&scratch) {
         return;
     }
     let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
@@ -56,6 +63,40 @@ fn gpu_memory_of_the_tree_is_recorded_per_sample_and_per_stage() {
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn a_gpu_reading_counts_only_toward_the_stage_it_was_taken_in() {
+    let scratch = Scratch::new();
+    if !build_fake_nvml(&scratch) {
+        return;
+    }
+    const TRAIN: u64 = 8 << 30;
+    const EVAL: u64 = 1 << 30;
+    std::fs::write(scratch.path("gpu-bytes"), "0").unwrap();
+    // The command frees most of its GPU memory, then says the next stage starts: NVML's last
+    // reading, taken before the marker, holds the first stage's memory.
+    let script = format!(
+        "echo '##headroom stage train'; echo {TRAIN} > next && mv next gpu-bytes; sleep 1; \
+         echo {EVAL} > next && mv next gpu-bytes; echo '##headroom stage eval'; sleep 1"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["run", "--json", "r.json", "--", "sh", "-c", &script])
+        .current_dir(scratch.dir.path())
+        .env("LD_LIBRARY_PATH", scratch.dir.path())
+        .env("FAKE_NVML_BYTES_FILE", scratch.path("gpu-bytes"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = scratch.json("r.json");
+    assert_eq!(stage(&report, 0, "train")["gpu_peak_bytes"], TRAIN);
+    assert_eq!(
+        stage(&report, 0, "eval")["gpu_peak_bytes"],
+        EVAL,
+        "eval's peak comes from readings taken in eval: {}",
+        report["rungs"][0]["stages"]
+    );
+    assert_eq!(report["rungs"][0]["peak"]["gpu"], TRAIN);
 }
 
 #[test]

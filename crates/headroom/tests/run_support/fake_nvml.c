@@ -1,6 +1,8 @@
 /* A stand-in for libnvidia-ml.so.1, for machines without an NVIDIA GPU: one device, and every
- * child of the loading process (headroom's CMD) holds FAKE_NVML_BYTES of GPU memory. It has
- * exactly the entry points headroom loads, with NVML's C signatures. */
+ * child of the loading process (headroom's CMD) holds FAKE_NVML_BYTES of GPU memory, or the
+ * number written in the file FAKE_NVML_BYTES_FILE names at the time of each query (0 while it
+ * cannot be read), so a command can change what it holds as it runs. It has exactly the entry
+ * points headroom loads, with NVML's C signatures. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,15 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void *handle, unsigned int *count, n
     (void)handle;
     const char *bytes = getenv("FAKE_NVML_BYTES");
     unsigned long long each = bytes ? strtoull(bytes, NULL, 10) : 0;
+    const char *bytes_file = getenv("FAKE_NVML_BYTES_FILE");
+    if (bytes_file) {
+        FILE *file = fopen(bytes_file, "r");
+        each = 0;
+        if (file) {
+            if (fscanf(file, "%llu", &each) != 1) each = 0;
+            fclose(file);
+        }
+    }
     unsigned int found = 0;
     DIR *tasks = opendir("/proc/self/task");
     struct dirent *task;

@@ -4,7 +4,8 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
+use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
 
@@ -110,4 +111,18 @@ pub fn bytes(value: &serde_json::Value) -> u64 {
 
 pub fn exists(path: &Path) -> bool {
     path.exists()
+}
+
+/// Waits for `child` to exit, at most `limit`; `None` while it still runs after that.
+pub fn wait_at_most(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for headroom") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
