@@ -114,21 +114,15 @@ fn ctrl_c_is_forwarded_and_a_partial_report_is_written() {
         return;
     }
     let scratch = Scratch::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args([
-            "run",
-            "--json",
-            "r.json",
-            "--",
-            "python3",
-            "-c",
-            "import time; print('##headroom stage waiting', flush=True); time.sleep(30)",
-        ])
-        .current_dir(scratch.dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = scratch.spawn_piped(&[
+        "run",
+        "--json",
+        "r.json",
+        "--",
+        "python3",
+        "-c",
+        "import time; print('##headroom stage waiting', flush=True); time.sleep(30)",
+    ]);
     // Once the marker is through, CMD runs and headroom's handler is installed (it is set up
     // before CMD starts), however loaded the machine is.
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -268,21 +262,15 @@ fn passing_output_through_costs_by_the_byte_not_by_the_line() {
 fn a_kill_headroom_sends_is_not_called_out_of_memory() {
     // CMD ignores INT and TERM, so only the second Ctrl-C, turned into SIGKILL, ends it.
     let scratch = Scratch::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args([
-            "run",
-            "--json",
-            "r.json",
-            "--",
-            "sh",
-            "-c",
-            "trap '' INT TERM; echo '##headroom stage stubborn'; sleep 60",
-        ])
-        .current_dir(scratch.dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = scratch.spawn_piped(&[
+        "run",
+        "--json",
+        "r.json",
+        "--",
+        "sh",
+        "-c",
+        "trap '' INT TERM; echo '##headroom stage stubborn'; sleep 60",
+    ]);
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
@@ -50,13 +50,25 @@ impl Scratch {
         self.path("alloc.py").display().to_string()
     }
 
-    /// `headroom ARGS…` in the scratch directory.
+    /// `headroom ARGS…` in the scratch directory, ready to run.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        command.args(args).current_dir(self.dir.path());
+        command
+    }
+
+    /// `headroom ARGS…` in the scratch directory, run to its end.
     pub fn headroom(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_headroom"))
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("run headroom")
+        self.command(args).output().expect("run headroom")
+    }
+
+    /// `headroom ARGS…` started in the scratch directory, its stdout and stderr piped.
+    pub fn spawn_piped(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start headroom")
     }
 
     pub fn json(&self, name: &str) -> serde_json::Value {
