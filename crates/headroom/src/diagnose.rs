@@ -74,14 +74,7 @@ pub fn main(args: DiagnoseArgs) -> Result<u8> {
     // that order and puts, say, one file's kernel kill before another's killed compiler.
     findings.sort_by_key(|entry| entry.rank);
     let report = Report::new(files, findings);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the findings as JSON")?
-        );
-    } else {
-        print!("{}", render(&report));
-    }
+    crate::output::print(args.json, &report, || render(&report))?;
     Ok(report.summary.exit_code)
 }
 
@@ -92,7 +85,7 @@ type Input = (String, Box<dyn Read>);
 fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
     let stdin = || -> Input {
         if io::stdin().is_terminal() {
-            eprintln!(
+            headroom_output::say!(
                 "headroom diagnose: reading a log from the terminal; end it with Ctrl-D, or name a \
 FILE, or use --kernel-log"
             );
@@ -642,14 +635,7 @@ struct KernelKill {
 fn kernel_log_main(json: bool) -> Result<u8> {
     let log = kernel_log::read()?;
     let report = kernel_report(&log);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the kills as JSON")?
-        );
-    } else {
-        print!("{}", render_kernel(&report, now_unix()));
-    }
+    crate::output::print(json, &report, || render_kernel(&report, now_unix()))?;
     Ok(if report.kills.is_empty() {
         EXIT_NOTHING
     } else {
