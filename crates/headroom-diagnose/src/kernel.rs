@@ -196,6 +196,19 @@ impl OomKills {
         self.kills.last_mut().expect("just pushed")
     }
 
+    /// The kill read last, which later lines may still complete.
+    pub fn last(&self) -> Option<&OomKill> {
+        self.kills.last()
+    }
+
+    /// Takes out the kills that later lines can no longer change: all but the last, which a
+    /// line still to come may complete. A reader of a long log takes them as it goes, so that
+    /// what it keeps does not grow with the log.
+    pub fn take_settled(&mut self) -> std::vec::Drain<'_, OomKill> {
+        let settled = self.kills.len().saturating_sub(1);
+        self.kills.drain(..settled)
+    }
+
     pub fn finish(self) -> Vec<OomKill> {
         self.kills
     }

@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use kernel::{kills_in_log, Constraint, LoggedKill, OomKill, OomKills, Victim};
 pub use numbers::OomNumbers;
 pub use rules::{Kind, Rule, NOT_FAILURES, RULES};
-pub use scan::{scan, scan_bytes, stage_marked, Finding, Scan, STAGE_MARKER};
+pub use scan::{scan, scan_bytes, stage_marked, Finding, Scan, MAX_FINDINGS, STAGE_MARKER};
 
 /// How the command ended, as far as the caller knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,6 +5,10 @@
 //! whether anything in it matches at all; only blocks that do are looked at line by line, so
 //! a 100 MB build log costs little more than reading it. Colour codes and CR line ends are
 //! taken out first; bytes that are not UTF-8 are matched as bytes and shown as `\u{FFFD}`.
+//!
+//! What a scan keeps does not grow with the log: each distinct failure is kept once with a
+//! count of its repeats, the kernel's OOM kills as the first and the last of each process and
+//! limit, and at most [`MAX_FINDINGS`] distinct failures.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -26,6 +30,9 @@ const BLOCK: usize = 1 << 20;
 const READ: usize = 64 << 10;
 /// Evidence lines longer than this are cut when shown.
 const EVIDENCE_CHARS: usize = 400;
+/// How many distinct failures a scan keeps. A log with more (one whose every line names
+/// another stage or process) has the rest counted in [`Scan::left_out`].
+pub const MAX_FINDINGS: usize = 1000;
 
 /// One distinct failure found in a log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -57,8 +64,13 @@ pub struct Scan {
     /// compilers reporting that a child was killed (the usual consequence of a kill), then
     /// failures that are not memory; in each group, the earliest first.
     pub findings: Vec<Finding>,
-    /// Every OOM kill the kernel logged, in order, as `headroom diagnose --kernel-log` lists them.
+    /// The first and the last OOM kill the kernel logged for each process and limit, in
+    /// order; `oom_kill_count` says how many it logged in all.
     pub oom_kills: Vec<OomKill>,
+    pub oom_kill_count: u64,
+    /// Failure lines (or OOM kills) of distinct failures beyond the first [`MAX_FINDINGS`],
+    /// counted but not listed.
+    pub left_out: u64,
     pub lines: u64,
     pub bytes: u64,
 }
@@ -113,8 +125,21 @@ struct Scanner {
     /// Index into `findings` by rule and stage: one finding per distinct failure.
     seen: HashMap<(&'static str, Option<String>), usize>,
     kernel: OomKills,
-    /// The stage in effect at each OOM kill's first line, by line number.
-    kernel_stages: HashMap<u64, Option<String>>,
+    /// The stage in effect at the first line of the OOM kill being read.
+    kill_stage: Option<String>,
+    /// The OOM kills read whole, by process name and limit.
+    kill_kinds: HashMap<(Option<String>, Option<Constraint>), KillKind>,
+    oom_kill_count: u64,
+    left_out: u64,
+}
+
+/// The OOM kills of one process name and limit.
+struct KillKind {
+    /// Its index in `findings`.
+    finding: usize,
+    first: OomKill,
+    /// The latest, when there was more than one.
+    last: Option<OomKill>,
 }
 
 impl Scanner {
@@ -170,14 +195,23 @@ impl Scanner {
         let rule = &RULES[index];
         let text = String::from_utf8_lossy(line);
         if rule.kind == Kind::KernelOomKill && self.kernel.feed(&text, number) {
-            self.kernel_stages
-                .entry(number)
-                .or_insert_with(|| self.stage.clone());
+            let started_here = self.kernel.last().is_some_and(|kill| kill.line == number);
+            // A kill starting here settles the one before it, whose stage is still kept.
+            let settled: Vec<OomKill> = self.kernel.take_settled().collect();
+            for kill in settled {
+                self.settle(kill);
+            }
+            if started_here {
+                self.kill_stage = self.stage.clone();
+            }
             return;
         }
         let key = (rule.name, self.stage.clone());
         if let Some(&seen) = self.seen.get(&key) {
             self.findings[seen].count += 1;
+            return;
+        }
+        if !self.room_for_another() {
             return;
         }
         let mut numbers = numbers::extract(&text);
@@ -207,41 +241,73 @@ impl Scanner {
         });
     }
 
-    fn finish(mut self) -> Scan {
-        let oom_kills = std::mem::take(&mut self.kernel).finish();
-        // One finding per process name and limit: a build whose cc1plus was killed ten times
-        // has one failure, not ten.
-        let mut kernel_seen: HashMap<(Option<String>, Option<Constraint>), usize> = HashMap::new();
-        for kill in &oom_kills {
-            let name = kill.victim.as_ref().map(|victim| victim.name.clone());
-            let key = (name, kill.constraint);
-            if let Some(&seen) = kernel_seen.get(&key) {
-                self.findings[seen].count += 1;
-                continue;
-            }
-            kernel_seen.insert(key, self.findings.len());
-            self.findings.push(Finding {
-                diagnosis: Diagnosis {
-                    kind: Kind::KernelOomKill,
-                    rule: "kernel-oom-kill",
-                    evidence: shorten(&kill.evidence),
-                    numbers: OomNumbers::default(),
-                    kernel_oom_evidence: None,
-                    advice: kernel_advice(kill.constraint),
-                },
-                line: kill.evidence_line,
-                count: 1,
-                stage: self.kernel_stages.get(&kill.line).cloned().flatten(),
-                time: kill.time.clone(),
-                process: kill.victim.clone(),
-                constraint: kill.constraint,
-            });
+    /// Whether another distinct failure may be kept; counts it as left out when not.
+    fn room_for_another(&mut self) -> bool {
+        let room = self.findings.len() < MAX_FINDINGS;
+        if !room {
+            self.left_out += 1;
         }
+        room
+    }
+
+    /// Counts an OOM kill read whole. One finding per process name and limit: a build whose
+    /// cc1plus was killed ten times has one failure, not ten.
+    fn settle(&mut self, kill: OomKill) {
+        self.oom_kill_count += 1;
+        let name = kill.victim.as_ref().map(|victim| victim.name.clone());
+        let key = (name, kill.constraint);
+        if let Some(kind) = self.kill_kinds.get_mut(&key) {
+            self.findings[kind.finding].count += 1;
+            kind.last = Some(kill);
+            return;
+        }
+        if !self.room_for_another() {
+            return;
+        }
+        self.findings.push(Finding {
+            diagnosis: Diagnosis {
+                kind: Kind::KernelOomKill,
+                rule: "kernel-oom-kill",
+                evidence: shorten(&kill.evidence),
+                numbers: OomNumbers::default(),
+                kernel_oom_evidence: None,
+                advice: kernel_advice(kill.constraint),
+            },
+            line: kill.evidence_line,
+            count: 1,
+            stage: self.kill_stage.clone(),
+            time: kill.time.clone(),
+            process: kill.victim.clone(),
+            constraint: kill.constraint,
+        });
+        let finding = self.findings.len() - 1;
+        self.kill_kinds.insert(
+            key,
+            KillKind {
+                finding,
+                first: kill,
+                last: None,
+            },
+        );
+    }
+
+    fn finish(mut self) -> Scan {
+        for kill in std::mem::take(&mut self.kernel).finish() {
+            self.settle(kill);
+        }
+        let mut oom_kills: Vec<OomKill> = self
+            .kill_kinds
+            .into_values()
+            .flat_map(|kind| std::iter::once(kind.first).chain(kind.last))
+            .collect();
+        oom_kills.sort_by_key(|kill| kill.line);
         self.findings
             .sort_by_key(|finding| (finding.diagnosis.kind.root_rank(), finding.line));
         Scan {
             findings: self.findings,
             oom_kills,
+            oom_kill_count: self.oom_kill_count,
+            left_out: self.left_out,
             lines: self.lines + u64::from(self.bytes > 0 && !self.ends_in_newline),
             bytes: self.bytes,
         }
@@ -412,6 +478,50 @@ RuntimeError: CUDA error: out of memory\n";
         assert_eq!(finding.line, 60_003);
         assert_eq!(finding.stage.as_deref(), Some("train"));
         assert_eq!(finding.diagnosis.numbers.requested, Some(2 << 30));
+    }
+
+    #[test]
+    fn repeated_kills_keep_the_first_and_last_of_each_kind_with_their_stages() {
+        let mut log = String::from("##headroom stage configure\n");
+        for pid in 0..1000 {
+            if pid == 500 {
+                log.push_str("##headroom stage compile\n");
+            }
+            log.push_str(&format!(
+                "[{pid}.5] cc1plus invoked oom-killer: gfp_mask=0x140cca, order=0\n\
+[{pid}.6] Out of memory: Killed process {pid} (cc1plus) total-vm:1kB, anon-rss:1024kB\n"
+            ));
+        }
+        log.push_str("[9.9] Out of memory: Killed process 7 (ld) total-vm:1kB, anon-rss:1kB\n");
+        let scan = scan_bytes(log.as_bytes());
+        assert_eq!(scan.oom_kill_count, 1001);
+        let pids: Vec<_> = scan
+            .oom_kills
+            .iter()
+            .map(|kill| kill.victim.as_ref().unwrap().pid.unwrap())
+            .collect();
+        assert_eq!(pids, [0, 999, 7], "first and last cc1plus, the one ld");
+        assert_eq!(scan.oom_kills[1].invoked_by.as_deref(), Some("cc1plus"));
+        assert_eq!(kinds(&scan), [Kind::KernelOomKill, Kind::KernelOomKill]);
+        let cc1plus = &scan.findings[0];
+        assert_eq!((cc1plus.count, cc1plus.line), (1000, 3));
+        assert_eq!(cc1plus.stage.as_deref(), Some("configure"));
+        assert_eq!(scan.findings[1].count, 1);
+        assert_eq!(scan.findings[1].stage.as_deref(), Some("compile"));
+        assert_eq!(scan.left_out, 0);
+    }
+
+    #[test]
+    fn distinct_failures_beyond_the_limit_are_counted_not_kept() {
+        let mut log = String::new();
+        for n in 0..MAX_FINDINGS + 5 {
+            log.push_str(&format!("Out of memory: Killed process {n} (job{n})\n"));
+        }
+        log.push_str("RuntimeError: CUDA error: out of memory\n");
+        let scan = scan_bytes(log.as_bytes());
+        assert_eq!(scan.findings.len(), MAX_FINDINGS);
+        assert_eq!(scan.left_out, 6);
+        assert_eq!(scan.oom_kill_count, MAX_FINDINGS as u64 + 5);
     }
 
     #[test]

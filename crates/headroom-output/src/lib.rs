@@ -1,19 +1,39 @@
-//! Files the commands write when asked (`--report`, `--json`, `--html`, `--mprof`, `--out`).
-//! Each path is checked before any work starts, so that a mistyped directory fails at once
+//! Where the commands' output goes, for every crate of headroom.
+//!
+//! Files the commands write when asked (`--report`, `--json`, `--html`, `--mprof`, `--out`):
+//! each path is checked before any work starts, so that a mistyped directory fails at once
 //! and not after an hour of building or training; each file is written whole, through a
 //! temporary file renamed into place, so an interruption never leaves half of one; and it
 //! gets the permissions any plain file would (0666 less the umask), not a temporary file's
-//! 0600.
+//! 0600. The path `-` means stdout, for every such flag.
+//!
+//! Output to a reader that has gone (`| head`) is no failure of the command, and a message
+//! on stderr never panics (see [`say`]).
 
-use std::io::Write;
+mod say;
+
+use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+pub use say::say;
+
+/// The path that means stdout.
+const STDOUT: &str = "-";
+
+/// Whether `path` is `-`, which means stdout.
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == STDOUT
+}
+
 /// Fails when `path`, given with `flag`, cannot be written: its directory is missing, or it
-/// is a directory itself.
+/// is a directory itself. `-` (stdout) can always be written.
 pub fn check(flag: &str, path: &Path) -> Result<()> {
+    if is_stdout(path) {
+        return Ok(());
+    }
     let dir = dir_of(path);
     if !dir.is_dir() {
         bail!(
@@ -31,18 +51,31 @@ pub fn check(flag: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks every path that was given.
+/// Checks every path that was given, and that at most one of them is stdout.
 pub fn check_all<'a>(paths: impl IntoIterator<Item = (&'a str, Option<&'a Path>)>) -> Result<()> {
+    let mut to_stdout: Option<&str> = None;
     for (flag, path) in paths {
-        if let Some(path) = path {
-            check(flag, path)?;
+        let Some(path) = path else { continue };
+        check(flag, path)?;
+        if is_stdout(path) {
+            if let Some(first) = to_stdout {
+                bail!(
+                    "{first} - and {flag} -: only one output can go to stdout; give the other \
+a file"
+                );
+            }
+            to_stdout = Some(flag);
         }
     }
     Ok(())
 }
 
-/// Writes `contents` to `path` (given with `flag`) whole, or not at all.
+/// Writes `contents` to `path` (given with `flag`) whole, or not at all; to stdout for `-`.
 pub fn write(flag: &str, path: &Path, contents: &[u8]) -> Result<()> {
+    if is_stdout(path) {
+        return print(contents)
+            .with_context(|| format!("cannot write the {flag} output to stdout"));
+    }
     let cannot = || format!("cannot write the {flag} file {}", path.display());
     let mut file = tempfile::Builder::new()
         .prefix(".tmp")
@@ -52,6 +85,16 @@ pub fn write(flag: &str, path: &Path, contents: &[u8]) -> Result<()> {
     file.write_all(contents).with_context(cannot)?;
     file.persist(path).with_context(cannot)?;
     Ok(())
+}
+
+/// Writes `contents` to stdout and flushes it. A reader that has gone (`| head`) chose to
+/// read no more: that is no error, and the rest is dropped.
+pub fn print(contents: &[u8]) -> io::Result<()> {
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(contents).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        written => written,
+    }
 }
 
 /// The directory a file at `path` goes to.
@@ -83,5 +126,19 @@ mod tests {
         assert_eq!(std::fs::read(&file).unwrap(), b"[]\n");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn a_dash_is_stdout_and_only_one_output_may_take_it() {
+        let dash = Path::new("-");
+        check("--json", dash).unwrap();
+        check_all([("--json", Some(dash)), ("--html", None)]).unwrap();
+        let err = check_all([("--json", Some(dash)), ("--trace", Some(dash))])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--json - and --trace -: only one output"),
+            "{err}"
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use headroom_diagnose::{Constraint, Finding, Kind, OomKill, OomNumbers, Victim};
+use headroom_diagnose::{Constraint, Finding, Kind, OomKill, OomNumbers, Victim, MAX_FINDINGS};
 use headroom_probe::kernel_log;
 use headroom_size::format_size;
 use serde::{Deserialize, Serialize};
@@ -74,14 +74,7 @@ pub fn main(args: DiagnoseArgs) -> Result<u8> {
     // that order and puts, say, one file's kernel kill before another's killed compiler.
     findings.sort_by_key(|entry| entry.rank);
     let report = Report::new(files, findings);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the findings as JSON")?
-        );
-    } else {
-        print!("{}", render(&report));
-    }
+    crate::output::print(args.json, &report, || render(&report))?;
     Ok(report.summary.exit_code)
 }
 
@@ -92,7 +85,7 @@ type Input = (String, Box<dyn Read>);
 fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>> {
     let stdin = || -> Input {
         if io::stdin().is_terminal() {
-            eprintln!(
+            headroom_output::say!(
                 "headroom diagnose: reading a log from the terminal; end it with Ctrl-D, or name a \
 FILE, or use --kernel-log"
             );
@@ -157,6 +150,8 @@ fn from_scan(name: &str, scan: headroom_diagnose::Scan) -> (FileSummary, Vec<Ent
         bytes: scan.bytes,
         rungs: None,
         findings: entries.len(),
+        left_out: scan.left_out,
+        oom_kill_count: scan.oom_kill_count,
         oom_kills: scan.oom_kills,
     };
     (summary, entries)
@@ -177,6 +172,8 @@ fn from_run_report(name: &str, report: StoredReport, bytes: u64) -> (FileSummary
         bytes,
         rungs: Some(rungs),
         findings: entries.len(),
+        left_out: 0,
+        oom_kill_count: 0,
         oom_kills: Vec::new(),
     };
     (summary, entries)
@@ -246,7 +243,13 @@ struct FileSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     rungs: Option<usize>,
     findings: usize,
-    /// Every OOM kill the kernel logged in this file, in order.
+    /// Failure lines of distinct failures beyond the first `MAX_FINDINGS`, not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    left_out: u64,
+    /// How many OOM kills the kernel logged in this file.
+    #[serde(skip_serializing_if = "is_zero")]
+    oom_kill_count: u64,
+    /// The first and the last OOM kill of each process and limit, in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     oom_kills: Vec<OomKill>,
 }
@@ -456,6 +459,15 @@ fn render(report: &Report) -> String {
             n => format!("{n} failure{}", plural(n)),
         };
         let _ = writeln!(out, "{} ({what}): {found}", printable(&file.file));
+        if file.left_out > 0 {
+            let _ = writeln!(
+                out,
+                "   (only the first {MAX_FINDINGS} distinct failures are listed; {} more failure \
+line{} left out)",
+                file.left_out,
+                if file.left_out == 1 { " is" } else { "s are" }
+            );
+        }
     }
     let summary = &report.summary;
     if report.findings.is_empty() {
@@ -573,6 +585,10 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""
@@ -619,14 +635,7 @@ struct KernelKill {
 fn kernel_log_main(json: bool) -> Result<u8> {
     let log = kernel_log::read()?;
     let report = kernel_report(&log);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the kills as JSON")?
-        );
-    } else {
-        print!("{}", render_kernel(&report, now_unix()));
-    }
+    crate::output::print(json, &report, || render_kernel(&report, now_unix()))?;
     Ok(if report.kills.is_empty() {
         EXIT_NOTHING
     } else {

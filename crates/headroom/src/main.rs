@@ -12,15 +12,19 @@ mod output;
 mod report;
 mod sim;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{ColorChoice, CommandFactory, Parser, Subcommand};
+use headroom_output::say;
 
 /// Exit code for headroom's own failures (bad flags, unreadable files, ...).
 /// A wrapped command's own exit code is passed through unchanged.
 const EXIT_HEADROOM_ERROR: u8 = 2;
 /// The tracing filter for headroom's diagnostics (`-v` sets it when it is unset).
 const LOG_ENV: &str = "HEADROOM_LOG";
+/// The default of `--color`, and how the CLI hands its choice to the processes it starts.
+const COLOR_ENV: &str = "HEADROOM_COLOR";
 
 /// Every environment variable headroom reads, in `--help` and the man page: one name per
 /// concept, whatever the command. `tests/cli.rs` checks that each `HEADROOM_*` the code
@@ -41,6 +45,8 @@ Environment:
       current directory.
   HEADROOM_LOG
       A tracing filter for headroom's own diagnostics (`-v` sets `info`, `-vv` `debug`).
+  HEADROOM_COLOR, NO_COLOR
+      The default of --color; NO_COLOR, set and not empty, turns colour off under `auto`.
   HEADROOM_RUN_INTERVAL, HEADROOM_RUN_MEMORY_LIMIT
       Defaults for `run`'s --interval and --memory-limit.
   HEADROOM_KERNEL_MANIFEST, HEADROOM_KERNEL_CACHE, HEADROOM_KERNEL_CACHE_MAX
@@ -77,6 +83,16 @@ struct Cli {
     /// set, takes precedence (a tracing filter such as `headroom_govern=debug`).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Colour headroom's diagnostics on stderr: `auto` colours them on a terminal unless
+    /// NO_COLOR is set.
+    #[arg(
+        long,
+        value_name = "WHEN",
+        global = true,
+        env = COLOR_ENV,
+        default_value = "auto"
+    )]
+    color: ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -128,20 +144,35 @@ fn main() -> ExitCode {
     };
     if matches!(
         cli.command,
-        Command::Report(_) | Command::Completions { .. } | Command::Man | Command::Sim(_)
+        Command::Report(_)
+            | Command::Completions { .. }
+            | Command::Man
+            | Command::Sim(_)
+            | Command::Doctor(_)
+            | Command::Diagnose(_)
     ) {
-        // Commands whose output is read through a pipe (`| less`, `| head`) end quietly when
-        // the reader does, as other command-line tools do, instead of failing on EPIPE.
+        // Commands whose only work is what they print, often through a pipe (`| less`, `|
+        // head`), end when their reader does, killed by SIGPIPE (exit status 141 in a shell)
+        // as `cat` and `grep` are: quietly, and telling a `pipefail` script that the output
+        // was cut short. The other commands run a build or a command, or talk to a store:
+        // headroom must not die in the middle of those, and what they print goes through
+        // `headroom_output`, which drops what nobody reads.
         // SAFETY: restoring a signal's default disposition before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    // Through the environment, so the governor process and the rest of headroom's processes
+    // say as much, in the same colours.
     if cli.verbose > 0 && std::env::var_os(LOG_ENV).is_none() {
-        // Through the environment, so the governor process and the rest of headroom's
-        // processes say as much.
         std::env::set_var(LOG_ENV, if cli.verbose == 1 { "info" } else { "debug" });
+    }
+    match cli.color {
+        ColorChoice::Auto => std::env::remove_var(COLOR_ENV),
+        ColorChoice::Always => std::env::set_var(COLOR_ENV, "always"),
+        ColorChoice::Never => std::env::set_var(COLOR_ENV, "never"),
     }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env(LOG_ENV))
+        .with_ansi(colour_stderr(cli.color))
         .with_writer(std::io::stderr)
         .init();
     let outcome = match cli.command {
@@ -173,8 +204,21 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("headroom: error: {}", describe(&err));
+            say!("headroom: error: {}", describe(&err));
             ExitCode::from(EXIT_HEADROOM_ERROR)
+        }
+    }
+}
+
+/// Whether what headroom writes on stderr may carry colour codes: as `--color` says, and
+/// under `auto` only on a terminal and when NO_COLOR is unset or empty (no-color.org).
+fn colour_stderr(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+                && std::io::stderr().is_terminal()
         }
     }
 }
@@ -188,7 +232,7 @@ fn clap_error(err: &clap::Error) -> ExitCode {
     }
     let text = err.render().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
-    eprint!("headroom: error: {text}");
+    say!("headroom: error: {}", text.trim_end());
     ExitCode::from(EXIT_HEADROOM_ERROR)
 }
 

@@ -1,7 +1,7 @@
 //! `headroom diagnose` end to end: the built binary on logs, stdin, bad bytes, a real
 //! `headroom run` report and this machine's kernel log, with the exit-status policy.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -155,6 +155,84 @@ fn json_has_files_findings_and_a_summary() {
     assert_eq!(summary["memory"], 2);
     assert_eq!(summary["root_cause"], "killed by the kernel OOM killer");
     assert_eq!(summary["exit_code"], 0);
+}
+
+/// `headroom ARGS`: its exit status, its stdout, and the most memory it held (its peak
+/// resident set), which `wait4` reports for that one child.
+#[expect(clippy::zombie_processes, reason = "wait4 reaps the child")]
+fn headroom_with_peak_memory(scratch: &Scratch, args: &[&str]) -> (i32, Vec<u8>, u64) {
+    let mut child = scratch
+        .command(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run headroom");
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waiting for our own child, with pointers to live locals.
+        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if waited == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        assert_eq!(err.kind(), std::io::ErrorKind::Interrupted, "wait4: {err}");
+    }
+    assert!(
+        libc::WIFEXITED(status),
+        "headroom {args:?} ended with status {status:#x}"
+    );
+    // Linux counts ru_maxrss in KiB.
+    (
+        libc::WEXITSTATUS(status),
+        out,
+        usage.ru_maxrss as u64 * 1024,
+    )
+}
+
+#[test]
+fn memory_does_not_grow_with_repeated_kernel_kills() {
+    const KILLS: u64 = 60_000;
+    let scratch = Scratch::new();
+    let kill = |pid: u64| {
+        format!(
+            "[{pid}.000001] Out of memory: Killed process {pid} (cc1plus) total-vm:6084172kB, \
+anon-rss:5342044kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:11000kB oom_score_adj:0\n"
+        )
+    };
+    scratch.write("one.log", kill(1));
+    let many: String = (1..=KILLS).map(kill).collect();
+    scratch.write("many.log", many);
+    let (code, _, one_peak) =
+        headroom_with_peak_memory(&scratch, &["diagnose", "--json", "one.log"]);
+    assert_eq!(code, 0);
+    let (code, out, many_peak) =
+        headroom_with_peak_memory(&scratch, &["diagnose", "--json", "many.log"]);
+    assert_eq!(code, 0);
+    // Kept whole, each kill cost about 400 bytes (24 MiB here, 2 GiB for 5 million).
+    let growth = many_peak.saturating_sub(one_peak);
+    assert!(
+        growth < 8 << 20,
+        "{KILLS} kills took {} MiB more than one ({} MiB)",
+        growth >> 20,
+        one_peak >> 20
+    );
+    let report: Value = serde_json::from_slice(&out).unwrap();
+    let file = &report["files"][0];
+    assert_eq!(file["oom_kill_count"], KILLS);
+    let kept: Vec<_> = file["oom_kills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kill| kill["victim"]["pid"].clone())
+        .collect();
+    assert_eq!(kept, [1, KILLS], "the first and the last kill are kept");
+    assert_eq!(report["findings"][0]["count"], KILLS);
 }
 
 #[test]
