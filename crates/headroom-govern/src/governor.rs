@@ -309,7 +309,7 @@ fn open_history(config: &GovernorConfig) -> Past {
     };
     let opened = History::open_or_recover(path);
     for warning in &opened.warnings {
-        eprintln!("headroom: warning: {warning}");
+        headroom_output::say!("headroom: warning: {warning}");
     }
     let Some(history) = opened.history else {
         return Past::default();
@@ -323,7 +323,7 @@ fn open_history(config: &GovernorConfig) -> Past {
                 (waiting_seconds, last_build::reruns(&builds), bursts)
             }
             Err(err) => {
-                eprintln!(
+                headroom_output::say!(
                 "headroom: warning: {err}; jobs queue by their own length only and plan with the \
                  configured timing slack and peak margin"
             );
@@ -331,11 +331,13 @@ fn open_history(config: &GovernorConfig) -> Past {
             }
         };
     let known = history.known_peaks().unwrap_or_else(|err| {
-        eprintln!("headroom: warning: {err}; jobs are predicted as if they had never run");
+        headroom_output::say!(
+            "headroom: warning: {err}; jobs are predicted as if they had never run"
+        );
         KnownPeaks::default()
     });
     let shared_waiting_seconds = history.shared_waiting_seconds().unwrap_or_else(|err| {
-        eprintln!("headroom: warning: {err}; jobs predicted from shared history queue by their own length only");
+        headroom_output::say!("headroom: warning: {err}; jobs predicted from shared history queue by their own length only");
         HashMap::new()
     });
     match history.begin_governed_build(&build_record(config), Some(std::process::id())) {
@@ -349,7 +351,7 @@ fn open_history(config: &GovernorConfig) -> Past {
             bursts,
         },
         Err(err) => {
-            eprintln!("headroom: warning: {err}; this build runs without history");
+            headroom_output::say!("headroom: warning: {err}; this build runs without history");
             Past::default()
         }
     }
@@ -600,7 +602,7 @@ impl Governor {
             .rev()
             .find(|line| !line.trim().is_empty())
             .unwrap_or("");
-        eprintln!(
+        headroom_output::say!(
             "headroom: warning: farm node {address} is unreachable ({why}); its jobs run elsewhere"
         );
     }
@@ -947,7 +949,7 @@ impl Governor {
                 peak_total,
             };
             if let Err(unrecorded) = recorder.finish(ending, HISTORY_GRACE) {
-                eprintln!("headroom: warning: {unrecorded}");
+                headroom_output::say!("headroom: warning: {unrecorded}");
             }
         }
         report

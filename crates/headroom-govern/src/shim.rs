@@ -168,7 +168,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 }
 
 fn fail(code: i32, message: &str) -> ! {
-    eprintln!("headroom: {message}");
+    let _ = writeln!(std::io::stderr(), "headroom: {message}");
     std::process::exit(code)
 }
 

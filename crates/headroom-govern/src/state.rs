@@ -30,7 +30,7 @@ impl BuildState {
             Ok(()) => wanted,
             Err(err) => match private_temporary("headroom-state-") {
                 Some(fallback) => {
-                    eprintln!(
+                    headroom_output::say!(
                         "headroom: warning: cannot write to {} ({err}); this build keeps its \
                          shims, interceptor and history in {} until it ends (set \
                          HEADROOM_STATE_DIR to a writable directory to keep the history)",
@@ -48,7 +48,7 @@ impl BuildState {
         let opened = History::open_or_recover(&history);
         if opened.history.is_none() {
             if let Some(fallback) = private_temporary("headroom-history-") {
-                eprintln!(
+                headroom_output::say!(
                     "headroom: warning: {}; this build records into a temporary history, so \
                      its summary and report still come, but the next build will not learn \
                      from it",
@@ -59,7 +59,7 @@ impl BuildState {
             }
         } else {
             for warning in &opened.warnings {
-                eprintln!("headroom: warning: {warning}");
+                headroom_output::say!("headroom: warning: {warning}");
             }
         }
         BuildState {

@@ -166,9 +166,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
         let outcome = match supervise::run(&launch, &signals, &mut devices)? {
             Ok(outcome) => outcome,
             Err(spawn_error) => {
-                eprintln!("headroom: error: {spawn_error}");
+                headroom_output::say!("headroom: error: {spawn_error}");
                 if spawn_error.is_not_found() {
-                    eprintln!("headroom: check the spelling of CMD or your PATH");
+                    headroom_output::say!("headroom: check the spelling of CMD or your PATH");
                     write_outputs(&args, &report)?;
                     return Ok(EXIT_NOT_FOUND);
                 }

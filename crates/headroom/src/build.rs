@@ -131,7 +131,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         .join(" ");
     let offer_to = (!args.no_offer_jobs).then_some(args.command.as_slice());
     if let Err(Some(why)) = offer_to.map_or(Ok(()), make_takes_jobs) {
-        eprintln!("headroom: {why}");
+        headroom_output::say!("headroom: {why}");
     }
     let Governed {
         session, _state, ..
@@ -139,7 +139,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         Ok(governed) => governed,
         // headroom is never why a build does not run: without a governor it runs as it is.
         Err(err) if err.is::<SessionError>() => {
-            eprintln!("headroom: warning: {err:#}; this build runs ungoverned");
+            headroom_output::say!("headroom: warning: {err:#}; this build runs ungoverned");
             return run_ungoverned(&args.command);
         }
         Err(err) => return Err(err),
@@ -157,8 +157,8 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     let mut build = Command::new(&args.command[0]);
     build.args(&args.command[1..]);
     match session.govern(&mut build) {
-        Err(why) => eprintln!("headroom: warning: {why}; this build runs ungoverned"),
-        Ok(()) if sets(&build, TORCH_WRAPPER_ENV) => eprintln!(
+        Err(why) => headroom_output::say!("headroom: warning: {why}; this build runs ungoverned"),
+        Ok(()) if sets(&build, TORCH_WRAPPER_ENV) => headroom_output::say!(
             "headroom: sccache is on PATH, and torch would compile extensions through its \
              server, outside headroom's jobs; this build runs with {TORCH_WRAPPER_ENV}=1 \
              (set {TORCH_WRAPPER_ENV}= to keep sccache)"
@@ -171,7 +171,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
             session.finish(None, false);
             let program = args.command[0].to_string_lossy();
             if err.kind() == std::io::ErrorKind::NotFound {
-                eprintln!("headroom: command not found: {program}");
+                headroom_output::say!("headroom: command not found: {program}");
                 return Ok(127);
             }
             bail!("cannot run `{program}`: {err}");
@@ -183,20 +183,20 @@ pub fn main(args: BuildArgs) -> Result<u8> {
 
     let ungoverned = session.ungoverned_calls();
     if ungoverned > 0 {
-        eprintln!(
+        headroom_output::say!(
             "headroom: warning: {ungoverned} compiler call(s) ran ungoverned because the governor \
              did not answer in time"
         );
     }
     match session.finish(Some(exit_code), interrupted_by != 0) {
         Ending::Reported(built) => report(&built, args.report.as_deref(), args.trace.as_deref())?,
-        Ending::Silent(waited) => eprintln!(
+        Ending::Silent(waited) => headroom_output::say!(
             "headroom: warning: the governor did not answer for {:.0} s after the build ended; \
              it was stopped, and this build has no report ({:.1} s)",
             waited.as_secs_f64(),
             start.elapsed().as_secs_f64()
         ),
-        Ending::Gone => eprintln!(
+        Ending::Gone => headroom_output::say!(
             "headroom: warning: the governor stopped before the build ended; the build ran ungoverned from then on and has no report ({:.1} s)",
             start.elapsed().as_secs_f64()
         ),
@@ -214,7 +214,7 @@ fn run_ungoverned(command: &[OsString]) -> Result<u8> {
     match Command::new(&command[0]).args(&command[1..]).status() {
         Ok(status) => Ok(exit_code_of(status) as u8),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
+            headroom_output::say!(
                 "headroom: command not found: {}",
                 command[0].to_string_lossy()
             );
@@ -248,7 +248,7 @@ pub fn start_session(
     let budget = settings.resolve_budget(&facts);
     let (room, _) = facts.room();
     if budget.bytes > room {
-        eprintln!(
+        headroom_output::say!(
             "headroom: warning: the budget {} is more than this machine can hand out now ({}); jobs may be OOM-killed",
             Size(budget.bytes),
             Size(room)
@@ -304,7 +304,7 @@ fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
     let engine = match Engine::find(settings.farm_engine, &settings.farm_token) {
         Ok(engine) => engine,
         Err(missing) => {
-            eprintln!("headroom: warning: a build farm is configured, but {missing}; this build runs on this machine only");
+            headroom_output::say!("headroom: warning: a build farm is configured, but {missing}; this build runs on this machine only");
             return None;
         }
     };
@@ -312,7 +312,7 @@ fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
     for node in nodes {
         match node.reachable() {
             Ok(()) => reachable.push(node.clone()),
-            Err(err) => eprintln!(
+            Err(err) => headroom_output::say!(
                 "headroom: warning: farm node {} is unreachable ({err}); no job goes there",
                 node.address
             ),
@@ -322,7 +322,7 @@ fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
         return None;
     }
     let names: Vec<String> = reachable.iter().map(Node::to_string).collect();
-    eprintln!(
+    headroom_output::say!(
         "headroom: farm ({}): {}",
         engine.kind().name(),
         names.join(", ")
@@ -403,7 +403,8 @@ fn exit_code_of(status: ExitStatus) -> i32 {
 /// Prints the summary of the build the governor kept in memory, and writes the JSON report
 /// and the trace if asked: none of them waits on the history, or depends on what reached it.
 fn report(report: &BuildReport, json: Option<&Path>, trace: Option<&Path>) -> Result<()> {
-    eprint!("{}", summary::render(report));
+    let summary = summary::render(report);
+    headroom_output::say!("{}", summary.strip_suffix('\n').unwrap_or(&summary));
     if let Some(path) = json {
         write_json_report(report, "--report", path)?;
     }

@@ -69,7 +69,7 @@ pub fn main(args: HistoryArgs) -> anyhow::Result<u8> {
                 format!("pushing the history of `{project}` to {}", store.shown())
             })?;
             if let Some(why) = &summary.replaced {
-                eprintln!("headroom: warning: replaced what could not be read: {why}");
+                headroom_output::say!("headroom: warning: replaced what could not be read: {why}");
             }
             crate::output::print(
                 args.json,
@@ -85,7 +85,7 @@ pub fn main(args: HistoryArgs) -> anyhow::Result<u8> {
                 },
             )?;
             if summary.local == 0 {
-                eprintln!(
+                headroom_output::say!(
                     "headroom: the history {} has no measured peaks to share yet: run `headroom build -- …` first",
                     path.display()
                 );
@@ -101,16 +101,18 @@ pub fn main(args: HistoryArgs) -> anyhow::Result<u8> {
                 Ok(pulled) => pulled,
                 // A store that cannot be reached leaves the local history as it was.
                 Err(remote::HistoryError::Store(err @ StoreError::Service { .. })) => {
-                    eprintln!("headroom: warning: {err}; going on with the local history");
+                    headroom_output::say!(
+                        "headroom: warning: {err}; going on with the local history"
+                    );
                     return Ok(0);
                 }
                 Err(err) => return Err(err.into()),
             };
             if let Some(why) = &summary.unusable {
-                eprintln!("headroom: warning: {why}; nothing was pulled");
+                headroom_output::say!("headroom: warning: {why}; nothing was pulled");
             }
             for key in &summary.taken.refused {
-                eprintln!("headroom: warning: ignoring the entry `{key}` in {shown}: not a believable measurement");
+                headroom_output::say!("headroom: warning: ignoring the entry `{key}` in {shown}: not a believable measurement");
             }
             let taken = &summary.taken;
             crate::output::print(

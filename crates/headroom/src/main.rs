@@ -31,8 +31,13 @@ const COLOR_ENV: &str = "HEADROOM_COLOR";
 /// reads is here.
 const ENVIRONMENT: &str = "\
 Environment:
-  HEADROOM_BUDGET, HEADROOM_JOBS, HEADROOM_LOWER_FLAGS, HEADROOM_NO_PRIORITIES
-      Defaults for `build`'s --budget, --jobs, --lower-flags and --no-priorities.
+  HEADROOM_BUDGET, HEADROOM_JOBS, HEADROOM_LOWER_FLAGS, HEADROOM_NO_PRIORITIES,
+  HEADROOM_NO_OFFER_JOBS
+      Defaults for `build`'s --budget, --jobs, --lower-flags, --no-priorities and
+      --no-offer-jobs (the budget also for `kernels build`; `doctor` reports it).
+  HEADROOM_GOVERNOR_SILENCE_MS
+      How long a compiler call waits for a governor that says nothing before it runs
+      ungoverned [default: 10000].
   HEADROOM_FARM, HEADROOM_FARM_ENGINE, HEADROOM_FARM_TOKEN
       `build`'s --farm nodes, comma-separated (HOST:PORT=MEMORY/SLOTS), --farm-engine
       and --farm-token.
@@ -41,8 +46,8 @@ Environment:
       [default: $XDG_STATE_HOME/headroom, else ~/.local/state/headroom].
   HEADROOM_CONFIG
       The user's settings file [default: $XDG_CONFIG_HOME/headroom/config.toml, else
-      ~/.config/headroom/config.toml]; a project's headroom.toml is found upwards from the
-      current directory.
+      ~/.config/headroom/config.toml]; a file it names must exist. A project's
+      headroom.toml is found upwards from the current directory.
   HEADROOM_LOG
       A tracing filter for headroom's own diagnostics (`-v` sets `info`, `-vv` `debug`).
   HEADROOM_COLOR, NO_COLOR

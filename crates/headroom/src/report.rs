@@ -49,12 +49,20 @@ pub fn main(args: ReportArgs) -> Result<u8> {
         return list(args.last, args.json.as_deref());
     }
     let (report, state) = load_with_state(args.build.as_deref())?;
-    // The summary is this command's output: it goes to stdout, for `less` or a file.
-    print!(
-        "{}{}",
-        header(&report.build, state),
-        summary::render(&report)
-    );
+    // The summary is this command's output: it goes to stdout, for `less` or a file, unless
+    // an output was asked for there (`--json -`).
+    let outputs = [&args.json, &args.trace, &args.html];
+    if !outputs
+        .into_iter()
+        .flatten()
+        .any(|path| output::is_stdout(path))
+    {
+        print!(
+            "{}{}",
+            header(&report.build, state),
+            summary::render(&report)
+        );
+    }
     if let Some(path) = &args.json {
         write_json_report(&report, "--json", path)?;
     }
@@ -64,7 +72,9 @@ pub fn main(args: ReportArgs) -> Result<u8> {
     if let Some(path) = &args.html {
         let html = headroom_store::chart::render_html(&timeline(&report));
         output::write("--html", path, html.as_bytes())?;
-        eprintln!("headroom: wrote {}", path.display());
+        if !output::is_stdout(path) {
+            headroom_output::say!("headroom: wrote {}", path.display());
+        }
     }
     Ok(0)
 }
@@ -266,7 +276,7 @@ fn last_real_build(history: &History) -> Result<i64> {
     }
     Ok(match history.last_build_with_jobs()? {
         Some(id) if id != last => {
-            eprintln!(
+            headroom_output::say!(
                 "headroom: build {last}, the last one, ran no job (nothing to rebuild); \
                  showing build {id}, the last that did (`headroom report {last}` shows it)"
             );

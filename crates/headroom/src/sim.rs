@@ -223,7 +223,7 @@ fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
         })?;
         let path = args.out.join(format!("{name}.json"));
         output::write("--out", &path, trace.to_json().as_bytes())?;
-        eprintln!("wrote {} ({} jobs)", path.display(), trace.jobs.len());
+        headroom_output::say!("wrote {} ({} jobs)", path.display(), trace.jobs.len());
     }
     Ok(0)
 }
@@ -262,7 +262,7 @@ fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
     let trace = trace_from_report(&report, &options);
     trace.validate()?;
     output::write("--out", &args.out, trace.to_json().as_bytes())?;
-    eprintln!(
+    headroom_output::say!(
         "wrote {} ({} jobs, recorded on {machine} with -j{jobs_flag})",
         args.out.display(),
         trace.jobs.len()

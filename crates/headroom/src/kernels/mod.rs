@@ -523,15 +523,16 @@ fn run_resolve(
         println!("{}", serde_json::to_string_pretty(&output)?);
     } else {
         if args.explain {
-            eprint!("{}", render::explanation(&entries, &explanation));
+            let explained = render::explanation(&entries, &explanation);
+            headroom_output::say!("{}", explained.strip_suffix('\n').unwrap_or(&explained));
         }
         match chosen {
             Some(entry) => println!("{}", cache.root().join(entry.artifact_path()).display()),
-            None if entries.is_empty() => eprintln!(
+            None if entries.is_empty() => headroom_output::say!(
                 "headroom: {}",
                 no_artifacts(cache, &args.kernel, &device, &origin, manifest.as_ref())?
             ),
-            None => eprintln!(
+            None => headroom_output::say!(
                 "headroom: none of the {} artifacts of kernel `{}` runs on {device}; add a compatible target to the manifest (run with --explain to see why each was rejected)",
                 entries.len(),
                 args.kernel,

@@ -50,15 +50,15 @@ fn pull_and_warn(
         }
     };
     if let Some(err) = &summary.unreachable {
-        eprintln!("headroom: warning: {err}; going on with the local cache");
+        headroom_output::say!("headroom: warning: {err}; going on with the local cache");
     }
     for key in &summary.corrupt {
-        eprintln!(
+        headroom_output::say!(
             "headroom: warning: {key} in the kernel store {shown} is missing or does not match its blake3 hash, so it was not used; delete it there and push that artifact again"
         );
     }
     for refused in &summary.refused {
-        eprintln!("headroom: warning: ignoring {refused} in the kernel store {shown}");
+        headroom_output::say!("headroom: warning: ignoring {refused} in the kernel store {shown}");
     }
     Ok(summary)
 }
@@ -159,7 +159,7 @@ pub fn pull(
         },
     )?;
     for kernel in &lacking {
-        eprintln!(
+        headroom_output::say!(
             "headroom: kernel `{kernel}` has no artifact {} in the kernel store or the cache {}",
             if device.is_some() {
                 "for that device"
