@@ -622,7 +622,10 @@ fn the_store_comes_from_the_flag_the_variable_headroom_toml_or_the_user_settings
     let built = built_cache(&dir.path().join("built"));
     let project = dir.path().join("project");
     std::fs::create_dir(&project).unwrap();
+    // The user's settings file, named by HEADROOM_CONFIG, must exist: empty until the test
+    // names a store in it.
     let user_settings = dir.path().join("config.toml");
+    std::fs::write(&user_settings, "").unwrap();
     let push = |env: &[(&str, &str)]| {
         Command::new(HEADROOM)
             .current_dir(&project)
