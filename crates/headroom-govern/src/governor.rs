@@ -20,7 +20,7 @@ use headroom_farm::{FarmSettings, RemoteLaunch, RemoteOutcome};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
-    Action, AfterAttempt, Driver, Ended, Farm, Finished, JobId, JobState, Limits, Offer,
+    Action, AfterAttempt, Driver, Ended, Farm, Finished, Job, JobId, JobState, Limits, Offer,
     OutsideAction, Reading,
 };
 use headroom_store::known::KnownPeaks;
@@ -39,7 +39,7 @@ use crate::liveness::HEARTBEAT;
 use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
 use crate::portable::{self, Places};
-use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
+use crate::protocol::{read_frame, write_frame, Attempt, BuildStatus, Reply, Request, Waiting};
 use crate::response::expand_response_files;
 
 /// How long a shutdown waits for the reports of jobs that ended just before the build.
@@ -116,6 +116,8 @@ struct State {
     unwritten_jobs: Vec<Unwritten>,
     last_flush: Instant,
     peak_total: u64,
+    /// What the build's processes used at the last sample, for the live status.
+    used: u64,
     /// The build's processes outside every job.
     outside: OutsideTracker,
     /// Attempts sent SIGTERM to make room: job, process group, and when SIGKILL follows if
@@ -201,6 +203,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
             unwritten_jobs: Vec::new(),
             last_flush: Instant::now(),
             peak_total: 0,
+            used: 0,
             outside: OutsideTracker::default(),
             dying: Vec::new(),
             shutting_down: false,
@@ -429,10 +432,31 @@ impl Governor {
                 exit_code,
                 kill_jobs,
             }) => self.shut_down(&writer, exit_code, kill_jobs),
+            Ok(Request::Status) => {
+                // A CLI that has stopped waiting for the answer is no matter.
+                let _ = send(&writer, &Reply::Status(self.status()));
+            }
             Ok(other) => tracing::warn!("unexpected first message {other:?}"),
             Err(err) => tracing::debug!("connection closed before a request: {err}"),
         }
         self.connections.close(key);
+    }
+
+    /// How the build stands now, for the CLI's live status: cheap enough to answer a few
+    /// times a second.
+    fn status(&self) -> BuildStatus {
+        let state = self.lock();
+        let limits = Limits {
+            budget: self.config.budget,
+            slots: self.config.slots,
+        };
+        build_status(
+            &state.driver,
+            state.jobs.keys().copied(),
+            state.report.jobs.len() + state.unwritten_jobs.len(),
+            state.used,
+            limits,
+        )
     }
 
     /// Tells every connection, each [`HEARTBEAT`], that the governor makes progress. The
@@ -852,6 +876,7 @@ impl Governor {
                 });
             }
             state.peak_total = state.peak_total.max(total);
+            state.used = total;
             self.enforce_stops(state);
             self.decide(state, machine_left);
             let any_stopped = state.outside.any_stopped();
@@ -972,6 +997,64 @@ impl Governor {
     }
 }
 
+/// How a build stands whose jobs not yet over are `live` (known to `driver`), with `done` jobs
+/// over and `used` bytes in use. Why jobs wait is told from the jobs alone: a job that runs
+/// or waits to run alone holds every other back; otherwise full slots do; otherwise memory,
+/// where the smallest waiting job does not fit.
+fn build_status(
+    driver: &Driver,
+    live: impl Iterator<Item = JobId>,
+    done: usize,
+    used: u64,
+    limits: Limits,
+) -> BuildStatus {
+    let jobs: Vec<&Job> = live.filter_map(|id| driver.job(id)).collect();
+    let started = |job: &&&Job| {
+        matches!(
+            job.state,
+            JobState::Admitted { .. } | JobState::Running { .. }
+        )
+    };
+    let waiting: Vec<&Job> = jobs
+        .iter()
+        .copied()
+        .filter(|job| matches!(job.state, JobState::Queued | JobState::Killed))
+        .collect();
+    let running_here = jobs
+        .iter()
+        .filter(started)
+        .filter(|job| job.node.is_none())
+        .count();
+    let anything_started = jobs.iter().any(|job| started(&job));
+    let waiting_for = if waiting.is_empty() || !anything_started {
+        None
+    } else if jobs.iter().any(|job| job.alone) {
+        Some(Waiting::Alone)
+    } else if running_here >= limits.slots {
+        Some(Waiting::Slots)
+    } else {
+        waiting
+            .iter()
+            .map(|job| job.estimate.peak)
+            .min()
+            .map(|need| Waiting::Memory { need })
+    };
+    BuildStatus {
+        running: jobs
+            .iter()
+            .filter(started)
+            .filter(|job| !job.suspended())
+            .count(),
+        stopped: jobs.iter().filter(|job| job.suspended()).count(),
+        waiting: waiting.len(),
+        done,
+        used,
+        budget: limits.budget,
+        slots: limits.slots,
+        waiting_for,
+    }
+}
+
 /// Moves the finished jobs into the report, and hands them to the history's writer.
 fn write_jobs(state: &mut State) {
     for job in std::mem::take(&mut state.unwritten_jobs) {
@@ -1018,5 +1101,114 @@ fn signal_group(pgid: i32, signal: Signal) {
     if let Some(pgid) = Pid::from_raw(pgid) {
         // The group may have exited a moment ago: nothing to do then.
         let _ = kill_process_group(pgid, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn offer(driver: &mut Driver, key: &str, peak: u64) -> JobId {
+        driver
+            .offer(Offer {
+                key: key.into(),
+                label: key.into(),
+                group: key.len() as u64 + peak,
+                past: Some(headroom_sched::PastRun {
+                    peak,
+                    profile: None,
+                    shared: false,
+                }),
+                waiting_seconds: 0.0,
+                lower_rungs: 0,
+                farmable: false,
+                local_share: None,
+            })
+            .0
+    }
+
+    /// Offers jobs of `peaks`, lets the driver start what fits and begins those attempts.
+    fn started(limits: Limits, peaks: &[u64]) -> (Driver, Vec<JobId>) {
+        let mut driver = Driver::new(limits, false);
+        let ids: Vec<JobId> = peaks
+            .iter()
+            .enumerate()
+            .map(|(i, &peak)| offer(&mut driver, &format!("job{i}"), peak))
+            .collect();
+        for action in driver.decide(None, 0.0) {
+            if let Action::Start { id, .. } = action {
+                driver.begin_attempt(id);
+            }
+        }
+        (driver, ids)
+    }
+
+    #[test]
+    fn jobs_beyond_the_slots_wait_for_a_slot() {
+        let limits = Limits {
+            budget: 4000 * MIB,
+            slots: 2,
+        };
+        let (driver, ids) = started(limits, &[100 * MIB; 3]);
+        let status = build_status(&driver, ids.into_iter(), 5, 250 * MIB, limits);
+        assert_eq!(
+            status,
+            BuildStatus {
+                running: 2,
+                stopped: 0,
+                waiting: 1,
+                done: 5,
+                used: 250 * MIB,
+                budget: 4000 * MIB,
+                slots: 2,
+                waiting_for: Some(Waiting::Slots),
+            }
+        );
+    }
+
+    #[test]
+    fn a_job_that_does_not_fit_waits_for_memory_and_says_what_it_needs() {
+        let limits = Limits {
+            budget: 1000 * MIB,
+            slots: 4,
+        };
+        let (driver, ids) = started(limits, &[700 * MIB, 600 * MIB]);
+        let status = build_status(&driver, ids.into_iter(), 0, 0, limits);
+        assert_eq!((status.running, status.waiting), (1, 1), "{status:?}");
+        let Some(Waiting::Memory { need }) = status.waiting_for else {
+            panic!("{status:?}");
+        };
+        assert!(need >= 600 * MIB, "{status:?}");
+    }
+
+    #[test]
+    fn after_running_out_of_memory_the_others_wait_for_a_job_alone() {
+        let limits = Limits {
+            budget: 4000 * MIB,
+            slots: 2,
+        };
+        let (mut driver, ids) = started(limits, &[100 * MIB, 100 * MIB, 100 * MIB]);
+        let oom = Ended {
+            out_of_memory: true,
+            ..Ended::default()
+        };
+        let (after, _) = driver.attempt_ended(ids[0], oom, 1.0);
+        assert!(matches!(after, AfterAttempt::Retry), "{after:?}");
+        let status = build_status(&driver, ids.into_iter(), 0, 0, limits);
+        assert_eq!(status.waiting_for, Some(Waiting::Alone), "{status:?}");
+    }
+
+    #[test]
+    fn nothing_waits_while_every_job_runs() {
+        let limits = Limits {
+            budget: 4000 * MIB,
+            slots: 4,
+        };
+        let (driver, ids) = started(limits, &[100 * MIB, 100 * MIB]);
+        let status = build_status(&driver, ids.into_iter(), 0, 0, limits);
+        assert_eq!((status.running, status.waiting), (2, 0), "{status:?}");
+        assert_eq!(status.waiting_for, None);
     }
 }

@@ -36,6 +36,40 @@ pub enum Request {
         exit_code: Option<i32>,
         kill_jobs: bool,
     },
+    /// From the CLI, on a connection of its own: how the build stands now, for the live
+    /// status it shows on a terminal.
+    Status,
+}
+
+/// How a build stands at one moment: what the CLI's live status shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildStatus {
+    /// Jobs whose attempt runs, here or on a farm node; stopped ones not counted.
+    pub running: usize,
+    /// Jobs the governor stopped to make room.
+    pub stopped: usize,
+    /// Jobs waiting to start, requeued ones included.
+    pub waiting: usize,
+    /// Jobs over.
+    pub done: usize,
+    /// What the build's processes used at the last sample.
+    pub used: u64,
+    pub budget: u64,
+    pub slots: usize,
+    /// Why the waiting jobs wait; `None` while none does, or one is about to start.
+    pub waiting_for: Option<Waiting>,
+}
+
+/// Why a build's jobs wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Waiting {
+    /// Every slot runs a job.
+    Slots,
+    /// The smallest waiting job's predicted peak (`need`) does not fit beside the running
+    /// jobs, or jobs were stopped to make room.
+    Memory { need: u64 },
+    /// A job that ran out of memory runs, or waits to run, with no other job beside it.
+    Alone,
 }
 
 /// How one attempt of a job ended.
@@ -70,6 +104,8 @@ pub enum Reply {
     /// The governor exits: the build as it saw it, from memory (`report.build.id` is its id
     /// in the history, 0 when it has none), whatever reached the history.
     ShutDown { report: Box<BuildReport> },
+    /// How the build stands now (the answer to [`Request::Status`]).
+    Status(BuildStatus),
     /// The governor's heartbeat, sent to every connection while it makes progress: only
     /// silence tells a hung governor from one that keeps a job queued (`crate::liveness`).
     Alive,

@@ -11,13 +11,14 @@ use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use headroom_store::BuildReport;
 
 use crate::governor::{serve, GovernorConfig};
 use crate::intercept;
 use crate::liveness;
-use crate::protocol::{write_frame, Reply, Request, MAX_REPORT_FRAME};
+use crate::protocol::{write_frame, BuildStatus, Reply, Request, MAX_REPORT_FRAME};
 use crate::shim::{LAUNCHER_NAME, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
@@ -212,6 +213,18 @@ impl Session {
         let _ = std::fs::remove_file(&self.socket);
         ledger.remove();
         ended
+    }
+
+    /// How the build stands now, asked on a connection of its own; `None` when the governor
+    /// does not answer within `bound` (busy, hung or gone): a live status is never worth a
+    /// wait.
+    pub fn status(&self, bound: Duration) -> Option<BuildStatus> {
+        let stream = liveness::connect(&self.socket, bound).ok()?;
+        write_frame(&stream, &Request::Status).ok()?;
+        match liveness::read_reply(&stream) {
+            Ok(Reply::Status(status)) => Some(status),
+            _ => None,
+        }
     }
 
     /// How many compiler calls ran ungoverned because the governor was silent past the bound

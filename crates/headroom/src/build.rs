@@ -25,6 +25,9 @@ use headroom_store::{summary, BuildReport};
 use headroom_config::{BuildOverrides, BuildSettings};
 use headroom_output as output;
 
+mod live;
+use live::LiveStatus;
+
 /// How long an interrupted build may take to stop before it is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 
@@ -165,9 +168,13 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         ),
         Ok(()) => {}
     }
+    // Before the build starts: the status takes the terminal's last line while nothing else
+    // writes there.
+    let mut live = LiveStatus::on_terminal();
     let mut build = match build.spawn() {
         Ok(child) => child,
         Err(err) => {
+            drop(live);
             session.finish(None, false);
             let program = args.command[0].to_string_lossy();
             if err.kind() == std::io::ErrorKind::NotFound {
@@ -177,7 +184,8 @@ pub fn main(args: BuildArgs) -> Result<u8> {
             bail!("cannot run `{program}`: {err}");
         }
     };
-    let status = wait_for_build(&mut build, session.governor_pid(), &interrupted)?;
+    let status = wait_for_build(&mut build, &session, &interrupted, live.as_mut())?;
+    drop(live);
     let interrupted_by = interrupted.load(Ordering::Relaxed) as i32;
     let exit_code = exit_code_of(status);
 
@@ -333,19 +341,24 @@ fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
     })
 }
 
-/// Waits for the build, reaping the orphans it leaves to headroom as their subreaper; on
-/// Ctrl-C (or SIGTERM, SIGHUP) passes the interrupt on and, after a grace period, kills it.
+/// Waits for the build, reaping the orphans it leaves to headroom as their subreaper, and
+/// keeps the live status (on a terminal) up to date; on Ctrl-C (or SIGTERM, SIGHUP) passes
+/// the interrupt on and, after a grace period, kills it.
 fn wait_for_build(
     build: &mut Child,
-    governor: u32,
+    session: &Session,
     interrupted: &AtomicUsize,
+    mut live: Option<&mut LiveStatus>,
 ) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
     loop {
         if let Some(status) = build.try_wait()? {
             return Ok(status);
         }
-        reap_orphans(&[build.id(), governor]);
+        reap_orphans(&[build.id(), session.governor_pid()]);
+        if let Some(live) = live.as_mut() {
+            live.refresh(session);
+        }
         let signal = interrupted.load(Ordering::Relaxed) as i32;
         if signal != 0 {
             match interrupted_at {

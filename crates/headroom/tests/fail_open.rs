@@ -9,14 +9,12 @@ mod reliability;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use reliability::{descendants, process_state};
+use reliability::{below, compilers, process_state, wait_until};
 
 const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
-/// How long any state a test waits for may take to appear on a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// `headroom build ARGS…` in the scratch project `dir`, with everything of its own there.
 fn build(dir: &Path, args: &[&str]) -> Command {
@@ -28,41 +26,6 @@ fn build(dir: &Path, args: &[&str]) -> Command {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// Waits until `done` holds, at most [`PATIENCE`].
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < PATIENCE, "waited {PATIENCE:?} for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The processes below `root` whose command line contains `needle`.
-fn below(root: &Child, needle: &str) -> Vec<i32> {
-    descendants(root.id() as i32)
-        .into_iter()
-        .map(|process| process.pid)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(needle))
-        })
-        .collect()
-}
-
-/// The compilers below `root`: each shim's child, which leads a process group of its own.
-fn compilers(root: &Child) -> Vec<i32> {
-    let tree = descendants(root.id() as i32);
-    let shims: Vec<i32> = tree
-        .iter()
-        .filter(|process| process.comm == "headroom-shim")
-        .map(|process| process.pid)
-        .collect();
-    tree.iter()
-        .filter(|process| shims.contains(&process.ppid) && process.pgid == process.pid)
-        .map(|process| process.pid)
-        .collect()
 }
 
 fn alive(pid: i32) -> bool {
@@ -84,8 +47,8 @@ fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
         .env("HEADROOM_GOVERNOR_SILENCE_MS", "2000")
         .stderr(Stdio::piped());
     let mut cli = command.spawn().unwrap();
-    wait_until("a compile", || !compilers(&cli).is_empty());
-    let governor = below(&cli, "__governor")[0];
+    wait_until("a compile", || !compilers(cli.id()).is_empty());
+    let governor = below(cli.id(), "__governor")[0];
     // SAFETY: kill(2) on the governor this test's build started.
     unsafe { libc::kill(governor, libc::SIGSTOP) };
     let start = Instant::now();
@@ -156,8 +119,8 @@ fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
     command.process_group(0).stderr(Stdio::piped());
     let cli = command.spawn().unwrap();
     let group = cli.id() as i32;
-    wait_until("two compiles", || compilers(&cli).len() == 2);
-    let running = compilers(&cli);
+    wait_until("two compiles", || compilers(cli.id()).len() == 2);
+    let running = compilers(cli.id());
     // SAFETY: kill(2) on the process group of this test's build.
     unsafe { libc::kill(-group, libc::SIGTSTP) };
     wait_until("every compiler stopped", || {
@@ -187,8 +150,8 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
     command.process_group(0).stderr(Stdio::piped());
     let mut cli = command.spawn().unwrap();
     let group = cli.id() as i32;
-    wait_until("two compiles", || compilers(&cli).len() == 2);
-    let running = compilers(&cli);
+    wait_until("two compiles", || compilers(cli.id()).len() == 2);
+    let running = compilers(cli.id());
     // SAFETY: kill(2) on the process group of this test's build: what Ctrl-\ sends.
     unsafe { libc::kill(-group, libc::SIGQUIT) };
     let status = cli.wait().unwrap();
@@ -230,7 +193,19 @@ fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_fi
     }
     let dir = tempfile::tempdir().unwrap();
     project_with_a_job_to_kill(dir.path());
-    let args = ["-v", "--budget", "500M", "--jobs", "2", "--", "make", "-j2"];
+    // All at one CPU priority: on a loaded machine a job started nicer grows so slowly that
+    // the other ends before it peaks, and nothing has to make room.
+    let args = [
+        "-v",
+        "--budget",
+        "500M",
+        "--jobs",
+        "2",
+        "--no-priorities",
+        "--",
+        "make",
+        "-j2",
+    ];
     let first = build(dir.path(), &args).output().unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
     // Now the first job grows to 400 MiB over 2 s: beside the real compile, past the budget.

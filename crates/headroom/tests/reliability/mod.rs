@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use headroom_kernels::cache::{BlobCheck, Cache};
@@ -113,6 +113,93 @@ pub fn become_subreaper() {
 pub fn descendants(root: i32) -> Vec<ProcStat> {
     let all = procs::snapshot().unwrap_or_default();
     procs::tree(&all, root).into_iter().cloned().collect()
+}
+
+/// How long any state a test waits for may take to appear on a loaded 2-core machine.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits until `done` holds, at most [`PATIENCE`]; fails the test naming `what` past that.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "waited {PATIENCE:?} for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to exit, at most [`PATIENCE`], and returns its status with what it wrote
+/// to stderr (piped, or empty); past that, kills it and its process group and fails the test.
+/// Its stderr is read for as long: processes it left holding the pipe must not hang the test.
+pub fn output_within_patience(mut child: Child) -> Output {
+    let stderr = child.stderr.take().map(|mut stderr| {
+        let (sender, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stderr, &mut text);
+            let _ = sender.send(text);
+        });
+        received
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > PATIENCE {
+            // SAFETY: kill(2) on the test's own child and on the group it may lead.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{} did not end within {PATIENCE:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = stderr.map_or_else(Vec::new, |received| {
+        received
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|_| b"(its stderr is still held open by what it left)".to_vec())
+    });
+    Output {
+        status,
+        stdout: Vec::new(),
+        stderr,
+    }
+}
+
+/// The live processes below `root` (not `root` itself) whose command line contains `needle`.
+pub fn below(root: u32, needle: &str) -> Vec<i32> {
+    descendants(root as i32)
+        .into_iter()
+        .map(|process| process.pid)
+        .filter(|&pid| pid != root as i32 && process_state(pid).is_some_and(|s| s != 'Z'))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(needle))
+        })
+        .collect()
+}
+
+/// The shims below `root`: one per compiler call the build made, waiting or running.
+pub fn shims(root: u32) -> Vec<i32> {
+    descendants(root as i32)
+        .into_iter()
+        .filter(|process| process.comm == "headroom-shim")
+        .map(|process| process.pid)
+        .collect()
+}
+
+/// The compilers below `root`: each shim's child, which leads a process group of its own.
+pub fn compilers(root: u32) -> Vec<i32> {
+    let tree = descendants(root as i32);
+    let shims: Vec<i32> = tree
+        .iter()
+        .filter(|process| process.comm == "headroom-shim")
+        .map(|process| process.pid)
+        .collect();
+    tree.iter()
+        .filter(|process| shims.contains(&process.ppid) && process.pgid == process.pid)
+        .map(|process| process.pid)
+        .collect()
 }
 
 /// The state letter of `pid` in /proc (`R`, `S`, `T` for stopped, `Z`…).
