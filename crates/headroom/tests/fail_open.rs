@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use reliability::{below, compilers, process_state, wait_until};
+use reliability::{below, compilers, output_within_patience, process_state, wait_until};
 
 const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
 
@@ -43,20 +43,22 @@ fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     reliability::project(dir.path(), 8, "--mem 4 --ms 400");
     let mut command = build(dir.path(), &["--jobs", "1", "--", "make", "-j4"]);
+    // A group of its own, so that a build that never ends is killed whole, stopped governor
+    // included.
     command
         .env("HEADROOM_GOVERNOR_SILENCE_MS", "2000")
+        .process_group(0)
         .stderr(Stdio::piped());
-    let mut cli = command.spawn().unwrap();
+    let cli = command.spawn().unwrap();
     wait_until("a compile", || !compilers(cli.id()).is_empty());
     let governor = below(cli.id(), "__governor")[0];
     // SAFETY: kill(2) on the governor this test's build started.
     unsafe { libc::kill(governor, libc::SIGSTOP) };
     let start = Instant::now();
-    let status = cli.wait().unwrap();
+    let output = output_within_patience(cli);
     let waited = start.elapsed();
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut cli.stderr.take().unwrap(), &mut said).unwrap();
-    assert!(status.success(), "{said}");
+    let said = stderr(&output);
+    assert!(output.status.success(), "{said}");
     assert_eq!(objects(dir.path(), 8), 8, "{said}");
     // Without a bound the build waited until the governor was resumed: never, here.
     assert!(waited < Duration::from_secs(40), "took {waited:?}: {said}");
@@ -135,7 +137,7 @@ fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
             .iter()
             .all(|&pid| !matches!(process_state(pid), Some('T' | 't')))
     });
-    let output = cli.wait_with_output().unwrap();
+    let output = output_within_patience(cli);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(objects(dir.path(), 2), 2);
 }
@@ -148,15 +150,15 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
     reliability::become_subreaper();
     let mut command = build(dir.path(), &["--jobs", "2", "--", "make", "-j2"]);
     command.process_group(0).stderr(Stdio::piped());
-    let mut cli = command.spawn().unwrap();
+    let cli = command.spawn().unwrap();
     let group = cli.id() as i32;
     wait_until("two compiles", || compilers(cli.id()).len() == 2);
     let running = compilers(cli.id());
     // SAFETY: kill(2) on the process group of this test's build: what Ctrl-\ sends.
     unsafe { libc::kill(-group, libc::SIGQUIT) };
-    let status = cli.wait().unwrap();
+    let output = output_within_patience(cli);
     assert_eq!(
-        status.code(),
+        output.status.code(),
         Some(131),
         "128 + SIGQUIT, as a shell reports it"
     );
