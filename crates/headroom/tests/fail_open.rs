@@ -9,7 +9,7 @@ mod reliability;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use reliability::{below, compilers, output_within_patience, process_state, wait_until};
@@ -112,17 +112,24 @@ fn a_governor_whose_session_is_gone_before_it_starts_ends_at_once() {
     }
 }
 
-#[test]
-fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
-    let dir = tempfile::tempdir().unwrap();
-    reliability::project(dir.path(), 2, "--mem 4 --ms 4000");
-    let mut command = build(dir.path(), &["--jobs", "2", "--", "make", "-j2"]);
-    // Its own process group, as a shell's job: the terminal signals the whole group.
+/// Starts a build of two compiles made with `recipe` in `dir`, in its own process group as a
+/// shell's job is (a terminal signals the whole group); returns it, its group and its two
+/// compilers once both run.
+fn two_compiles_as_a_job(dir: &Path, recipe: &str) -> (Child, i32, Vec<i32>) {
+    reliability::project(dir, 2, recipe);
+    let mut command = build(dir, &["--jobs", "2", "--", "make", "-j2"]);
     command.process_group(0).stderr(Stdio::piped());
     let cli = command.spawn().unwrap();
     let group = cli.id() as i32;
     wait_until("two compiles", || compilers(cli.id()).len() == 2);
     let running = compilers(cli.id());
+    (cli, group, running)
+}
+
+#[test]
+fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 4000");
     // SAFETY: kill(2) on the process group of this test's build.
     unsafe { libc::kill(-group, libc::SIGTSTP) };
     wait_until("every compiler stopped", || {
@@ -145,15 +152,9 @@ fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
 #[test]
 fn ctrl_backslash_ends_the_compilers_with_the_build() {
     let dir = tempfile::tempdir().unwrap();
-    // Compiles far longer than the test waits for them to end.
-    reliability::project(dir.path(), 2, "--mem 4 --ms 600000");
     reliability::become_subreaper();
-    let mut command = build(dir.path(), &["--jobs", "2", "--", "make", "-j2"]);
-    command.process_group(0).stderr(Stdio::piped());
-    let cli = command.spawn().unwrap();
-    let group = cli.id() as i32;
-    wait_until("two compiles", || compilers(cli.id()).len() == 2);
-    let running = compilers(cli.id());
+    // Compiles far longer than the test waits for them to end.
+    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 600000");
     // SAFETY: kill(2) on the process group of this test's build: what Ctrl-\ sends.
     unsafe { libc::kill(-group, libc::SIGQUIT) };
     let output = output_within_patience(cli);
