@@ -7,6 +7,7 @@
 //! parse settings exactly as the binary does.
 
 mod error;
+mod governed;
 mod origin;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +22,7 @@ use headroom_govern::ladder::{default_ladder, Rung};
 use headroom_paths::{ConfigFile, CONFIG_VARIABLE};
 
 pub use error::SettingsError;
+pub use governed::{start_session, Governed};
 pub use origin::Origin;
 
 /// The name of the project settings file.

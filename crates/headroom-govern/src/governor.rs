@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use headroom_farm::{FarmSettings, RemoteLaunch, RemoteOutcome};
 use headroom_probe::cgroup::Cgroup;
@@ -185,7 +185,7 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
     let past = open_history(&config);
     let driver = driver_for(&config, &past);
     let governor = Arc::new(Governor {
-        start: Instant::now(),
+        start: instant_of(config.started_unix_ms),
         state: Mutex::new(State {
             driver,
             jobs: HashMap::new(),
@@ -358,6 +358,19 @@ fn open_history(config: &GovernorConfig) -> Past {
             Past::default()
         }
     }
+}
+
+/// The moment `unix_ms` (the CLI's start of the build, which the build's row records) on this
+/// process's monotonic clock: every time in the report counts from there, not from when the
+/// governor got going (after its start and the history's read), so `headroom run` can place
+/// each job in the stage it ran in.
+fn instant_of(unix_ms: i64) -> Instant {
+    let now_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64);
+    let ago = Duration::from_millis(now_unix_ms.saturating_sub(unix_ms).max(0) as u64);
+    let now = Instant::now();
+    now.checked_sub(ago).unwrap_or(now)
 }
 
 /// The build's row as it begins: no end, no exit code, no peak yet.

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use headroom_config::{BuildOverrides, Governed};
 use headroom_diagnose::{classify, scan_bytes, Diagnosis};
+use headroom_govern::session::{Ending, SessionError};
 use regex::Regex;
 
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
@@ -44,6 +46,15 @@ pub struct RunArgs {
     /// machine with the kernel's real OOM killer.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory_limit, env = "HEADROOM_RUN_MEMORY_LIMIT")]
     memory_limit: Option<u64>,
+    /// Memory the compilers CMD starts (g++, nvcc, a JIT's compile jobs) may use together, as
+    /// `headroom build --budget` takes it: a size (`6G`), a percentage of available memory
+    /// (`70%`) or `auto` (available memory, cgroup room or --memory-limit, minus a reserve).
+    /// CMD's own processes are not jobs, but their memory counts against it.
+    /// [env: HEADROOM_BUDGET]
+    // No `env =`: `BuildSettings::load` reads HEADROOM_BUDGET, so that a bad value is blamed
+    // on the variable and not on this flag.
+    #[arg(long, value_name = "SIZE|PERCENT", allow_hyphen_values = true)]
+    budget: Option<String>,
     /// Next rung of the ladder, run only if the previous one failed for lack of memory.
     #[arg(long = "fallback", value_name = "CMD")]
     fallbacks: Vec<String>,
@@ -154,6 +165,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
     };
     let mut exit_code = 0u8;
     for (index, rung) in rungs.iter().enumerate() {
+        // Each rung has a governor of its own, so its report holds that rung's jobs, and a
+        // fallback rung is predicted from what the rungs before it measured.
+        let governed = govern(&args, rung)?;
         let launch = Launch {
             program: rung.argv[0].clone(),
             args: rung.argv[1..].to_vec(),
@@ -162,8 +176,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             memory_limit: args.memory_limit,
             detector: &detector,
             rung: index,
+            governor: governed.as_ref().map(|governed| &governed.session),
         };
-        let outcome = match supervise::run(&launch, &signals, &mut devices)? {
+        let outcome = supervise::run(&launch, &signals, &mut devices)?;
+        let ending = governed.map(|governed| end_session(governed, &outcome));
+        let mut outcome = match outcome {
             Ok(outcome) => outcome,
             Err(spawn_error) => {
                 headroom_output::say!("headroom: error: {spawn_error}");
@@ -202,6 +219,23 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
                 .filter_map(|s| s.neuron)
                 .max();
         }
+        let mut jobs = Vec::new();
+        match ending {
+            Some(Ending::Reported(build)) => {
+                jobs = report::governed_jobs(&build, outcome.started_unix, &stages);
+            }
+            Some(Ending::Gone) => outcome.notes.push(
+                "the governor stopped before CMD ended: the compilers CMD started from then on \
+                 ran ungoverned, and none is listed"
+                    .into(),
+            ),
+            Some(Ending::Silent(waited)) => outcome.notes.push(format!(
+                "the governor did not answer for {:.0} s after CMD ended and was stopped: the \
+                 compilers CMD started are not listed",
+                waited.as_secs_f64()
+            )),
+            None => {}
+        }
         let succeeded = outcome.exit.success();
         let diagnosis = diagnose(&outcome).map(|diagnosis| StagedDiagnosis {
             stage: stages.last().map_or_else(String::new, |s| s.name.clone()),
@@ -224,6 +258,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             diagnosis,
             tracking: outcome.tracking.to_string(),
             largest_processes: outcome.largest_processes.clone(),
+            jobs,
             notes: outcome.notes.clone(),
             samples: outcome.samples,
         });
@@ -251,6 +286,50 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
     let _ = std::io::stderr().write_all(report::render_table(&report).as_bytes());
     write_outputs(&args, &report)?;
     Ok(exit_code)
+}
+
+/// Starts the governor of the compilers that `rung` starts, with the settings and budget
+/// `headroom build` would use. Where none can start, the rung runs ungoverned, as it did
+/// before headroom governed runs: the run is never lost to its governor.
+fn govern(args: &RunArgs, rung: &Rung) -> anyhow::Result<Option<Governed>> {
+    let overrides = BuildOverrides {
+        budget: args.budget.clone(),
+        ..BuildOverrides::default()
+    };
+    let command = format!("headroom run {}", lossy(&rung.argv).join(" "));
+    match headroom_config::start_session(&overrides, true, command, None, args.memory_limit) {
+        Ok(governed) => Ok(Some(governed)),
+        Err(err) if err.is::<SessionError>() => {
+            headroom_output::say!(
+                "headroom: warning: {err:#}; the compilers CMD starts run ungoverned"
+            );
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Ends the rung's governed session and takes its report; compiler calls that ran
+/// ungoverned because the governor fell silent are noted in the rung's outcome.
+fn end_session(
+    governed: Governed,
+    outcome: &Result<supervise::Outcome, supervise::SpawnError>,
+) -> Ending {
+    let ungoverned = governed.session.ungoverned_calls();
+    if ungoverned > 0 {
+        headroom_output::say!(
+            "headroom: warning: {ungoverned} compiler call(s) ran ungoverned because the governor \
+             did not answer in time"
+        );
+    }
+    let exit_code = outcome
+        .as_ref()
+        .ok()
+        .map(|outcome| i32::from(exit_status(&outcome.exit)));
+    let interrupted = outcome
+        .as_ref()
+        .is_ok_and(|outcome| outcome.interrupted.is_some());
+    governed.session.finish(exit_code, interrupted)
 }
 
 /// Why a rung failed. A SIGKILL that headroom sent itself (the user's second Ctrl-C) says

@@ -7,6 +7,7 @@ use headroom_diagnose::Diagnosis;
 use headroom_size::format_size;
 use headroom_store::chart::{Band, Event, Level, Limit, Series, Timeline};
 use headroom_store::html::{self, escape, Cell, Table};
+use headroom_store::BuildReport;
 use serde::Serialize;
 
 use super::stages::StageSummary;
@@ -50,8 +51,69 @@ pub struct RungReport {
     pub tracking: String,
     /// The processes with the largest sampled RSS, largest first.
     pub largest_processes: Vec<ProcessPeak>,
+    /// The compilers the command started, each run as a job of the rung's governor.
+    pub jobs: Vec<GovernedJob>,
     pub notes: Vec<String>,
     pub samples: Vec<Sample>,
+}
+
+/// A compiler the command started, which ran as a governed job: admitted when the budget had
+/// room for its predicted peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GovernedJob {
+    /// Its output file, else its source.
+    pub label: String,
+    pub compiler: String,
+    /// The most memory it was seen to use.
+    pub peak: u64,
+    pub predicted: u64,
+    /// `history`, `shared`, `group` or `default`.
+    pub prediction_source: String,
+    /// Seconds since the rung started, from its admission to its end.
+    pub start_s: f64,
+    pub end_s: f64,
+    /// The stage it started in (empty before the first stage).
+    pub stage: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub attempts: u32,
+}
+
+/// The jobs of the governor's report `build`, with times from the rung's start
+/// (`rung_started_unix`) and each in the stage of `stages` it started in.
+pub fn governed_jobs(
+    build: &BuildReport,
+    rung_started_unix: f64,
+    stages: &[StageSummary],
+) -> Vec<GovernedJob> {
+    // The governor counts from its own start, a little before the rung's.
+    let offset_s = build.build.started_unix_ms as f64 / 1000.0 - rung_started_unix;
+    build
+        .jobs
+        .iter()
+        .map(|job| {
+            let start_s = offset_s + job.start_ms as f64 / 1000.0;
+            GovernedJob {
+                label: job.label.clone(),
+                compiler: job.compiler.clone(),
+                peak: job.peak,
+                predicted: job.predicted,
+                prediction_source: job.prediction_source.clone(),
+                start_s,
+                end_s: offset_s + job.end_ms as f64 / 1000.0,
+                stage: stages
+                    .iter()
+                    .rev()
+                    .find(|stage| stage.start_s <= start_s)
+                    .map_or_else(String::new, |stage| stage.name.clone()),
+                exit_code: job.exit_code,
+                signal: job.signal,
+                attempts: job.attempts,
+            }
+        })
+        .collect()
 }
 
 /// Peaks, sampled and as the kernel counted them.
@@ -238,6 +300,15 @@ pub fn render_table(report: &Report) -> String {
                 .map(|p| format!("{} (pid {}) {}", p.command, p.pid, format_size(p.peak_rss)))
                 .collect();
             let _ = writeln!(out, "  largest processes: {}", largest.join(" · "));
+        }
+        if let Some(peak) = rung.jobs.iter().map(|job| job.peak).max() {
+            let _ = writeln!(
+                out,
+                "  {} compile{} governed, peak {}; see --json",
+                rung.jobs.len(),
+                if rung.jobs.len() == 1 { "" } else { "s" },
+                format_size(peak)
+            );
         }
         if let Some(staged) = &rung.diagnosis {
             let _ = writeln!(
@@ -575,6 +646,7 @@ pub fn render_mprof(report: &Report) -> String {
 mod tests {
     use super::*;
     use headroom_diagnose::{classify, ExitInfo};
+    use headroom_store::{BuildRecord, JobRecord};
 
     const MIB: u64 = 1 << 20;
 
@@ -672,6 +744,7 @@ mod tests {
                             peak_rss: 200 * MIB,
                         },
                     ],
+                    jobs: vec![],
                     notes: vec!["NVML is not available (test); GPU memory is not recorded".into()],
                     samples: failed_samples,
                 },
@@ -698,6 +771,19 @@ mod tests {
                     diagnosis: None,
                     tracking: "cgroup".into(),
                     largest_processes: vec![],
+                    jobs: vec![GovernedJob {
+                        label: "kernels/attention.o".into(),
+                        compiler: "g++".into(),
+                        peak: 300 * MIB,
+                        predicted: 512 * MIB,
+                        prediction_source: "default".into(),
+                        start_s: 0.6,
+                        end_s: 1.4,
+                        stage: "compile kernels".into(),
+                        exit_code: Some(0),
+                        signal: None,
+                        attempts: 1,
+                    }],
                     notes: vec![],
                     samples: ok_samples,
                 },
@@ -706,6 +792,40 @@ mod tests {
             interrupted: false,
             headroom_cpu_s: 0.01,
         }
+    }
+
+    #[test]
+    fn a_governed_job_is_timed_from_the_rung_and_placed_in_the_stage_it_started_in() {
+        let job = |start_ms, end_ms| JobRecord {
+            label: "u.o".into(),
+            compiler: "g++".into(),
+            start_ms,
+            end_ms,
+            peak: 300 * MIB,
+            ..JobRecord::default()
+        };
+        // The governor started 0.2 s before the rung.
+        let mut build = BuildReport::begun(BuildRecord {
+            id: 1,
+            started_unix_ms: 1_699_999_999_800,
+            duration_ms: None,
+            command: "python3 build.py".into(),
+            cwd: "/src".into(),
+            budget: 700 * MIB,
+            budget_source: "set by --budget".into(),
+            slots: 2,
+            exit_code: None,
+            peak_total: None,
+            parallelism_set: vec![],
+        });
+        build.jobs = vec![job(300, 900), job(900, 1700)];
+        let stages = ladder().rungs[1].stages.clone();
+        let jobs = governed_jobs(&build, 1_700_000_000.0, &stages);
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(near(jobs[0].start_s, 0.1) && near(jobs[0].end_s, 0.7));
+        assert_eq!(jobs[0].stage, "(start)");
+        assert!(near(jobs[1].start_s, 0.7) && near(jobs[1].end_s, 1.5));
+        assert_eq!(jobs[1].stage, "compile kernels");
     }
 
     #[test]

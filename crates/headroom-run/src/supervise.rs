@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use headroom_diagnose::ExitInfo;
+use headroom_govern::session::Session;
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::tracker::{Scope, TreeTracker};
 use headroom_probe::{meminfo, procmem, psi, rusage};
@@ -51,6 +52,8 @@ pub struct Launch<'a> {
     pub detector: &'a StageDetector,
     /// Distinguishes the cgroups of successive rungs.
     pub rung: usize,
+    /// The governor of the compilers the command starts, if one runs.
+    pub governor: Option<&'a Session>,
 }
 
 /// One reading of the tree and the machine.
@@ -223,6 +226,11 @@ pub fn run(
     for (key, value) in &launch.env {
         command.env(key, value);
     }
+    // The interceptor in CMD's environment leads every compiler it starts to the governor;
+    // CMD itself runs as it is. A run offers no jobs: the session sets no parallelism.
+    if let Some(Err(why)) = launch.governor.map(|session| session.govern(&mut command)) {
+        headroom_output::say!("headroom: warning: {why}; the compilers CMD starts run ungoverned");
+    }
     // Stage markers from Python reach us when printed, not when a pipe buffer fills.
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         command.env("PYTHONUNBUFFERED", "1");
@@ -301,6 +309,10 @@ pub fn run(
     let mut tracker = TreeTracker::new(scope);
     for helper in devices.helper_pids() {
         tracker.exclude(helper);
+    }
+    // The governor is headroom's, not the command's.
+    if let Some(session) = launch.governor {
+        tracker.exclude(session.governor_pid() as i32);
     }
 
     let mut watch = Watch {

@@ -10,19 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use headroom_farm::{Engine, FarmSettings, Node};
-use headroom_govern::budget::MemoryFacts;
-use headroom_govern::governor::GovernorConfig;
+use anyhow::{bail, Result};
 use headroom_govern::session::{make_takes_jobs, Ending, Session, SessionError, TORCH_WRAPPER_ENV};
-use headroom_govern::state::BuildState;
 use headroom_probe::procs;
-use headroom_size::Size;
 use headroom_store::{summary, BuildReport};
 
-use headroom_config::{BuildOverrides, BuildSettings};
+use headroom_config::{start_session, BuildOverrides};
 use headroom_output as output;
 
 mod live;
@@ -136,9 +131,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     if let Err(Some(why)) = offer_to.map_or(Ok(()), make_takes_jobs) {
         headroom_output::say!("headroom: {why}");
     }
-    let Governed {
-        session, _state, ..
-    } = match start_session(&overrides, !args.no_history, command, offer_to) {
+    let governed = match start_session(&overrides, !args.no_history, command, offer_to, None) {
         Ok(governed) => governed,
         // headroom is never why a build does not run: without a governor it runs as it is.
         Err(err) if err.is::<SessionError>() => {
@@ -147,6 +140,8 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         }
         Err(err) => return Err(err),
     };
+    // The rest of `governed` (its state directory) lives to the end of the build.
+    let session = governed.session;
 
     // The signal that interrupted the build (Ctrl-C, Ctrl-\, SIGTERM, SIGHUP), 0 while none.
     let interrupted = Arc::new(AtomicUsize::new(0));
@@ -232,113 +227,11 @@ fn run_ungoverned(command: &[OsString]) -> Result<u8> {
     }
 }
 
-/// A governor started for some work, with what it was started with.
-pub struct Governed {
-    pub session: Session,
-    pub settings: BuildSettings,
-    /// Kept until the work is reported: a temporary state directory lives as long as this.
-    _state: BuildState,
-}
-
-/// Merges the settings, resolves the budget and starts a governor for `command` (a description
-/// for the history); the build command `offer_jobs_to` (when given) is offered twice as many
-/// jobs as run, so the governor can pick small ones past a big one that waits. Shared by
-/// `headroom build` and `headroom kernels build`.
-pub fn start_session(
-    overrides: &BuildOverrides,
-    use_history: bool,
-    command: String,
-    offer_jobs_to: Option<&[OsString]>,
-) -> Result<Governed> {
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let settings = BuildSettings::load(overrides, &cwd)?;
-    let facts = MemoryFacts::read()?;
-    let budget = settings.resolve_budget(&facts);
-    let (room, _) = facts.room();
-    if budget.bytes > room {
-        headroom_output::say!(
-            "headroom: warning: the budget {} is more than this machine can hand out now ({}); jobs may be OOM-killed",
-            Size(budget.bytes),
-            Size(room)
-        );
-    }
-    let state = BuildState::for_build();
-    let history = use_history.then(|| state.history().to_path_buf());
-    let config = GovernorConfig {
-        budget: budget.bytes,
-        budget_source: budget.source,
-        slots: settings.jobs,
-        history: history.clone(),
-        command,
-        cwd: cwd.to_string_lossy().into_owned(),
-        started_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
-        ladder: settings.ladder.clone(),
-        sample_interval_ms: settings.sample_interval_ms,
-        priorities: settings.priorities,
-        parallelism_set: offer_jobs_to.map_or_else(Vec::new, |command| {
-            headroom_govern::session::build_variables(2 * settings.jobs, command)
-        }),
-        project_root: headroom_config::project_root(&cwd)
-            .to_string_lossy()
-            .into_owned(),
-        farm: reachable_farm(&settings),
-    };
-    let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
-    let session = Session::start(&exe, &config, state.dir())?;
-    Ok(Governed {
-        session,
-        settings,
-        _state: state,
-    })
-}
-
 /// Whether `command` sets the variable `name` (to any value).
 fn sets(command: &Command, name: &str) -> bool {
     command
         .get_envs()
         .any(|(key, value)| key == name && value.is_some())
-}
-
-/// The farm that can be used now: the engine's client must be on PATH and a node must answer.
-/// Anything missing is a warning, not an error: the build then runs here, as it would without
-/// a farm.
-fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
-    let nodes = &settings.farm;
-    if nodes.is_empty() {
-        return None;
-    }
-    let engine = match Engine::find(settings.farm_engine, &settings.farm_token) {
-        Ok(engine) => engine,
-        Err(missing) => {
-            headroom_output::say!("headroom: warning: a build farm is configured, but {missing}; this build runs on this machine only");
-            return None;
-        }
-    };
-    let mut reachable = Vec::new();
-    for node in nodes {
-        match node.reachable() {
-            Ok(()) => reachable.push(node.clone()),
-            Err(err) => headroom_output::say!(
-                "headroom: warning: farm node {} is unreachable ({err}); no job goes there",
-                node.address
-            ),
-        }
-    }
-    if reachable.is_empty() {
-        return None;
-    }
-    let names: Vec<String> = reachable.iter().map(Node::to_string).collect();
-    headroom_output::say!(
-        "headroom: farm ({}): {}",
-        engine.kind().name(),
-        names.join(", ")
-    );
-    Some(FarmSettings {
-        engine,
-        nodes: reachable,
-    })
 }
 
 /// Waits for the build, reaping the orphans it leaves to headroom as their subreaper, and

@@ -296,7 +296,8 @@ fn run_build(
         "headroom kernels build --manifest {}",
         manifest_path.display()
     );
-    let governed = crate::build::start_session(&overrides, !args.no_history, description, None)?;
+    let governed =
+        headroom_config::start_session(&overrides, !args.no_history, description, None, None)?;
     let launcher = Launcher {
         program: governed.session.launcher(),
         env: governed.session.launcher_env(),

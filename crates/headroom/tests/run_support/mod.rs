@@ -53,7 +53,13 @@ impl Scratch {
     /// `headroom ARGS…` in the scratch directory, ready to run.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
-        command.args(args).current_dir(self.dir.path());
+        // The run's governor keeps its history and socket in the scratch directory.
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("HEADROOM_STATE_DIR", self.path("state"))
+            .env("XDG_RUNTIME_DIR", self.path("run"))
+            .env_remove("HEADROOM_BUDGET");
         command
     }
 

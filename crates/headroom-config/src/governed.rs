@@ -1,0 +1,129 @@
+//! Starting a governor from the settings: merges them, resolves the budget and starts a
+//! governed session (`headroom_govern::session::Session`). One implementation for every command
+//! that governs compilers: `headroom build`, `headroom kernels build` and `headroom run`; a
+//! part of this crate because the settings are where each of them begins.
+
+use std::ffi::OsString;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use headroom_farm::{Engine, FarmSettings, Node};
+use headroom_govern::budget::MemoryFacts;
+use headroom_govern::governor::GovernorConfig;
+use headroom_govern::session::Session;
+use headroom_govern::state::BuildState;
+use headroom_size::Size;
+
+use crate::{BuildOverrides, BuildSettings};
+
+/// A governor started for some work, with what it was started with.
+pub struct Governed {
+    pub session: Session,
+    pub settings: BuildSettings,
+    /// Kept until the work is reported: a temporary state directory lives as long as this.
+    _state: BuildState,
+}
+
+/// Merges the settings, resolves the budget and starts a governor for `command` (a description
+/// for the history); the build command `offer_jobs_to` (when given) is offered twice as many
+/// jobs as run, so the governor can pick small ones past a big one that waits. `memory_limit`
+/// is a limit the governed work runs under that this process's own cgroup does not show (the
+/// cgroup `headroom run --memory-limit` makes for its command): the budget fits inside it.
+/// A `headroom_govern::session::SessionError` in the chain means no governor could start, and
+/// the work may run ungoverned.
+pub fn start_session(
+    overrides: &BuildOverrides,
+    use_history: bool,
+    command: String,
+    offer_jobs_to: Option<&[OsString]>,
+    memory_limit: Option<u64>,
+) -> Result<Governed> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let settings = BuildSettings::load(overrides, &cwd)?;
+    let mut facts = MemoryFacts::read()?;
+    if let Some(limit) = memory_limit {
+        if facts
+            .cgroup
+            .is_none_or(|(outer, used)| limit < outer.saturating_sub(used))
+        {
+            facts.cgroup = Some((limit, 0));
+        }
+    }
+    let budget = settings.resolve_budget(&facts);
+    let (room, _) = facts.room();
+    if budget.bytes > room {
+        headroom_output::say!(
+            "headroom: warning: the budget {} is more than this machine can hand out now ({}); jobs may be OOM-killed",
+            Size(budget.bytes),
+            Size(room)
+        );
+    }
+    let state = BuildState::for_build();
+    let history = use_history.then(|| state.history().to_path_buf());
+    let config = GovernorConfig {
+        budget: budget.bytes,
+        budget_source: budget.source,
+        slots: settings.jobs,
+        history: history.clone(),
+        command,
+        cwd: cwd.to_string_lossy().into_owned(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+        ladder: settings.ladder.clone(),
+        sample_interval_ms: settings.sample_interval_ms,
+        priorities: settings.priorities,
+        parallelism_set: offer_jobs_to.map_or_else(Vec::new, |command| {
+            headroom_govern::session::build_variables(2 * settings.jobs, command)
+        }),
+        project_root: crate::project_root(&cwd).to_string_lossy().into_owned(),
+        farm: reachable_farm(&settings),
+    };
+    let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
+    let session = Session::start(&exe, &config, state.dir())?;
+    Ok(Governed {
+        session,
+        settings,
+        _state: state,
+    })
+}
+
+/// The farm that can be used now: the engine's client must be on PATH and a node must answer.
+/// Anything missing is a warning, not an error: the build then runs here, as it would without
+/// a farm.
+fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
+    let nodes = &settings.farm;
+    if nodes.is_empty() {
+        return None;
+    }
+    let engine = match Engine::find(settings.farm_engine, &settings.farm_token) {
+        Ok(engine) => engine,
+        Err(missing) => {
+            headroom_output::say!("headroom: warning: a build farm is configured, but {missing}; this build runs on this machine only");
+            return None;
+        }
+    };
+    let mut reachable = Vec::new();
+    for node in nodes {
+        match node.reachable() {
+            Ok(()) => reachable.push(node.clone()),
+            Err(err) => headroom_output::say!(
+                "headroom: warning: farm node {} is unreachable ({err}); no job goes there",
+                node.address
+            ),
+        }
+    }
+    if reachable.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = reachable.iter().map(Node::to_string).collect();
+    headroom_output::say!(
+        "headroom: farm ({}): {}",
+        engine.kind().name(),
+        names.join(", ")
+    );
+    Some(FarmSettings {
+        engine,
+        nodes: reachable,
+    })
+}

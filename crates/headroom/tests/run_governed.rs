@@ -1,0 +1,113 @@
+//! `headroom run` governs the compilers its program starts: a Python program that compiles
+//! heavy units at once in a `multiprocessing` pool gets them admitted as the budget allows,
+//! each a job in `--json`, while the program itself runs as it is.
+
+mod fakecc;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Four compiles of 300 MiB for 1.5 s each, started at once by four pool workers, in the stage
+/// `compile`.
+const PROGRAM: &str = r###"
+import multiprocessing, subprocess, sys
+
+def compile_unit(i):
+    return subprocess.run(
+        ["g++", "--mem", "300", "--ms", "1500", "-c", f"u{i}.cpp", "-o", f"u{i}.o"]
+    ).returncode
+
+if __name__ == "__main__":
+    print("##headroom stage compile", flush=True)
+    with multiprocessing.Pool(4) as pool:
+        codes = pool.map(compile_unit, range(4))
+    sys.exit(max(codes))
+"###;
+
+fn python3_missing() -> bool {
+    let missing = Command::new("python3").arg("--version").output().is_err();
+    if missing {
+        eprintln!("skipped: python3 is not installed");
+    }
+    missing
+}
+
+/// The most jobs that ran at once, from their start and end times.
+fn most_at_once(jobs: &[(f64, f64)]) -> usize {
+    jobs.iter()
+        .map(|&(start, _)| {
+            jobs.iter()
+                .filter(|&&(other_start, other_end)| other_start <= start && start < other_end)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn project(dir: &Path) {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::os::unix::fs::symlink(fakecc::path(), dir.join("bin/g++")).unwrap();
+    std::fs::write(dir.join("prog.py"), PROGRAM).unwrap();
+}
+
+#[test]
+fn the_compiles_of_a_multiprocessing_pool_are_governed_jobs_within_the_budget() {
+    if python3_missing() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    project(dir);
+    let output = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"))
+        .env("TMPDIR", dir)
+        .env_remove("HEADROOM_BUDGET")
+        .args(["run", "--budget", "700M", "--json", "run.json", "--"])
+        .args(["python3", "prog.py"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let jobs = report["rungs"][0]["jobs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no jobs in --json:\n{report:#}"));
+    let mut labels: Vec<&str> = jobs
+        .iter()
+        .map(|job| job["label"].as_str().unwrap())
+        .collect();
+    labels.sort_unstable();
+    assert_eq!(labels, ["u0.o", "u1.o", "u2.o", "u3.o"], "{jobs:#?}");
+    for job in jobs {
+        assert!(
+            job["compiler"].as_str().unwrap().ends_with("g++"),
+            "{job:#}"
+        );
+        assert_eq!(job["stage"], "compile", "{job:#}");
+        assert_eq!(job["exit_code"], 0, "{job:#}");
+        assert!(job["peak"].as_u64().unwrap() >= 200 << 20, "{job:#}");
+        assert!(job["prediction_source"].is_string(), "{job:#}");
+    }
+    let spans: Vec<(f64, f64)> = jobs
+        .iter()
+        .map(|job| {
+            (
+                job["start_s"].as_f64().unwrap(),
+                job["end_s"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    // 700 MiB holds two compiles of 300 MiB, never three.
+    assert!(most_at_once(&spans) <= 2, "{spans:?}");
+    let last = jobs
+        .iter()
+        .max_by(|a, b| {
+            a["start_s"]
+                .as_f64()
+                .partial_cmp(&b["start_s"].as_f64())
+                .unwrap()
+        })
+        .unwrap();
+    assert_eq!(last["stage"], "compile", "{last:#}");
+    assert!(stderr.contains("4 compiles governed, peak "), "{stderr}");
+}
