@@ -263,11 +263,13 @@ impl Drop for Cgroup {
 }
 
 /// The directory of this process's cgroup for `controller` (`memory`, `cpu`), with the
-/// version of its hierarchy; `None` where that controller is not mounted.
-pub fn own_dir(controller: &str) -> Result<Option<(Version, PathBuf)>, ProbeError> {
+/// version of its hierarchy and whether it is the hierarchy's root; `None` where that
+/// controller is not mounted.
+pub fn own_dir(controller: &str) -> Result<Option<(Version, PathBuf, bool)>, ProbeError> {
     let membership = read(Path::new("/proc/self/cgroup"))?;
     let mounts = read(Path::new("/proc/self/mountinfo"))?;
-    Ok(locate(&membership, &mounts, controller).map(|(version, _mount, dir)| (version, dir)))
+    Ok(locate(&membership, &mounts, controller)
+        .map(|(version, mount, dir)| (version, dir.clone(), dir == mount)))
 }
 
 /// Finds the cgroup directory for `controller` from `/proc/PID/cgroup` and

@@ -3,8 +3,10 @@
 //! headroom runs the jobs the build waits on first and lets the others yield. Niceness yields
 //! to every process on the machine: on a machine kept busy by unrelated work, a niced job
 //! loses the CPU to that work, and the build gets slower than plain `make -j`. A cgroup fixes
-//! the scope: the build's cgroup weighs what `slots` processes at the user's niceness weigh
-//! (what `make -j slots` weighs), so unrelated processes see the build as before; inside it,
+//! the scope: the build's cgroup weighs what its jobs weighed without it, so unrelated
+//! processes see the build as before: `slots` processes at the user's niceness (what
+//! `make -j slots` weighs), or, where the kernel groups the processes of the root cgroup by
+//! session (autogroup), the user's session, whose share the jobs took before; inside it,
 //! one child per priority level (`nice-0` … `nice-19`) with the weight the kernel gives that
 //! niceness, so jobs yield to the build's other jobs only. v1 calls the weight `cpu.shares`
 //! (1024 for niceness 0), v2 `cpu.weight` (100).
@@ -57,10 +59,11 @@ pub struct CpuWeights {
 }
 
 impl CpuWeights {
-    /// Makes the cgroup under this process's own `cpu` cgroup, weighing `slots` processes at
-    /// this process's niceness, and its levels; first removes those of governors that ended.
+    /// Makes the cgroup under this process's own `cpu` cgroup, weighing what `slots` jobs
+    /// started by this process weighed without it, and its levels; first removes those of
+    /// governors that ended.
     pub fn create(slots: usize) -> Result<CpuWeights, ProbeError> {
-        let (version, home) = own_dir("cpu")?.ok_or_else(|| {
+        let (version, home, in_root) = own_dir("cpu")?.ok_or_else(|| {
             ProbeError::Cgroup(
                 "no cpu cgroup controller is mounted (neither cgroup v1 `cpu` nor cgroup v2 with `cpu` available)".into(),
             )
@@ -75,8 +78,7 @@ impl CpuWeights {
             )),
             home,
         };
-        let nice = rustix::process::getpriority_process(None).unwrap_or(0);
-        let made = weights.make(weight(version, nice, slots.max(1) as u64));
+        let made = weights.make(build_weight(version, slots, in_root));
         if made.is_err() {
             weights.remove();
         }
@@ -133,6 +135,32 @@ impl CpuWeights {
     pub fn remove(&self) {
         dismantle(&self.dir, &self.home);
     }
+}
+
+/// What `slots` jobs started by this process weigh together, in `version`'s unit, where the
+/// process's cpu cgroup is the root one if `in_root`.
+fn build_weight(version: Version, slots: usize, in_root: bool) -> u64 {
+    match session_niceness().filter(|_| in_root) {
+        Some(session) => weight(version, session, 1),
+        None => weight(
+            version,
+            rustix::process::getpriority_process(None).unwrap_or(0),
+            slots.max(1) as u64,
+        ),
+    }
+}
+
+/// The niceness of this process's session group, where the kernel schedules the processes of
+/// the root cgroup by session (`kernel.sched_autogroup_enabled`): each session then weighs
+/// one process at that niceness, whatever number of processes it runs.
+fn session_niceness() -> Option<i32> {
+    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled").ok()?;
+    if enabled.trim() != "1" {
+        return None;
+    }
+    // `/autogroup-398 nice 0`
+    let group = std::fs::read_to_string("/proc/self/autogroup").ok()?;
+    group.split_whitespace().nth(2)?.parse().ok()
 }
 
 fn enable_cpu_for_children(dir: &Path) -> Result<(), ProbeError> {
@@ -231,8 +259,11 @@ mod tests {
         let file = weights.weight_file();
         let read_weight =
             |dir: &Path| -> u64 { read(&dir.join(file)).unwrap().trim().parse().unwrap() };
-        let nice = rustix::process::getpriority_process(None).unwrap_or(0);
-        assert_eq!(read_weight(weights.dir()), weight(weights.version, nice, 3));
+        let in_root = own_dir("cpu").unwrap().unwrap().2;
+        assert_eq!(
+            read_weight(weights.dir()),
+            build_weight(weights.version, 3, in_root)
+        );
         for level in 0..LEVELS {
             assert_eq!(
                 read_weight(&weights.level(level)),

@@ -306,7 +306,7 @@ fn where_a_cpu_cgroup_can_be_made_nicer_jobs_weigh_less_in_it_at_the_users_nicen
         .rsplit_once('/')
         .unwrap()
         .1;
-    let (_, cpu_home) = headroom_probe::cgroup::own_dir("cpu").unwrap().unwrap();
+    let (_, cpu_home, _) = headroom_probe::cgroup::own_dir("cpu").unwrap().unwrap();
     assert!(!cpu_home.join(name).exists(), "{name} is left behind");
 }
 
