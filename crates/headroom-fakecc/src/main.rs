@@ -1,6 +1,6 @@
 //! `headroom-fakecc`: a stand-in compiler for tests and benchmarks. It grows to a given amount
 //! of really touched memory over a given time, holds it briefly, and writes its `-o` output,
-//! which names the CPU niceness it ran at.
+//! which names the CPU niceness and the `cpu` cgroup it ran in.
 //!
 //! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--cpu-ms MILLIS [--threads N]] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
 //! - `--mem-file FILE`: read `MIB [MILLIS]` from FILE, so a job's flags (and so its identity
@@ -91,10 +91,27 @@ fn main() {
             .sum();
         std::fs::write(
             out,
-            format!("fake object, {mem_mib} MiB, nice {nice}, checksum {checksum}\n"),
+            format!(
+                "fake object, {mem_mib} MiB, nice {nice}, cpu {}, checksum {checksum}\n",
+                cpu_cgroup()
+            ),
         )
         .unwrap_or_else(|e| usage(&format!("cannot write {out}: {e}")));
     }
+}
+
+/// The path of this process's `cpu` cgroup (v1 `cpu` hierarchy, else v2), as
+/// `/proc/self/cgroup` names it; `?` where it does not.
+fn cpu_cgroup() -> String {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let v1 = membership.lines().find_map(|line| {
+        let (_id, rest) = line.split_once(':')?;
+        let (controllers, path) = rest.split_once(':')?;
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    });
+    v1.or_else(|| membership.lines().find_map(|line| line.strip_prefix("0::")))
+        .unwrap_or("?")
+        .to_string()
 }
 
 /// Allocates `bytes` in steady steps over `duration`, writing every byte so every page is

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use headroom_farm::{FarmSettings, RemoteLaunch, RemoteOutcome};
 use headroom_probe::cgroup::Cgroup;
+use headroom_probe::cpu_weights::CpuWeights;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
     Action, AfterAttempt, Driver, Ended, Farm, Finished, Job, JobId, JobState, Limits, Offer,
@@ -141,6 +142,9 @@ struct Governor {
     farm_state: PathBuf,
     /// Every open connection, for the heartbeat.
     connections: Connections,
+    /// The cgroup whose levels carry the jobs' priorities, where one could be made and
+    /// priorities are on; otherwise the shims take them on as niceness.
+    cpu_weights: Option<CpuWeights>,
 }
 
 /// The writing ends of the open connections, which the heartbeat reaches as well as each
@@ -213,6 +217,10 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         compiler_ids: Mutex::new(HashMap::new()),
         farm_state: std::env::temp_dir().join(format!("headroom-farm-{}", std::process::id())),
         connections: Connections::default(),
+        cpu_weights: config
+            .priorities
+            .then(|| cpu_weights(config.slots))
+            .flatten(),
         config,
     });
     {
@@ -228,6 +236,34 @@ pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
         handlers.hand(stream?, &governor);
     }
     Ok(())
+}
+
+/// Set to `0`, jobs' priorities stay niceness even where a CPU cgroup could be made.
+pub const CPU_CGROUP_ENV: &str = "HEADROOM_CPU_CGROUP";
+
+/// The cgroup that orders the build's jobs by priority without handing their CPU to
+/// unrelated processes (`headroom_probe::cpu_weights`); `None`, said at `-v`, where none can
+/// be made and priorities fall back to niceness.
+fn cpu_weights(slots: usize) -> Option<CpuWeights> {
+    if std::env::var(CPU_CGROUP_ENV).is_ok_and(|value| value == "0") {
+        tracing::info!("{CPU_CGROUP_ENV}=0: job priorities are niceness, which also yields to unrelated processes");
+        return None;
+    }
+    match CpuWeights::create(slots) {
+        Ok(weights) => {
+            tracing::info!(
+                "job priorities are CPU weights in {}",
+                weights.dir().display()
+            );
+            Some(weights)
+        }
+        Err(err) => {
+            tracing::info!(
+                "job priorities are niceness, which also yields to unrelated processes: {err}"
+            );
+            None
+        }
+    }
 }
 
 /// The threads that talk with shims, one per connected shim. A thread whose shim is done
@@ -599,6 +635,7 @@ impl Governor {
                         .checked_sub(1)
                         .map(|rung| self.config.ladder[rung].clone()),
                     nice: job.nice,
+                    cpu_group: self.cpu_weights.as_ref().map(|w| w.level(job.nice)),
                     remote: job.node.map(|node| self.remote_launch(id, node)),
                 });
             }
@@ -841,6 +878,7 @@ impl Governor {
             if terminate.load(Ordering::Relaxed) {
                 self.release_jobs(false);
                 self.finish_history(None);
+                self.remove_cpu_weights();
                 std::process::exit(0);
             }
             let groups: Vec<(JobId, i32)> = self
@@ -993,6 +1031,13 @@ impl Governor {
         report
     }
 
+    /// Takes down the jobs' CPU cgroup: the process exits without dropping anything.
+    fn remove_cpu_weights(&self) {
+        if let Some(weights) = &self.cpu_weights {
+            weights.remove();
+        }
+    }
+
     fn shut_down(&self, writer: &Writer, exit_code: Option<i32>, kill_jobs: bool) {
         if !kill_jobs {
             self.wait_for_reports();
@@ -1000,6 +1045,7 @@ impl Governor {
         self.release_jobs(kill_jobs);
         let report = self.finish_history(exit_code);
         let _ = std::fs::remove_dir_all(&self.farm_state);
+        self.remove_cpu_weights();
         let _ = send(
             writer,
             &Reply::ShutDown {

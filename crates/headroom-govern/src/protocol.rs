@@ -2,6 +2,7 @@
 //! length-prefixed JSON frames over a Unix socket.
 
 use std::io::{self, Read, Write};
+use std::path::PathBuf;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
@@ -87,13 +88,17 @@ pub struct Attempt {
 /// What the governor answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    /// Run now at CPU niceness `nice` (jobs off the build's longest path run nicer), with
+    /// Run now at CPU priority `nice` (jobs off the build's longest path run nicer), with
     /// lower-memory flags if `rung` says so, on a farm node through the engine's client if
-    /// `remote` says so.
+    /// `remote` says so. The priority is the weight of the cgroup `cpu_group`, which the shim
+    /// joins before starting the attempt, where the governor could make one
+    /// (`headroom_probe::cpu_weights`); otherwise, or if joining fails, `nice` steps of
+    /// niceness.
     Run {
         job_id: u64,
         rung: Option<Rung>,
         nice: u8,
+        cpu_group: Option<PathBuf>,
         remote: Option<RemoteLaunch>,
     },
     /// Report the attempt's result to the build system. A shim whose attempt exited 0 does

@@ -236,13 +236,14 @@ fn governed(
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
     loop {
-        let (job_id, rung, nice, remote) = match liveness::read_reply(&stream) {
+        let (job_id, rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
             Ok(Reply::Run {
                 job_id,
                 rung,
                 nice,
+                cpu_group,
                 remote,
-            }) => (job_id, rung, nice, remote),
+            }) => (job_id, rung, nice, cpu_group, remote),
             Err(err) if liveness::is_silence(&err) => run_ungoverned(command, compiler, socket),
             // The governor is gone before admitting us: run as if it never existed.
             _ => become_compiler(command),
@@ -250,7 +251,12 @@ fn governed(
         command.env(crate::shim::JOB_ENV, job_id.to_string());
         let mut attempt = attempt_command(&command, args, rung.as_ref(), remote.as_ref());
         let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
-        let outcome = run_attempt(&mut attempt, floor, nice, &stream, fallback_markers);
+        let priority = Priority {
+            floor,
+            nice,
+            cpu_group,
+        };
+        let outcome = run_attempt(&mut attempt, &priority, &stream, fallback_markers);
         let Ok((status, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -380,24 +386,45 @@ fn attempt_command(
     command
 }
 
+/// The CPU priority an attempt runs at.
+struct Priority {
+    /// The user's niceness, which headroom's priorities never go below.
+    floor: i32,
+    /// The governor's priority level for the attempt, 0 the highest.
+    nice: u8,
+    /// The cgroup of that level, where the governor has one.
+    cpu_group: Option<PathBuf>,
+}
+
+impl Priority {
+    /// Takes on the priority in this process, which the attempt then inherits, so that every
+    /// process and thread of it has it from its start and the compiler can start through
+    /// posix_spawn (no pre_exec hook, which would force a fork). In the level's cgroup the
+    /// priority is its weight, which orders the build's own jobs only; elsewhere it is `nice`
+    /// steps of niceness above the user's `floor` (`nice -n 15 headroom build` means the
+    /// build is background work, even for root). Niceness only rises without privilege: a
+    /// retry the governor starts nicer gets it; one it starts less nice keeps the shim's.
+    /// Failing to change either only costs speed.
+    fn take_on(&self) {
+        let joined = self.cpu_group.as_ref().is_some_and(|group| {
+            // 0 is the writing process itself.
+            std::fs::write(group.join("cgroup.procs"), "0").is_ok()
+        });
+        let nice = if joined { 0 } else { i32::from(self.nice) };
+        let _ = setpriority_process(None, (self.floor + nice).min(19));
+    }
+}
+
 /// Runs one attempt in its own process group, so the governor can stop, resume or kill it
-/// whole, `nice` steps nicer than the user's niceness `floor`; returns its status and
-/// everything it wrote to stderr.
+/// whole, at `priority`; returns its status and everything it wrote to stderr.
 fn run_attempt(
     command: &mut Command,
-    floor: i32,
-    nice: u8,
+    priority: &Priority,
     stream: &UnixStream,
     fallback_markers: &[String],
 ) -> std::io::Result<(std::process::ExitStatus, Vec<u8>)> {
     command.process_group(0).stderr(Stdio::piped());
-    // The shim takes on the attempt's niceness before starting it, so every process and
-    // thread of the attempt inherits it, and the compiler can start through posix_spawn
-    // (no pre_exec hook, which would force a fork). It never goes below the user's own
-    // (`nice -n 15 headroom build` means the build is background work, even for root).
-    // Niceness only rises without privilege: a retry the governor starts nicer gets it; one
-    // it starts less nice keeps the shim's. Failing to change it only costs speed.
-    let _ = setpriority_process(None, (floor + i32::from(nice)).min(19));
+    priority.take_on();
     RUNNING_GROUP.store(STARTING, Ordering::SeqCst);
     let spawned = command.spawn();
     let pid = spawned.as_ref().map_or(0, |child| child.id() as i32);

@@ -48,7 +48,7 @@ impl Cgroup {
         let membership = read(Path::new(path))?;
         let mounts = read(Path::new("/proc/self/mountinfo"))?;
         Ok(
-            locate(&membership, &mounts).map(|(version, mount, dir)| Cgroup {
+            locate(&membership, &mounts, "memory").map(|(version, mount, dir)| Cgroup {
                 version,
                 dir,
                 mount,
@@ -262,22 +262,37 @@ impl Drop for Cgroup {
     }
 }
 
-/// Finds the memory cgroup directory from `/proc/PID/cgroup` and `/proc/self/mountinfo`.
-/// Prefers a v1 `memory` hierarchy; otherwise the v2 hierarchy if it has the memory controller.
-fn locate(membership: &str, mountinfo: &str) -> Option<(Version, PathBuf, PathBuf)> {
+/// The directory of this process's cgroup for `controller` (`memory`, `cpu`), with the
+/// version of its hierarchy and whether it is the hierarchy's root; `None` where that
+/// controller is not mounted.
+pub fn own_dir(controller: &str) -> Result<Option<(Version, PathBuf, bool)>, ProbeError> {
+    let membership = read(Path::new("/proc/self/cgroup"))?;
+    let mounts = read(Path::new("/proc/self/mountinfo"))?;
+    Ok(locate(&membership, &mounts, controller)
+        .map(|(version, mount, dir)| (version, dir.clone(), dir == mount)))
+}
+
+/// Finds the cgroup directory for `controller` from `/proc/PID/cgroup` and
+/// `/proc/self/mountinfo`: its mount point, and the directory under it. Prefers a v1
+/// hierarchy of that controller; otherwise the v2 hierarchy if it has the controller.
+fn locate(
+    membership: &str,
+    mountinfo: &str,
+    controller: &str,
+) -> Option<(Version, PathBuf, PathBuf)> {
     let mounts: Vec<Mount> = mountinfo.lines().filter_map(Mount::parse).collect();
     let v1 = membership.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
         let (_id, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
         controllers
             .split(',')
-            .any(|c| c == "memory")
+            .any(|c| c == controller)
             .then_some(path)
     });
     if let Some(path) = v1 {
         let mount = mounts
             .iter()
-            .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == "memory"))?;
+            .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == controller))?;
         return Some((Version::V1, mount.point.clone(), mount.dir_for(path)));
     }
     let path = membership
@@ -288,7 +303,7 @@ fn locate(membership: &str, mountinfo: &str) -> Option<(Version, PathBuf, PathBu
         fs::read_to_string(mount.point.join("cgroup.controllers")).unwrap_or_default();
     controllers
         .split_whitespace()
-        .any(|c| c == "memory")
+        .any(|c| c == controller)
         .then(|| (Version::V2, mount.point.clone(), mount.dir_for(path)))
 }
 
@@ -332,11 +347,11 @@ fn limit_in(dir: &Path, version: Version) -> Option<u64> {
         .filter(|&limit| limit < UNLIMITED)
 }
 
-fn read(path: &Path) -> Result<String, ProbeError> {
+pub(crate) fn read(path: &Path) -> Result<String, ProbeError> {
     fs::read_to_string(path).map_err(|source| ProbeError::io(path, source))
 }
 
-fn write(path: &Path, value: &str) -> Result<(), ProbeError> {
+pub(crate) fn write(path: &Path, value: &str) -> Result<(), ProbeError> {
     fs::write(path, value).map_err(|source| ProbeError::io(path, source))
 }
 
@@ -373,10 +388,13 @@ mod tests {
     #[test]
     fn locates_a_v1_memory_cgroup() {
         let membership = "4:memory:/build/job\n1:cpu:/\n0::/user.slice/x";
-        let (version, mount, dir) = locate(membership, MOUNTINFO).unwrap();
+        let (version, mount, dir) = locate(membership, MOUNTINFO, "memory").unwrap();
         assert_eq!(version, Version::V1);
         assert_eq!(mount, Path::new("/sys/fs/cgroup/memory"));
         assert_eq!(dir, Path::new("/sys/fs/cgroup/memory/build/job"));
+        let (_, mount, dir) = locate(membership, MOUNTINFO, "cpu").unwrap();
+        assert_eq!(mount, Path::new("/sys/fs/cgroup/cpu"));
+        assert_eq!(dir, Path::new("/sys/fs/cgroup/cpu"));
     }
 
     #[test]

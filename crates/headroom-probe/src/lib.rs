@@ -1,7 +1,9 @@
 //! Memory readings: process RSS, cgroup v1/v2 usage, limits and OOM events, MemAvailable, PSI,
+//! the CPU weights of a build's own cgroup,
 //! the kernel log.
 
 pub mod cgroup;
+pub mod cpu_weights;
 pub mod kernel_log;
 pub mod meminfo;
 pub mod neuron;

@@ -197,12 +197,18 @@ fn long_link_project() -> Project {
 /// Builds the long-link project from scratch with `headroom build FLAGS…`; returns the
 /// report.
 fn build_long_link(project: &Project, flags: &[&str]) -> BuildReport {
+    build_long_link_with(project, flags, &[])
+}
+
+/// The same with the environment variables `vars` set for headroom.
+fn build_long_link_with(project: &Project, flags: &[&str], vars: &[(&str, &str)]) -> BuildReport {
     for file in ["stamp", "a.o", "b.o", "c.o", "tool"] {
         let _ = std::fs::remove_file(project.path(file));
     }
     let output = project
         .headroom(flags)
         .args(["--report", "report.json", "--", "make"])
+        .envs(vars.iter().copied())
         .env("MAKEFLAGS", "-j8")
         .output()
         .unwrap();
@@ -228,22 +234,28 @@ fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
     assert!(start("a.o") < start("c.o"), "{:?}", warm.jobs);
 }
 
+/// What the fake compiler wrote into `object` after `field ` (`nice`, `cpu`).
+fn object_says(project: &Project, object: &str, field: &str) -> String {
+    let text = std::fs::read_to_string(project.path(object)).unwrap();
+    let (_, after) = text
+        .split_once(&format!(", {field} "))
+        .unwrap_or_else(|| panic!("the fake compiler names its {field}: {text}"));
+    after.split(',').next().unwrap().to_string()
+}
+
 #[test]
 fn jobs_off_the_longest_path_run_nicer_next_time() {
     let project = long_link_project();
-    let nice = |object: &str| -> u8 {
-        let text = std::fs::read_to_string(project.path(object)).unwrap();
-        let (_, after) = text
-            .split_once("nice ")
-            .expect("the fake compiler names its niceness");
-        after.split(',').next().unwrap().parse().unwrap()
-    };
+    let nice = |object: &str| -> u8 { object_says(&project, object, "nice").parse().unwrap() };
+    // Niceness is what priorities fall back to where no CPU cgroup can be made.
+    let build =
+        |flags: &[&str]| build_long_link_with(&project, flags, &[("HEADROOM_CPU_CGROUP", "0")]);
     // The first build knows no paths: every job runs at the normal priority.
-    build_long_link(&project, &["--jobs", "2"]);
+    build(&["--jobs", "2"]);
     assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
     // With two slots, whichever of a.o and c.o comes first starts beside b.o: c.o's path
     // (0.9 s) is shorter than b.o's (1.2 s) and a.o's (1.8 s) either way.
-    let warm = build_long_link(&project, &["--jobs", "2"]);
+    let warm = build(&["--jobs", "2"]);
     assert_eq!(nice("a.o"), 0, "a.o is on the longest path");
     assert!(nice("c.o") > 0, "c.o is off the longest path");
     // The report says what each job ran at.
@@ -251,9 +263,51 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
         assert_eq!(job.nice, nice(&job.label), "{job:?}");
     }
     // Turned off, every job runs at the normal priority and the report says so.
-    let off = build_long_link(&project, &["--jobs", "2", "--no-priorities"]);
+    let off = build(&["--jobs", "2", "--no-priorities"]);
     assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
     assert!(off.jobs.iter().all(|job| job.nice == 0), "{:?}", off.jobs);
+}
+
+#[test]
+fn where_a_cpu_cgroup_can_be_made_nicer_jobs_weigh_less_in_it_at_the_users_niceness() {
+    if let Err(why) = headroom_probe::cpu_weights::CpuWeights::create(1).map(|w| w.remove()) {
+        eprintln!("skipped: no cpu cgroup can be made here: {why}");
+        return;
+    }
+    let project = long_link_project();
+    let nice = |object: &str| -> u8 { object_says(&project, object, "nice").parse().unwrap() };
+    // The cpu cgroup each compile ran in: `…/headroom-cpu-<pid>-build<n>/nice-<level>`.
+    let level = |object: &str| -> u8 {
+        let cgroup = object_says(&project, object, "cpu");
+        let (build, level) = cgroup
+            .rsplit_once("/nice-")
+            .unwrap_or_else(|| panic!("{object} ran outside the build's cgroup: {cgroup}"));
+        assert!(build.contains("/headroom-cpu-"), "{cgroup}");
+        level.parse().unwrap()
+    };
+    build_long_link(&project, &["--jobs", "2"]);
+    assert_eq!([level("a.o"), level("b.o"), level("c.o")], [0, 0, 0]);
+    // As in `jobs_off_the_longest_path_run_nicer_next_time`, c.o is off the longest path: it
+    // weighs less than a.o inside the build, and yields nothing more to other processes.
+    let warm = build_long_link(&project, &["--jobs", "2"]);
+    assert_eq!(level("a.o"), 0, "a.o is on the longest path");
+    assert!(level("c.o") > 0, "c.o is off the longest path");
+    assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
+    for job in warm.jobs.iter().filter(|job| job.label.ends_with(".o")) {
+        assert_eq!(job.nice, level(&job.label), "{job:?}");
+    }
+    // The build's cgroup, made under the cpu cgroup headroom (and so this test) runs in, is
+    // gone with the build.
+    let cgroup = object_says(&project, "c.o", "cpu");
+    let name = cgroup
+        .rsplit_once("/nice-")
+        .unwrap()
+        .0
+        .rsplit_once('/')
+        .unwrap()
+        .1;
+    let (_, cpu_home, _) = headroom_probe::cgroup::own_dir("cpu").unwrap().unwrap();
+    assert!(!cpu_home.join(name).exists(), "{name} is left behind");
 }
 
 #[test]
