@@ -185,9 +185,17 @@ impl Session {
     /// `kill_jobs`), records how the build ended, and exits. Returns `None` when the governor
     /// was already gone or stayed silent past the bound (`crate::liveness`), else the build's
     /// report. A silent governor is killed: it never outlives its session, and the session
-    /// never waits on it for good.
+    /// never waits on it for good. Compiler calls that ran ungoverned because the governor was
+    /// silent (the session's `liveness::Ledger`) are counted to the user.
     pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Ending {
         let ledger = liveness::Ledger::of(&self.socket);
+        let ungoverned = ledger.count();
+        if ungoverned > 0 {
+            headroom_output::say!(
+                "headroom: warning: {ungoverned} compiler call(s) ran ungoverned because the \
+                 governor did not answer in time"
+            );
+        }
         // A governor already found silent in this build is not waited for long again.
         let bound = ledger.patience();
         let ended = (|| {
@@ -226,12 +234,6 @@ impl Session {
             _ => None,
         }
     }
-
-    /// How many compiler calls ran ungoverned because the governor was silent past the bound
-    /// (`crate::liveness::Ledger`).
-    pub fn ungoverned_calls(&self) -> usize {
-        liveness::Ledger::of(&self.socket).count()
-    }
 }
 
 /// How a session ended.
@@ -241,7 +243,7 @@ pub enum Ending {
     /// The governor was gone before the build ended: it ran ungoverned from then on.
     Gone,
     /// The governor said nothing for this long after the build ended, and was killed.
-    Silent(std::time::Duration),
+    Silent(Duration),
 }
 
 /// What torch's `cpp_extension` reads to leave its compiler wrapper out.

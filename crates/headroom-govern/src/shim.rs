@@ -475,23 +475,16 @@ fn install_signal_forwarding() {
         let _ = unsafe { signal_hook::low_level::register(signal, handle) };
     }
     let resume = || {
-        let group = RUNNING_GROUP.load(Ordering::SeqCst);
-        if group > 0 && STOPPED_BY_TERMINAL.swap(false, Ordering::SeqCst) {
-            // SAFETY: kill(2) on the group of a compiler this shim started.
-            unsafe { libc::kill(-group, libc::SIGCONT) };
-        }
-    };
-    let resize = || {
-        let group = RUNNING_GROUP.load(Ordering::SeqCst);
-        if group > 0 {
-            // SAFETY: kill(2) on the group of a compiler this shim started.
-            unsafe { libc::kill(-group, libc::SIGWINCH) };
+        if STOPPED_BY_TERMINAL.swap(false, Ordering::SeqCst) {
+            signal_running_group(Signal::CONT);
         }
     };
     // SAFETY: the handlers only use atomics and kill(2), which is async-signal-safe.
     unsafe {
         let _ = signal_hook::low_level::register(libc::SIGCONT, resume);
-        let _ = signal_hook::low_level::register(libc::SIGWINCH, resize);
+        let _ = signal_hook::low_level::register(libc::SIGWINCH, || {
+            signal_running_group(Signal::WINCH)
+        });
     }
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         let handle = move || match RUNNING_GROUP.load(Ordering::SeqCst) {

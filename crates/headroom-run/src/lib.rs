@@ -274,8 +274,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             break;
         }
         if index + 1 < rungs.len() {
-            let _ = writeln!(
-                std::io::stderr(),
+            headroom_output::say!(
                 "headroom: rung {index} failed for lack of memory; trying rung {}",
                 index + 1
             );
@@ -309,19 +308,11 @@ fn govern(args: &RunArgs, rung: &Rung) -> anyhow::Result<Option<Governed>> {
     }
 }
 
-/// Ends the rung's governed session and takes its report; compiler calls that ran
-/// ungoverned because the governor fell silent are noted in the rung's outcome.
+/// Ends the rung's governed session and takes its report.
 fn end_session(
     governed: Governed,
     outcome: &Result<supervise::Outcome, supervise::SpawnError>,
 ) -> Ending {
-    let ungoverned = governed.session.ungoverned_calls();
-    if ungoverned > 0 {
-        headroom_output::say!(
-            "headroom: warning: {ungoverned} compiler call(s) ran ungoverned because the governor \
-             did not answer in time"
-        );
-    }
     let exit_code = outcome
         .as_ref()
         .ok()

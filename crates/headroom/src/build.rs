@@ -4,7 +4,7 @@
 //! CMD with the shims first on PATH, and at the end prints the summary. It exits with CMD's
 //! own exit code.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -171,12 +171,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         Err(err) => {
             drop(live);
             session.finish(None, false);
-            let program = args.command[0].to_string_lossy();
-            if err.kind() == std::io::ErrorKind::NotFound {
-                headroom_output::say!("headroom: command not found: {program}");
-                return Ok(127);
-            }
-            bail!("cannot run `{program}`: {err}");
+            return cannot_start(&args.command[0], err);
         }
     };
     let status = wait_for_build(&mut build, &session, &interrupted, live.as_mut())?;
@@ -184,13 +179,6 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     let interrupted_by = interrupted.load(Ordering::Relaxed) as i32;
     let exit_code = exit_code_of(status);
 
-    let ungoverned = session.ungoverned_calls();
-    if ungoverned > 0 {
-        headroom_output::say!(
-            "headroom: warning: {ungoverned} compiler call(s) ran ungoverned because the governor \
-             did not answer in time"
-        );
-    }
     match session.finish(Some(exit_code), interrupted_by != 0) {
         Ending::Reported(built) => report(&built, args.report.as_deref(), args.trace.as_deref())?,
         Ending::Silent(waited) => headroom_output::say!(
@@ -216,15 +204,19 @@ pub fn main(args: BuildArgs) -> Result<u8> {
 fn run_ungoverned(command: &[OsString]) -> Result<u8> {
     match Command::new(&command[0]).args(&command[1..]).status() {
         Ok(status) => Ok(exit_code_of(status) as u8),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            headroom_output::say!(
-                "headroom: command not found: {}",
-                command[0].to_string_lossy()
-            );
-            Ok(127)
-        }
-        Err(err) => bail!("cannot run `{}`: {err}", command[0].to_string_lossy()),
+        Err(err) => cannot_start(&command[0], err),
     }
+}
+
+/// The build command `program` could not start: 127 when it does not exist, as a shell says,
+/// else headroom's own error.
+fn cannot_start(program: &OsStr, err: std::io::Error) -> Result<u8> {
+    let program = program.to_string_lossy();
+    if err.kind() == std::io::ErrorKind::NotFound {
+        headroom_output::say!("headroom: command not found: {program}");
+        return Ok(127);
+    }
+    bail!("cannot run `{program}`: {err}")
 }
 
 /// Whether `command` sets the variable `name` (to any value).
