@@ -274,12 +274,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn everything_handed_over_is_written() {
+    /// A history in a directory of its own (kept while the returned guard lives) with a build
+    /// begun in it: the directory, the history's path, the history and the build's id.
+    fn begun() -> (tempfile::TempDir, std::path::PathBuf, History, i64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.sqlite");
         let history = History::open(&path).unwrap();
         let id = history.begin_build(&build()).unwrap();
+        (dir, path, history, id)
+    }
+
+    #[test]
+    fn everything_handed_over_is_written() {
+        let (_dir, path, history, id) = begun();
         let recorder = Recorder::start(history, id);
         for job_id in 0..3 {
             recorder.job(unwritten(job_id));
@@ -304,10 +311,7 @@ mod tests {
     /// the grace, and says what is missing; what was kept is written once the lock is gone.
     #[test]
     fn a_locked_history_costs_no_wait_and_is_written_when_it_can_be() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("h.sqlite");
-        let history = History::open(&path).unwrap();
-        let id = history.begin_build(&build()).unwrap();
+        let (_dir, path, history, id) = begun();
         let holder = rusqlite::Connection::open(&path).unwrap();
         holder.execute_batch("BEGIN IMMEDIATE").unwrap();
 
@@ -332,10 +336,7 @@ mod tests {
 
     #[test]
     fn kept_writes_go_in_once_the_lock_is_released() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("h.sqlite");
-        let history = History::open(&path).unwrap();
-        let id = history.begin_build(&build()).unwrap();
+        let (_dir, path, history, id) = begun();
         let holder = rusqlite::Connection::open(&path).unwrap();
         holder.execute_batch("BEGIN IMMEDIATE").unwrap();
         let recorder = Recorder::start(history, id);
