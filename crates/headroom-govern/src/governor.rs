@@ -541,6 +541,7 @@ impl Governor {
             .then(|| state.known.local_share(&identity.key))
             .flatten();
         let offer = Offer {
+            session: 0,
             key: identity.key.clone(),
             label: identity.label.clone(),
             group: identity.group,
@@ -1172,6 +1173,7 @@ mod tests {
     fn offer(driver: &mut Driver, key: &str, peak: u64) -> JobId {
         driver
             .offer(Offer {
+                session: 0,
                 key: key.into(),
                 label: key.into(),
                 group: key.len() as u64 + peak,

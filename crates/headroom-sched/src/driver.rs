@@ -15,7 +15,7 @@ use crate::farm::{Farm, NodeId};
 use crate::policy::{self, Action, Estimate, Limits, OutsideAction, Scheduler};
 use crate::predict::{PastRun, PredictionSource, Predictor};
 use crate::profile::{Profile, ProfileRecorder, Ran};
-use crate::JobId;
+use crate::{JobId, SessionId};
 
 /// What a job sent to a farm node is taken to need on this machine (the engine's client and
 /// the preprocessor) before a farmed run of it, or of any job of the build, has shown it: about
@@ -25,6 +25,9 @@ pub const DEFAULT_LOCAL_SHARE: u64 = 256 << 20;
 /// A job the build system has just started, as the caller identified it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
+    /// The session (a `headroom build`, a `headroom run`) whose build system started it:
+    /// sessions that share a governor share its slots fairly.
+    pub session: SessionId,
     /// Stable across builds: what the history and the bursts know the job by.
     pub key: String,
     /// For people: the output file, or the source.
@@ -62,6 +65,7 @@ pub enum JobState {
 /// One job, from its offer to its end.
 #[derive(Debug, Clone)]
 pub struct Job {
+    pub session: SessionId,
     pub key: String,
     pub label: String,
     pub group: u64,
@@ -295,6 +299,7 @@ impl Driver {
         self.jobs.insert(
             id,
             Job {
+                session: offer.session,
                 key: offer.key,
                 label: offer.label,
                 group: offer.group,
@@ -716,6 +721,7 @@ mod tests {
 
     fn offer(key: &str, group: u64) -> Offer {
         Offer {
+            session: 0,
             key: key.into(),
             label: key.into(),
             group,
@@ -729,6 +735,7 @@ mod tests {
 
     fn with_history(key: &str, peak: u64) -> Offer {
         Offer {
+            session: 0,
             past: Some(PastRun {
                 peak,
                 profile: None,
@@ -788,6 +795,7 @@ mod tests {
             .enumerate()
             .map(|(i, &peak)| {
                 let offer = Offer {
+                    session: 0,
                     farmable: true,
                     local_share: Some(100 << 20),
                     ..with_history(&format!("unit{i}.o"), peak)
@@ -840,6 +848,7 @@ mod tests {
         let farmed: Vec<JobId> = (0..3)
             .map(|i| {
                 let offer = Offer {
+                    session: 0,
                     farmable: true,
                     ..with_history(&format!("unit{i}.o"), GIB)
                 };
@@ -897,6 +906,7 @@ mod tests {
             slots: 8,
         }]));
         let unknown = |key: &str| Offer {
+            session: 0,
             farmable: true,
             ..offer(key, 7)
         };
@@ -1103,6 +1113,7 @@ mod tests {
     fn out_of_memory_retries_alone_then_down_the_rungs_then_gives_up() {
         let mut driver = driver(8 * GIB, 4);
         let (id, _) = driver.offer(Offer {
+            session: 0,
             lower_rungs: 1,
             ..offer("big.o", 1)
         });
@@ -1148,6 +1159,7 @@ mod tests {
             );
             let profile = Profile::new(crate::profile::ran(10.0, 10.0), &[1, 4]);
             let long = Offer {
+                session: 0,
                 past: Some(PastRun {
                     peak: GIB,
                     profile,
@@ -1157,6 +1169,7 @@ mod tests {
             };
             driver.offer(long);
             let short = Offer {
+                session: 0,
                 waiting_seconds: 2.0,
                 ..offer("short.o", 2)
             };

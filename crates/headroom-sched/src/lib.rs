@@ -23,3 +23,6 @@ pub use profile::{Profile, ProfileRecorder, Ran};
 
 /// Identifies one job for as long as it is queued or running.
 pub type JobId = u64;
+
+/// Identifies one session of a governor (a `headroom build`, a `headroom run`) while it lasts.
+pub type SessionId = u32;

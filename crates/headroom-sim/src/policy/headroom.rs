@@ -114,6 +114,7 @@ impl Headroom {
             None => (None, 0.0),
         };
         Offer {
+            session: 0,
             key: job.label.clone(),
             label: job.label.clone(),
             group: job.group,
