@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::MemoryFacts;
 use headroom_govern::governor::GovernorConfig;
-use headroom_govern::session::Session;
+use headroom_govern::session::{GovernorPlace, Session};
 use headroom_govern::state::BuildState;
 use headroom_size::Size;
 
@@ -80,7 +80,11 @@ pub fn start_session(
         farm: reachable_farm(&settings),
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
-    let session = Session::start(&exe, &config, state.dir())?;
+    // Work under a limit of its own, or sent to a farm, keeps a governor of its own; all
+    // other sessions of this user, memory domain and history share one.
+    let shareable = memory_limit.is_none() && config.farm.is_none();
+    let place = GovernorPlace::for_session(state.dir(), shareable)?;
+    let session = Session::start(&exe, &config, state.dir(), place)?;
     Ok(Governed {
         session,
         settings,

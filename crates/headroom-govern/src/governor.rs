@@ -1,10 +1,14 @@
-//! The governor process of one build: it admits jobs as `headroom-sched` decides, samples
-//! their memory, stops, resumes and kills their process groups, retries jobs that ran out of
-//! memory, and keeps the build's report in memory for the CLI, handing every finished job to
-//! the history's writer (`headroom_store::recorder`), which no job ever waits for.
+//! The governor: one process per user, memory domain and history, which every session on
+//! them joins (`headroom build`, `headroom run`, `headroom kernels build`; see
+//! [`crate::session`]). It admits the jobs of all its sessions through one
+//! `headroom-sched` driver, so they share one budget, one set of slots and one safety net;
+//! samples their memory; stops, resumes and kills their process groups; retries jobs that ran
+//! out of memory; and keeps each session's report in memory for its CLI, handing every
+//! finished job to the session's history writer (`headroom_store::recorder`), which no job
+//! ever waits for. It exits when its last session has ended.
 //!
-//! One thread per connected shim (reused from one shim to the next), one sampling thread, one
-//! lock around the state: simple to follow, and cheap enough for the few hundred jobs a build
+//! One thread per connection (reused from one to the next), one sampling thread, one lock
+//! around the state: simple to follow, and cheap enough for the few hundred jobs a machine
 //! has in flight at most.
 
 use std::collections::HashMap;
@@ -22,7 +26,7 @@ use headroom_probe::cpu_weights::CpuWeights;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
     Action, AfterAttempt, Driver, Ended, Farm, Finished, Job, JobId, JobState, Limits, Offer,
-    OutsideAction, Reading,
+    OutsideAction, Reading, SessionId,
 };
 use headroom_store::known::KnownPeaks;
 use headroom_store::recorder::{Ending, Recorder, Unwritten};
@@ -40,10 +44,13 @@ use crate::liveness::HEARTBEAT;
 use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
 use crate::portable::{self, Places};
-use crate::protocol::{read_frame, write_frame, Attempt, BuildStatus, Reply, Request, Waiting};
+use crate::protocol::{
+    read_frame, write_frame, Attempt, BuildStatus, GovernorStatus, LiveJob, Reply, Request,
+    SessionStatus, Waiting,
+};
 use crate::response::expand_response_files;
 
-/// How long a shutdown waits for the reports of jobs that ended just before the build.
+/// How long a session's end waits for the reports of its jobs that ended just before its build.
 const REPORT_GRACE: Duration = Duration::from_secs(2);
 /// Samples are handed to the history's writer at least this often.
 const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -51,11 +58,16 @@ const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// for a compiler driver (gcc, nvcc) to remove its temporary files, while the memory hog
 /// itself (cc1plus, cicc), which does not catch SIGTERM, ends at once.
 const KILL_GRACE: Duration = Duration::from_millis(500);
-/// How long a shutdown waits for the history to take the rest of the build: past it, the
-/// governor exits and says what the history did not get.
+/// How long a new governor waits for its first session before it takes its starter for
+/// dead and leaves.
+const FIRST_JOIN_GRACE: Duration = Duration::from_secs(30);
+/// How long a session's end waits for the history to take the rest of its build: past it,
+/// the session's CLI hears what the history did not get.
 const HISTORY_GRACE: Duration = Duration::from_secs(3);
 
-/// Everything the governor needs to know, passed from the CLI.
+/// Everything the governor needs to know of a session, passed from its CLI. The first
+/// session's also sets what is the governor's own: how often it samples, and the CPU cgroup's
+/// levels.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GovernorConfig {
     pub budget: u64,
@@ -83,23 +95,46 @@ pub struct GovernorConfig {
 
 /// What the governor keeps of a job beside the driver's record: what its I/O needs.
 struct JobIo {
+    session: SessionId,
     identity: JobIdentity,
     /// The key other machines know the job by, for shared history.
     portable_key: String,
     compiler: String,
     cwd: String,
+    /// When it was offered, in milliseconds of its session.
     offered_ms: u64,
     /// Process group of the running attempt, once the shim has reported it.
     pgid: Option<i32>,
 }
 
 struct State {
-    /// The policy: every decision, and each job's attempts (`headroom_sched::driver`).
+    /// The policy over every session's jobs: every decision, and each job's attempts
+    /// (`headroom_sched::driver`).
     driver: Driver,
     jobs: HashMap<JobId, JobIo>,
+    sessions: HashMap<SessionId, SessionState>,
+    /// Whether the driver has learned from a session's history yet (the first one's).
+    warmed: bool,
+    /// Attempts sent SIGTERM to make room: job, process group, and when SIGKILL follows if
+    /// the attempt has not ended by then.
+    dying: Vec<(JobId, i32, Instant)>,
+    /// The governor is ending: nothing more is admitted.
+    shutting_down: bool,
+}
+
+/// One session's part of the state: its build as its report and its history see it, and
+/// its processes outside every job.
+struct SessionState {
+    config: GovernorConfig,
+    /// The CLI's process: the session's build is everything below it.
+    root: i32,
+    /// The session's start (its CLI's), from which its report counts time.
+    start: Instant,
+    /// This machine's places, which portable keys name instead of spelling out.
+    places: Places,
     /// Writes the build into the history, when there is one.
     recorder: Option<Recorder>,
-    /// What the history knew of every job when the build began.
+    /// What the history knew of every job when the session began.
     known: KnownPeaks,
     /// The build as the summary, `--report` and `--trace` show it: every finished job and
     /// everything sampled up to the last flush, whatever reached the history.
@@ -113,30 +148,41 @@ struct State {
     events: Vec<JobEvent>,
     room: Vec<Room>,
     /// Finished jobs not yet in the report: each is moved there right after its shim has its
-    /// answer; the build's end moves any left.
+    /// answer; the session's end moves any left.
     unwritten_jobs: Vec<Unwritten>,
     last_flush: Instant,
     peak_total: u64,
-    /// What the build's processes used at the last sample, for the live status.
+    /// What the session's processes used at the last sample.
     used: u64,
-    /// The build's processes outside every job.
+    /// The session's processes outside every job.
     outside: OutsideTracker,
-    /// Attempts sent SIGTERM to make room: job, process group, and when SIGKILL follows if
-    /// the attempt has not ended by then.
-    dying: Vec<(JobId, i32, Instant)>,
-    shutting_down: bool,
+    /// What the session's user must hear, sent with its report.
+    warnings: Vec<String>,
+    /// The session is ending: its jobs are no longer admitted.
+    ending: bool,
+    /// Taken on from a governor that died: no connection of its CLI's tells its end, which
+    /// comes when the CLI's process is gone.
+    adopted: bool,
+}
+
+impl SessionState {
+    /// Milliseconds since the session began.
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
 }
 
 struct Governor {
-    config: GovernorConfig,
-    /// This machine's places, which portable keys name instead of spelling out.
-    places: Places,
-    /// Each compiler's name and version, by the path the build called it by: asked once per
-    /// build, outside the state's lock.
+    /// The first session's configuration: how often to sample, and the limits until sessions
+    /// say otherwise.
+    defaults: GovernorConfig,
+    /// Each compiler's name and version, by the path a build called it by: asked once,
+    /// outside the state's lock.
     compiler_ids: Mutex<HashMap<String, String>>,
+    /// The driver's clock starts here.
     start: Instant,
     state: Mutex<State>,
-    /// Signalled whenever a job is admitted or the governor shuts down.
+    /// Signalled whenever a job is admitted or a session or the governor ends.
     admitted: Condvar,
     /// Where farmed jobs keep their engine's state, a directory per job.
     farm_state: PathBuf,
@@ -145,6 +191,8 @@ struct Governor {
     /// The cgroup whose levels carry the jobs' priorities, where one could be made and
     /// priorities are on; otherwise the shims take them on as niceness.
     cpu_weights: Option<CpuWeights>,
+    /// How the governor leaves its socket when its last session has ended.
+    exit: crate::session::Exit,
 }
 
 /// The writing ends of the open connections, which the heartbeat reaches as well as each
@@ -180,48 +228,39 @@ fn send(writer: &Writer, reply: &Reply) -> io::Result<()> {
     write_frame(&*lock_ignoring_poison(writer), reply)
 }
 
-/// Runs the governor on `listener` until the CLI asks it to shut down or a signal ends it.
-pub fn serve(listener: UnixListener, config: GovernorConfig) -> io::Result<()> {
+/// Runs the governor on `listener` until its last session has ended or a signal ends it.
+/// `defaults` is the first session's configuration.
+pub fn serve(
+    listener: UnixListener,
+    defaults: GovernorConfig,
+    exit: crate::session::Exit,
+) -> io::Result<()> {
     let terminate = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&terminate))?;
     }
-    let past = open_history(&config);
-    let driver = driver_for(&config, &past);
+    // What the history says of earlier builds comes with the first session.
+    let driver = driver_for(&defaults, &Past::default());
     let governor = Arc::new(Governor {
-        start: instant_of(config.started_unix_ms),
+        start: Instant::now(),
         state: Mutex::new(State {
             driver,
             jobs: HashMap::new(),
-            report: BuildReport::begun(BuildRecord {
-                id: past.build_id.unwrap_or(0),
-                ..build_record(&config)
-            }),
-            recorder: past.recorder,
-            known: past.known,
-            waiting_seconds: past.waiting_seconds,
-            shared_waiting_seconds: past.shared_waiting_seconds,
-            samples: Vec::new(),
-            events: Vec::new(),
-            room: Vec::new(),
-            unwritten_jobs: Vec::new(),
-            last_flush: Instant::now(),
-            peak_total: 0,
-            used: 0,
-            outside: OutsideTracker::default(),
+            sessions: HashMap::new(),
+            warmed: false,
             dying: Vec::new(),
             shutting_down: false,
         }),
         admitted: Condvar::new(),
-        places: Places::new(&config.project_root, std::env::var("HOME").ok().as_deref()),
         compiler_ids: Mutex::new(HashMap::new()),
         farm_state: std::env::temp_dir().join(format!("headroom-farm-{}", std::process::id())),
         connections: Connections::default(),
-        cpu_weights: config
+        cpu_weights: defaults
             .priorities
-            .then(|| cpu_weights(config.slots))
+            .then(|| cpu_weights(defaults.slots))
             .flatten(),
-        config,
+        defaults,
+        exit,
     });
     {
         let governor = Arc::clone(&governor);
@@ -321,7 +360,7 @@ impl Handlers {
     }
 }
 
-/// What the governor starts a build with from its history.
+/// What the governor starts a session's build with from its history.
 #[derive(Default)]
 pub struct Past {
     /// Writes this build into the history.
@@ -341,15 +380,14 @@ pub struct Past {
     bursts: headroom_sched::bursts::Bursts,
 }
 
-/// Opens the history and begins this build in it, with what recent builds say about the jobs.
-fn open_history(config: &GovernorConfig) -> Past {
+/// Opens the history and begins this session's build in it, with what recent builds say
+/// about the jobs. What the user must hear goes to `warnings`.
+fn open_history(config: &GovernorConfig, warnings: &mut Vec<String>) -> Past {
     let Some(path) = &config.history else {
         return Past::default();
     };
     let opened = History::open_or_recover(path);
-    for warning in &opened.warnings {
-        headroom_output::say!("headroom: warning: {warning}");
-    }
+    warnings.extend(opened.warnings.iter().cloned());
     let Some(history) = opened.history else {
         return Past::default();
     };
@@ -362,21 +400,23 @@ fn open_history(config: &GovernorConfig) -> Past {
                 (waiting_seconds, last_build::reruns(&builds), bursts)
             }
             Err(err) => {
-                headroom_output::say!(
-                "headroom: warning: {err}; jobs queue by their own length only and plan with the \
-                 configured timing slack and peak margin"
-            );
+                warnings.push(format!(
+                    "{err}; jobs queue by their own length only and plan with the configured \
+                     timing slack and peak margin"
+                ));
                 Default::default()
             }
         };
     let known = history.known_peaks().unwrap_or_else(|err| {
-        headroom_output::say!(
-            "headroom: warning: {err}; jobs are predicted as if they had never run"
-        );
+        warnings.push(format!(
+            "{err}; jobs are predicted as if they had never run"
+        ));
         KnownPeaks::default()
     });
     let shared_waiting_seconds = history.shared_waiting_seconds().unwrap_or_else(|err| {
-        headroom_output::say!("headroom: warning: {err}; jobs predicted from shared history queue by their own length only");
+        warnings.push(format!(
+            "{err}; jobs predicted from shared history queue by their own length only"
+        ));
         HashMap::new()
     });
     match history.begin_governed_build(&build_record(config), Some(std::process::id())) {
@@ -390,7 +430,7 @@ fn open_history(config: &GovernorConfig) -> Past {
             bursts,
         },
         Err(err) => {
-            headroom_output::say!("headroom: warning: {err}; this build runs without history");
+            warnings.push(format!("{err}; this build runs without history"));
             Past::default()
         }
     }
@@ -438,13 +478,19 @@ pub fn driver_for(config: &GovernorConfig, past: &Past) -> Driver {
             farm.nodes.iter().map(|node| node.spec()).collect(),
         ));
     }
+    learn_from(&mut driver, past);
+    driver
+}
+
+/// Tells `driver` what `past` builds showed: how far jobs strayed between runs, and which
+/// came together.
+fn learn_from(driver: &mut Driver, past: &Past) {
     driver.note_reruns(
         past.reruns
             .iter()
             .map(|(earlier, later)| ((earlier.ran, earlier.peak), (later.ran, later.peak))),
     );
     driver.set_bursts(past.bursts.clone());
-    driver
 }
 
 impl Governor {
@@ -452,60 +498,230 @@ impl Governor {
         lock_ignoring_poison(&self.state)
     }
 
-    fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
-    }
-
     /// Seconds since the governor started: the driver's clock.
     fn now(&self) -> f64 {
         self.start.elapsed().as_secs_f64()
     }
 
+    /// `seconds` on the driver's clock, in milliseconds of `session`.
+    fn session_ms(&self, session: &SessionState, seconds: f64) -> u64 {
+        let at = self.start + Duration::from_secs_f64(seconds.max(0.0));
+        at.saturating_duration_since(session.start).as_millis() as u64
+    }
+
     fn handle(&self, stream: UnixStream) {
-        let (key, writer) = match self.connections.open(&stream) {
-            Ok(opened) => opened,
-            Err(err) => return tracing::warn!("cannot take a connection: {err}"),
-        };
         match read_frame::<Request>(&stream) {
+            Ok(Request::Join { config, root }) => self.serve_session(*config, root, &stream),
             Ok(Request::Job {
+                session,
                 compiler,
                 args,
                 cwd,
             }) => {
-                let id = self.offer(compiler, &args, cwd);
-                if self.supervise(id, &stream, &writer).is_err() {
-                    self.abandon(id);
+                let (key, writer) = match self.connections.open(&stream) {
+                    Ok(opened) => opened,
+                    Err(err) => return tracing::warn!("cannot take a connection: {err}"),
+                };
+                // A session this governor does not know (one whose governor was replaced)
+                // has its compiler run as if there were no governor: closing says so.
+                if let Some(id) = self.offer(session, compiler, &args, cwd) {
+                    if self.supervise(id, &stream, &writer).is_err() {
+                        self.abandon(id);
+                    }
                 }
+                self.connections.close(key);
             }
-            Ok(Request::Shutdown {
-                exit_code,
-                kill_jobs,
-            }) => self.shut_down(&writer, exit_code, kill_jobs),
-            Ok(Request::Status) => {
+            Ok(Request::Status { session }) => {
                 // A CLI that has stopped waiting for the answer is no matter.
-                let _ = send(&writer, &Reply::Status(self.status()));
+                let status = self.status(session);
+                let _ = write_frame(&stream, &Reply::Status(status));
+            }
+            Ok(Request::Sessions) => {
+                let _ = write_frame(&stream, &Reply::Sessions(self.sessions_status()));
             }
             Ok(other) => tracing::warn!("unexpected first message {other:?}"),
             Err(err) => tracing::debug!("connection closed before a request: {err}"),
         }
-        self.connections.close(key);
     }
 
-    /// How the build stands now, for the CLI's live status: cheap enough to answer a few
-    /// times a second.
-    fn status(&self) -> BuildStatus {
-        let state = self.lock();
-        let limits = Limits {
-            budget: self.config.budget,
-            slots: self.config.slots,
+    /// Runs one session from its join to its end, on its CLI's connection: the session ends
+    /// when the CLI asks, or when the connection closes (the CLI died).
+    fn serve_session(&self, config: GovernorConfig, root: i32, stream: &UnixStream) {
+        let id = root as SessionId;
+        let warnings = self.join(id, config, root);
+        let joined = Reply::Joined {
+            session: id,
+            governor: std::process::id(),
+            warnings,
         };
-        build_status(
-            &state.driver,
-            state.jobs.keys().copied(),
-            state.report.jobs.len() + state.unwritten_jobs.len(),
-            state.used,
-            limits,
-        )
+        if write_frame(stream, &joined).is_err() {
+            return self.end_session(id, None, false, None);
+        }
+        match read_frame::<Request>(stream) {
+            Ok(Request::Shutdown {
+                exit_code,
+                kill_jobs,
+            }) => {
+                // Heartbeats from here on: the end may take the history's grace.
+                let opened = self.connections.open(stream);
+                let writer = opened.as_ref().ok().map(|(_, writer)| writer);
+                self.end_session(id, exit_code, kill_jobs, writer);
+                if let Ok((key, _)) = opened {
+                    self.connections.close(key);
+                }
+            }
+            other => {
+                tracing::info!("session {id} ended without a shutdown: {other:?}");
+                self.end_session(id, None, false, None);
+            }
+        }
+    }
+
+    /// Begins session `id`: its build in the history, and the shared limits. Returns what
+    /// its user must hear.
+    fn join(&self, id: SessionId, config: GovernorConfig, root: i32) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let past = open_history(&config, &mut warnings);
+        let mut state = self.lock();
+        if !state.warmed {
+            learn_from(&mut state.driver, &past);
+            state.warmed = true;
+        }
+        let session = new_session(config, root, past);
+        tracing::info!(
+            "session {id} joined: {} ({} sessions)",
+            session.config.command,
+            state.sessions.len() + 1
+        );
+        state.sessions.insert(id, session);
+        self.share_limits(&mut state);
+        warnings
+    }
+
+    /// Takes on session `id`, which joined a governor that has died since: its build goes on,
+    /// and its compilers come here now. It is governed with the first session's settings and
+    /// without history, and ends when its CLI (whose process id is the session's) does.
+    /// `None` when that CLI is gone too.
+    fn adopt(&self, state: &mut State, id: SessionId) -> Option<()> {
+        let root = i32::try_from(id).ok()?;
+        if !Path::new(&format!("/proc/{root}")).exists() {
+            return None;
+        }
+        tracing::info!("session {id} lost its governor: this one takes it on");
+        let config = GovernorConfig {
+            history: None,
+            command: format!("(session {id}, taken on from a governor that died)"),
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_millis() as i64),
+            ..self.defaults.clone()
+        };
+        let session = new_session(config, root, Past::default());
+        state.sessions.insert(
+            id,
+            SessionState {
+                adopted: true,
+                ..session
+            },
+        );
+        self.share_limits(state);
+        Some(())
+    }
+
+    /// Sets the limits every session shares: the smallest budget and the fewest slots of the
+    /// sessions running, so no session's promise is broken by another's.
+    fn share_limits(&self, state: &mut State) {
+        let limits = shared_limits(state.sessions.values().map(|s| &s.config)).unwrap_or(Limits {
+            budget: self.defaults.budget,
+            slots: self.defaults.slots,
+        });
+        state.driver.set_limits(limits);
+    }
+
+    /// Ends session `id`: waits a moment for its jobs' last reports (unless they are to be
+    /// killed), resumes or kills what it still runs, completes its report and history, and
+    /// sends the report on `writer`. The governor exits with its last session.
+    fn end_session(
+        &self,
+        id: SessionId,
+        exit_code: Option<i32>,
+        kill_jobs: bool,
+        writer: Option<&Writer>,
+    ) {
+        if !kill_jobs {
+            self.wait_for_reports(id);
+        }
+        self.release_jobs(id, kill_jobs);
+        let ended = self.finish_history(id, exit_code);
+        if let (Some(writer), Some((report, warnings))) = (writer, ended) {
+            let _ = send(
+                writer,
+                &Reply::ShutDown {
+                    report: Box::new(report),
+                    warnings,
+                },
+            );
+        }
+        let mut state = self.lock();
+        if state.sessions.is_empty() && !state.shutting_down {
+            state.shutting_down = true;
+            self.admitted.notify_all();
+            let _ = std::fs::remove_dir_all(&self.farm_state);
+            self.remove_cpu_weights();
+            tracing::info!("the last session has ended: the governor exits");
+            self.exit.leave();
+            std::process::exit(0);
+        }
+        self.share_limits(&mut state);
+        self.decide(&mut state, None);
+    }
+
+    /// How session `id` stands now, for its CLI's live status: cheap enough to answer a few
+    /// times a second.
+    fn status(&self, id: SessionId) -> BuildStatus {
+        let state = self.lock();
+        let done = state
+            .sessions
+            .get(&id)
+            .map_or(0, |s| s.report.jobs.len() + s.unwritten_jobs.len());
+        session_status(&state, id, done)
+    }
+
+    /// Every session and what each holds, for `headroom status`.
+    fn sessions_status(&self) -> GovernorStatus {
+        let state = self.lock();
+        let limits = state.driver.limits();
+        let mut sessions: Vec<SessionStatus> = state
+            .sessions
+            .iter()
+            .map(|(&id, session)| {
+                let done = session.report.jobs.len() + session.unwritten_jobs.len();
+                let jobs = state
+                    .jobs
+                    .iter()
+                    .filter(|(_, io)| io.session == id)
+                    .filter_map(|(&job_id, _)| state.driver.job(job_id))
+                    .map(live_job)
+                    .collect();
+                SessionStatus {
+                    id,
+                    command: session.config.command.clone(),
+                    cwd: session.config.cwd.clone(),
+                    started_unix_ms: session.config.started_unix_ms,
+                    held: held_by(&state, |io| io.session == id),
+                    status: session_status(&state, id, done),
+                    jobs,
+                }
+            })
+            .collect();
+        sessions.sort_by_key(|session| session.started_unix_ms);
+        GovernorStatus {
+            pid: std::process::id(),
+            budget: limits.budget,
+            slots: limits.slots,
+            used: state.sessions.values().map(|s| s.used).sum(),
+            sessions,
+        }
     }
 
     /// Tells every connection, each [`HEARTBEAT`], that the governor makes progress. The
@@ -522,15 +738,27 @@ impl Governor {
         }
     }
 
-    /// Registers a job the build system just started, and queues it.
-    fn offer(&self, compiler: String, args: &[String], cwd: String) -> JobId {
+    /// Registers a job that session `session`'s build system just started, and queues it;
+    /// `None` when the governor does not know the session.
+    fn offer(
+        &self,
+        session: SessionId,
+        compiler: String,
+        args: &[String],
+        cwd: String,
+    ) -> Option<JobId> {
         // The flags inside `@file`s make the job what it is; the file's name does not.
         let args = expand_response_files(args, Path::new(&cwd));
         let identity = JobIdentity::new(&compiler, &args, &cwd);
-        let portable_key = identity.portable_key(&self.compiler_id(&compiler), &cwd, &self.places);
+        let compiler_id = self.compiler_id(&compiler);
         let mut state = self.lock();
-        let past = state.known.past_run(&identity.key, &portable_key);
-        let farmable = self.config.farm.as_ref().is_some_and(|farm| {
+        if !state.sessions.contains_key(&session) {
+            self.adopt(&mut state, session)?;
+        }
+        let own = state.sessions.get(&session).filter(|s| !s.ending)?;
+        let portable_key = identity.portable_key(&compiler_id, &cwd, &own.places);
+        let past = own.known.past_run(&identity.key, &portable_key);
+        let farmable = own.config.farm.as_ref().is_some_and(|farm| {
             farm.engine.would_distribute(
                 compiler.as_ref(),
                 speaks_gcc_flags(compiler.as_ref()),
@@ -538,44 +766,46 @@ impl Governor {
             )
         });
         let local_share = farmable
-            .then(|| state.known.local_share(&identity.key))
+            .then(|| own.known.local_share(&identity.key))
             .flatten();
         let offer = Offer {
-            session: 0,
+            session,
             key: identity.key.clone(),
             label: identity.label.clone(),
             group: identity.group,
             past,
-            waiting_seconds: state
+            waiting_seconds: own
                 .waiting_seconds
                 .get(&identity.key)
-                .or_else(|| state.shared_waiting_seconds.get(&portable_key))
+                .or_else(|| own.shared_waiting_seconds.get(&portable_key))
                 .copied()
                 .unwrap_or(0.0),
             lower_rungs: if speaks_gcc_flags(compiler.as_ref()) {
-                self.config.ladder.len()
+                own.config.ladder.len()
             } else {
                 0
             },
             farmable,
             local_share,
         };
+        let offered_ms = own.now_ms();
         let (id, decide_now) = state.driver.offer(offer);
         state.jobs.insert(
             id,
             JobIo {
+                session,
                 identity,
                 portable_key,
                 compiler,
                 cwd,
-                offered_ms: self.now_ms(),
+                offered_ms,
                 pgid: None,
             },
         );
         if decide_now {
             self.decide(&mut state, None);
         }
-        id
+        Some(id)
     }
 
     /// The name and version of the compiler at `path`, asked the first time a build calls it.
@@ -613,7 +843,7 @@ impl Governor {
             let reply = self.finished(id, attempt);
             let sent = send(writer, &reply);
             // The compiler's result is on its way to the build system: now the history.
-            write_jobs(&mut self.lock());
+            write_jobs(&mut self.lock(), id);
             if reply == Reply::Done {
                 // A shim whose attempt exited 0 has not waited to read this.
                 return Ok(());
@@ -625,16 +855,19 @@ impl Governor {
     fn wait_for_admission(&self, id: JobId) -> io::Result<Reply> {
         let mut state = self.lock();
         loop {
-            if state.shutting_down {
-                return Err(io::Error::other("the governor is shutting down"));
-            }
+            let session = state
+                .jobs
+                .get(&id)
+                .and_then(|io| state.sessions.get(&io.session))
+                .filter(|session| !session.ending && !state.shutting_down);
+            let Some(session) = session else {
+                return Err(io::Error::other("the job's session has ended"));
+            };
+            let ladder = session.config.ladder.clone();
             if let Some(job) = state.driver.begin_attempt(id) {
                 return Ok(Reply::Run {
                     job_id: id,
-                    rung: job
-                        .rung
-                        .checked_sub(1)
-                        .map(|rung| self.config.ladder[rung].clone()),
+                    rung: job.rung.checked_sub(1).map(|rung| ladder[rung].clone()),
                     nice: job.nice,
                     cpu_group: self.cpu_weights.as_ref().map(|w| w.level(job.nice)),
                     remote: job.node.map(|node| self.remote_launch(id, node)),
@@ -650,7 +883,7 @@ impl Governor {
     /// How the shim sends job `id`'s attempt to farm node `node`.
     fn remote_launch(&self, id: JobId, node: usize) -> RemoteLaunch {
         let farm = self
-            .config
+            .defaults
             .farm
             .as_ref()
             .expect("a job goes to a farm node");
@@ -671,7 +904,7 @@ impl Governor {
         if state.shutting_down || !state.driver.farm().is_some_and(|farm| farm.is_up(node)) {
             return;
         }
-        let address = &self.config.farm.as_ref().expect("a farmed job").nodes[node].address;
+        let address = &self.defaults.farm.as_ref().expect("a farmed job").nodes[node].address;
         let why = stderr
             .lines()
             .rev()
@@ -698,15 +931,19 @@ impl Governor {
         }
     }
 
-    /// Decides what becomes of a job whose attempt ended.
+    /// Decides what becomes of a job whose attempt ended. A job whose session has ended is
+    /// done: nobody waits for a retry of it.
     fn finished(&self, id: JobId, attempt: Attempt) -> Reply {
         let mut state = self.lock();
-        if let Some(job) = state.jobs.get_mut(&id) {
+        let Some(session) = state.jobs.get_mut(&id).map(|job| {
             job.pgid = None;
-        }
+            job.session
+        }) else {
+            return Reply::Done;
+        };
         let node = state.driver.job(id).and_then(|job| job.node);
         let remote = node
-            .zip(self.config.farm.as_ref())
+            .zip(self.defaults.farm.as_ref())
             .map(|(_, farm)| farm.engine.outcome(attempt.exit_code, &attempt.stderr_tail));
         if let (Some(node), Some(RemoteOutcome::Unreachable)) = (node, remote) {
             self.warn_node_down(&state, node, &attempt.stderr_tail);
@@ -716,11 +953,12 @@ impl Governor {
         }
         // headroom's own kill reaches the shim as a SIGKILL, as the OOM killer's would.
         let killed_by_us = state.driver.job(id).is_some_and(|job| job.attempt_killed);
+        let ending = state.shutting_down || state.sessions.get(&session).is_none_or(|s| s.ending);
         let ended = Ended {
             succeeded: attempt.exit_code == Some(0),
             // A farmed attempt the shim killed because its engine fell back to this machine
             // died of SIGKILL, but not for memory.
-            out_of_memory: !state.shutting_down
+            out_of_memory: !ending
                 && !killed_by_us
                 && match remote {
                     Some(RemoteOutcome::OutOfMemory) => true,
@@ -729,16 +967,8 @@ impl Governor {
                 },
             cpu_seconds: attempt.cpu_ms as f64 / 1000.0,
             max_rss: attempt.max_rss,
-            node_unreachable: !state.shutting_down && remote == Some(RemoteOutcome::Unreachable),
+            node_unreachable: !ending && remote == Some(RemoteOutcome::Unreachable),
         };
-        if ended.out_of_memory {
-            let t_ms = self.now_ms();
-            state.events.push(JobEvent {
-                t_ms,
-                job_id: id,
-                kind: JobEventKind::OutOfMemory,
-            });
-        }
         let (after, decide_now) = state.driver.attempt_ended(id, ended, self.now());
         let reply = match after {
             AfterAttempt::Retry => Reply::Retry,
@@ -747,26 +977,46 @@ impl Governor {
                     .jobs
                     .remove(&id)
                     .expect("a supervised job stays registered");
-                let portable_key = io.portable_key.clone();
-                let record = self.record(id, io, &finished, &attempt);
-                state.unwritten_jobs.push(Unwritten {
-                    record,
-                    portable_key,
-                    profile: finished.profile,
-                });
+                if let Some(own) = state.sessions.get_mut(&session) {
+                    let portable_key = io.portable_key.clone();
+                    let record = self.record(own, id, io, &finished, &attempt);
+                    own.unwritten_jobs.push(Unwritten {
+                        record,
+                        portable_key,
+                        profile: finished.profile,
+                    });
+                }
                 Reply::Done
             }
         };
+        if ended.out_of_memory {
+            if let Some(own) = state.sessions.get_mut(&session) {
+                let t_ms = own.now_ms();
+                own.events.push(JobEvent {
+                    t_ms,
+                    job_id: id,
+                    kind: JobEventKind::OutOfMemory,
+                });
+            }
+        }
         if decide_now {
             self.decide(&mut state, None);
         }
         reply
     }
 
-    /// The history's row for a job that is over.
-    fn record(&self, id: JobId, io: JobIo, finished: &Finished, attempt: &Attempt) -> JobRecord {
+    /// The history's row for a job of `session` that is over.
+    fn record(
+        &self,
+        session: &SessionState,
+        id: JobId,
+        io: JobIo,
+        finished: &Finished,
+        attempt: &Attempt,
+    ) -> JobRecord {
         let job = &finished.job;
         let offered_ms = io.offered_ms;
+        let config = &session.config;
         JobRecord {
             job_id: id,
             key: io.identity.key,
@@ -778,8 +1028,8 @@ impl Governor {
             offered_ms,
             start_ms: job
                 .first_start
-                .map_or(offered_ms, |seconds| (seconds * 1000.0) as u64),
-            end_ms: self.now_ms(),
+                .map_or(offered_ms, |seconds| self.session_ms(session, seconds)),
+            end_ms: session.now_ms(),
             peak: job.peak,
             cpu_ms: (job.cpu_seconds * 1000.0).round() as u64,
             exit_code: attempt.exit_code,
@@ -797,16 +1047,17 @@ impl Governor {
             lowered_flags: job
                 .rung
                 .checked_sub(1)
-                .map(|rung| self.config.ladder[rung].describe()),
-            over_budget: job.estimate.peak > self.config.budget,
+                .map(|rung| config.ladder[rung].describe()),
+            over_budget: job.estimate.peak > config.budget,
             nice: job.nice,
-            node: self
-                .config
+            node: config
                 .farm
                 .as_ref()
                 .zip(job.node)
                 .map(|(farm, node)| farm.nodes[node].address.clone()),
-            node_start_ms: job.node.map(|_| (job.attempt_started() * 1000.0) as u64),
+            node_start_ms: job
+                .node
+                .map(|_| self.session_ms(session, job.attempt_started())),
         }
     }
 
@@ -826,7 +1077,6 @@ impl Governor {
         if state.shutting_down {
             return;
         }
-        let t_ms = self.now_ms();
         for action in state.driver.decide(machine_left, self.now()) {
             let (Action::Start { id, .. }
             | Action::Suspend(id)
@@ -838,9 +1088,12 @@ impl Governor {
                 Action::Resume(_) => Some(JobEventKind::Resume),
                 Action::Kill(_) => Some(JobEventKind::Kill),
             };
-            if let Some(kind) = kind {
-                state.events.push(JobEvent {
-                    t_ms,
+            let session = state.jobs.get(&id).map(|io| io.session);
+            if let Some((kind, own)) =
+                kind.zip(session.and_then(|session| state.sessions.get_mut(&session)))
+            {
+                own.events.push(JobEvent {
+                    t_ms: own.now_ms(),
                     job_id: id,
                     kind,
                 });
@@ -866,79 +1119,113 @@ impl Governor {
         }
     }
 
-    /// Samples every running job, and the build's processes outside them, until told to
-    /// stop. The build is everything below the process that started the governor (the CLI),
-    /// but the governor itself.
+    /// Samples every running job, and each session's processes outside them, until told to
+    /// stop. A session's build is everything below its CLI, but the governor.
     fn sample_until(&self, terminate: &AtomicBool) {
-        let interval = Duration::from_millis(self.config.sample_interval_ms.max(10));
+        let interval = Duration::from_millis(self.defaults.sample_interval_ms.max(10));
         let cgroup = Cgroup::of_self().ok().flatten();
-        let build_root = rustix::process::getppid().map_or(0, |pid| pid.as_raw_nonzero().get());
         let governor = std::process::id() as i32;
         loop {
             std::thread::sleep(interval);
-            if terminate.load(Ordering::Relaxed) {
-                self.release_jobs(false);
-                self.finish_history(None);
-                self.remove_cpu_weights();
-                std::process::exit(0);
+            if terminate.load(Ordering::Relaxed) || self.never_joined() {
+                self.end_on_signal();
             }
-            let groups: Vec<(JobId, i32)> = self
-                .lock()
-                .jobs
-                .iter()
-                .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
-                .collect();
+            let (groups, roots) = {
+                let state = self.lock();
+                let groups: Vec<(JobId, i32)> = state
+                    .jobs
+                    .iter()
+                    .filter_map(|(&id, job)| job.pgid.map(|pgid| (id, pgid)))
+                    .collect();
+                let roots: Vec<(SessionId, i32)> =
+                    state.sessions.iter().map(|(&id, s)| (id, s.root)).collect();
+                (groups, roots)
+            };
+            for (id, root) in &roots {
+                let orphaned = self.lock().sessions.get(id).is_some_and(|s| s.adopted)
+                    && !Path::new(&format!("/proc/{root}")).exists();
+                if orphaned {
+                    self.end_session(*id, None, false, None);
+                }
+            }
             let pgids: Vec<i32> = groups.iter().map(|&(_, pgid)| pgid).collect();
-            let build = walk_build(build_root, governor, &pgids, crate::outside::is_shim);
+            let trees: Vec<(SessionId, _)> = roots
+                .iter()
+                .map(|&(id, root)| {
+                    (
+                        id,
+                        walk_build(root, governor, &pgids, crate::outside::is_shim),
+                    )
+                })
+                .collect();
             let readings: Vec<(JobId, Usage)> = groups
                 .iter()
                 .map(|&(id, pgid)| {
-                    let usage = build.jobs.iter().find(|&&(root, _)| root == pgid);
+                    let usage = trees
+                        .iter()
+                        .flat_map(|(_, tree)| &tree.jobs)
+                        .find(|&&(root, _)| root == pgid);
                     (id, usage.map(|&(_, usage)| usage).unwrap_or_default())
                 })
                 .collect();
             let machine_left = MemoryFacts::read_in(cgroup.as_ref())
                 .ok()
                 .map(|facts| facts.room().0);
-            let t_ms = self.now_ms();
             let mut guard = self.lock();
             let state = &mut *guard;
-            let outside = state.outside.observe(&build.outside, t_ms);
             // A job whose attempt ended since the walk is not sampled.
-            let readings: Vec<Reading> = readings
+            let readings: Vec<(SessionId, Reading)> = readings
                 .into_iter()
-                .filter(|(id, _)| state.jobs.get(id).is_some_and(|job| job.pgid.is_some()))
-                .map(|(id, usage)| Reading {
-                    id,
-                    bytes: usage.rss_bytes,
-                    cpu_seconds: usage.cpu_seconds,
+                .filter_map(|(id, usage)| {
+                    let job = state.jobs.get(&id).filter(|job| job.pgid.is_some())?;
+                    let reading = Reading {
+                        id,
+                        bytes: usage.rss_bytes,
+                        cpu_seconds: usage.cpu_seconds,
+                    };
+                    Some((job.session, reading))
                 })
                 .collect();
+            let mut outside = 0;
+            for (id, tree) in &trees {
+                let Some(own) = state.sessions.get_mut(id) else {
+                    continue;
+                };
+                let t_ms = own.now_ms();
+                let counted = own.outside.observe(&tree.outside, t_ms);
+                outside += counted;
+                if let Some(bytes) = machine_left {
+                    own.room.push(Room { t_ms, bytes });
+                }
+                let mut total = counted;
+                for (_, reading) in readings.iter().filter(|(session, _)| session == id) {
+                    total += reading.bytes;
+                    own.samples.push(Sample {
+                        t_ms,
+                        job_id: reading.id,
+                        bytes: reading.bytes,
+                    });
+                }
+                own.peak_total = own.peak_total.max(total);
+                own.used = total;
+            }
+            let readings: Vec<Reading> = readings.into_iter().map(|(_, r)| r).collect();
             state.driver.sample(&readings, outside, self.now());
-            if let Some(bytes) = machine_left {
-                state.room.push(Room { t_ms, bytes });
-            }
-            let mut total = outside;
-            for reading in &readings {
-                total += reading.bytes;
-                state.samples.push(Sample {
-                    t_ms,
-                    job_id: reading.id,
-                    bytes: reading.bytes,
-                });
-            }
-            state.peak_total = state.peak_total.max(total);
-            state.used = total;
             self.enforce_stops(state);
             self.decide(state, machine_left);
-            let any_stopped = state.outside.any_stopped();
+            let any_stopped = state.sessions.values().any(|s| s.outside.any_stopped());
             match state.driver.outside_action(machine_left, any_stopped) {
-                OutsideAction::StopLargest => state.outside.stop_largest(&build.outside),
-                OutsideAction::ResumeAll => state.outside.resume_all(),
+                OutsideAction::StopLargest => stop_largest_outside(state, &trees),
+                OutsideAction::ResumeAll => state
+                    .sessions
+                    .values_mut()
+                    .for_each(|s| s.outside.resume_all()),
                 OutsideAction::Nothing => {}
             }
-            if state.last_flush.elapsed() >= SAMPLE_FLUSH_INTERVAL {
-                flush_samples(state);
+            for own in state.sessions.values_mut() {
+                if own.last_flush.elapsed() >= SAMPLE_FLUSH_INTERVAL {
+                    flush_samples(own);
+                }
             }
         }
     }
@@ -965,14 +1252,25 @@ impl Governor {
         });
     }
 
-    /// Resumes every suspended job, and kills every running one if asked: no process is ever
-    /// left stopped behind the governor.
-    fn release_jobs(&self, kill: bool) {
+    /// Ends session `id`'s jobs: resumes every suspended one, and kills every running one if
+    /// asked; no process is ever left stopped behind the governor. The jobs leave the driver,
+    /// so they hold nothing of the other sessions' budget.
+    fn release_jobs(&self, id: SessionId, kill: bool) {
         let mut state = self.lock();
-        state.shutting_down = true;
-        state.outside.resume_all();
-        for job in state.jobs.values() {
-            if let Some(pgid) = job.pgid {
+        if let Some(own) = state.sessions.get_mut(&id) {
+            own.ending = true;
+            own.outside.resume_all();
+        }
+        let ids: Vec<JobId> = state
+            .jobs
+            .iter()
+            .filter(|(_, io)| io.session == id)
+            .map(|(&job_id, _)| job_id)
+            .collect();
+        for job_id in ids {
+            let io = state.jobs.remove(&job_id).expect("listed above");
+            state.driver.forget(job_id);
+            if let Some(pgid) = io.pgid {
                 if kill {
                     signal_group(pgid, Signal::KILL);
                 }
@@ -982,35 +1280,37 @@ impl Governor {
         self.admitted.notify_all();
     }
 
-    /// Waits, at most `REPORT_GRACE`, until every job has reported how it ended: the build
-    /// has ended, so its shims have, but the last reports may still be on their way through
-    /// their connections, and a job not yet reported would be missing from the history.
-    fn wait_for_reports(&self) {
+    /// Waits, at most `REPORT_GRACE`, until every job of session `id` has reported how it
+    /// ended: its build has ended, so its shims have, but the last reports may still be on
+    /// their way through their connections, and a job not yet reported would be missing from
+    /// the history.
+    fn wait_for_reports(&self, id: SessionId) {
         let deadline = Instant::now() + REPORT_GRACE;
-        while !self.lock().jobs.is_empty() && Instant::now() < deadline {
+        let pending = || self.lock().jobs.values().any(|io| io.session == id);
+        while pending() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
 
-    /// Completes the build's report and hands its end to the history's writer, waiting at
-    /// most `HISTORY_GRACE` for the history to take it all; says once what it did not.
-    fn finish_history(&self, exit_code: Option<i32>) -> BuildReport {
+    /// Completes session `id`'s report, hands its end to the history's writer (waiting at
+    /// most `HISTORY_GRACE` for the history to take it all) and removes the session. Returns
+    /// the report and what its user must hear; `None` for a session already ended.
+    fn finish_history(
+        &self,
+        id: SessionId,
+        exit_code: Option<i32>,
+    ) -> Option<(BuildReport, Vec<String>)> {
         let mut state = self.lock();
-        write_jobs(&mut state);
-        flush_samples(&mut state);
-        let outside = std::mem::take(&mut state.outside).finish();
-        let duration_ms = self.now_ms();
-        let peak_total = state.peak_total;
-        let mut report = std::mem::replace(
-            &mut state.report,
-            BuildReport::begun(build_record(&self.config)),
-        );
-        let recorder = state.recorder.take();
-        // The history may keep the writer waiting: not under the lock.
+        let mut own = state.sessions.remove(&id)?;
         drop(state);
+        write_session_jobs(&mut own);
+        flush_samples(&mut own);
+        let outside = std::mem::take(&mut own.outside).finish();
+        let duration_ms = own.now_ms();
+        let mut report = own.report;
         report.build.duration_ms = Some(duration_ms);
         report.build.exit_code = exit_code;
-        report.build.peak_total = Some(peak_total);
+        report.build.peak_total = Some(own.peak_total);
         report.outside = outside.clone();
         // In the order the history loads them.
         report.jobs.sort_by_key(|job| job.job_id);
@@ -1018,18 +1318,39 @@ impl Governor {
             .samples
             .sort_by_key(|sample| (sample.t_ms, sample.job_id));
         report.events.sort_by_key(|event| event.t_ms);
-        if let Some(recorder) = recorder {
+        let mut warnings = own.warnings;
+        if let Some(recorder) = own.recorder {
             let ending = Ending {
                 outside,
                 duration_ms,
                 exit_code,
-                peak_total,
+                peak_total: own.peak_total,
             };
             if let Err(unrecorded) = recorder.finish(ending, HISTORY_GRACE) {
-                headroom_output::say!("headroom: warning: {unrecorded}");
+                warnings.push(unrecorded.to_string());
             }
         }
-        report
+        Some((report, warnings))
+    }
+
+    /// Whether no session has joined within [`FIRST_JOIN_GRACE`]: the CLI that started the
+    /// governor died before it could.
+    fn never_joined(&self) -> bool {
+        let state = self.lock();
+        !state.warmed && self.start.elapsed() > FIRST_JOIN_GRACE
+    }
+
+    /// A signal ends the governor: every session's jobs are released and its history
+    /// completed, as far as the grace allows.
+    fn end_on_signal(&self) -> ! {
+        let ids: Vec<SessionId> = self.lock().sessions.keys().copied().collect();
+        for id in ids {
+            self.release_jobs(id, false);
+            self.finish_history(id, None);
+        }
+        self.remove_cpu_weights();
+        self.exit.leave();
+        std::process::exit(0);
     }
 
     /// Takes down the jobs' CPU cgroup: the process exits without dropping anything.
@@ -1038,23 +1359,137 @@ impl Governor {
             weights.remove();
         }
     }
+}
 
-    fn shut_down(&self, writer: &Writer, exit_code: Option<i32>, kill_jobs: bool) {
-        if !kill_jobs {
-            self.wait_for_reports();
-        }
-        self.release_jobs(kill_jobs);
-        let report = self.finish_history(exit_code);
-        let _ = std::fs::remove_dir_all(&self.farm_state);
-        self.remove_cpu_weights();
-        let _ = send(
-            writer,
-            &Reply::ShutDown {
-                report: Box::new(report),
-            },
-        );
-        std::process::exit(0);
+/// A session of `config` whose CLI is `root`, beginning with what `past` builds showed.
+fn new_session(config: GovernorConfig, root: i32, past: Past) -> SessionState {
+    SessionState {
+        root,
+        start: instant_of(config.started_unix_ms),
+        places: Places::new(&config.project_root, std::env::var("HOME").ok().as_deref()),
+        report: BuildReport::begun(BuildRecord {
+            id: past.build_id.unwrap_or(0),
+            ..build_record(&config)
+        }),
+        recorder: past.recorder,
+        known: past.known,
+        waiting_seconds: past.waiting_seconds,
+        shared_waiting_seconds: past.shared_waiting_seconds,
+        samples: Vec::new(),
+        events: Vec::new(),
+        room: Vec::new(),
+        unwritten_jobs: Vec::new(),
+        last_flush: Instant::now(),
+        peak_total: 0,
+        used: 0,
+        outside: OutsideTracker::default(),
+        warnings: Vec::new(),
+        ending: false,
+        adopted: false,
+        config,
     }
+}
+
+/// The limits sessions with `configs` share: the smallest budget and the fewest slots;
+/// `None` without sessions.
+fn shared_limits<'a>(configs: impl Iterator<Item = &'a GovernorConfig>) -> Option<Limits> {
+    configs
+        .map(|config| Limits {
+            budget: config.budget,
+            slots: config.slots,
+        })
+        .reduce(|a, b| Limits {
+            budget: a.budget.min(b.budget),
+            slots: a.slots.min(b.slots),
+        })
+}
+
+/// Stops the largest process outside every job, in whichever session runs it.
+fn stop_largest_outside(
+    state: &mut State,
+    trees: &[(SessionId, headroom_probe::procs::BuildTree)],
+) {
+    let largest = trees
+        .iter()
+        .filter_map(|(id, tree)| {
+            let biggest = tree.outside.iter().map(|p| p.rss_bytes).max()?;
+            Some((biggest, *id, tree))
+        })
+        .max_by_key(|&(biggest, _, _)| biggest);
+    if let Some((_, id, tree)) = largest {
+        if let Some(own) = state.sessions.get_mut(&id) {
+            own.outside.stop_largest(&tree.outside);
+        }
+    }
+}
+
+/// What the running jobs that `belongs` picks hold of the budget: their predicted peak or
+/// what they were seen to use, the larger.
+fn held_by(state: &State, belongs: impl Fn(&JobIo) -> bool) -> u64 {
+    state
+        .jobs
+        .iter()
+        .filter(|(_, io)| belongs(io))
+        .filter_map(|(&id, _)| state.driver.job(id))
+        .filter(|job| {
+            matches!(
+                job.state,
+                JobState::Admitted { .. } | JobState::Running { .. }
+            )
+        })
+        .map(|job| job.estimate.peak.max(job.peak))
+        .sum()
+}
+
+/// A job that has not ended, for `headroom status -v`.
+fn live_job(job: &Job) -> LiveJob {
+    let state = match job.state {
+        JobState::Queued => "waiting",
+        JobState::Killed => "requeued",
+        _ if job.suspended() => "stopped",
+        _ => "running",
+    };
+    LiveJob {
+        label: job.label.clone(),
+        state: state.to_string(),
+        predicted: job.estimate.peak,
+        peak: job.peak,
+    }
+}
+
+/// How session `id` stands, with `done` jobs over; its jobs that wait because other
+/// sessions hold the slots or the memory they need say so.
+fn session_status(state: &State, id: SessionId, done: usize) -> BuildStatus {
+    let limits = state.driver.limits();
+    let own = state
+        .jobs
+        .iter()
+        .filter(|(_, io)| io.session == id)
+        .map(|(&job_id, _)| job_id);
+    let used = state.sessions.get(&id).map_or(0, |s| s.used);
+    let mut status = build_status(&state.driver, own, done, used, limits);
+    if status.waiting_for.is_some() {
+        let others = |io: &JobIo| io.session != id;
+        let jobs = state
+            .jobs
+            .iter()
+            .filter(|(_, io)| others(io))
+            .filter_map(|(&job_id, _)| state.driver.job(job_id))
+            .filter(|job| {
+                matches!(
+                    job.state,
+                    JobState::Running { .. } | JobState::Admitted { .. }
+                )
+            })
+            .count();
+        if jobs > 0 {
+            status.waiting_for = Some(Waiting::OtherSessions {
+                jobs,
+                held: held_by(state, others),
+            });
+        }
+    }
+    status
 }
 
 /// How a build stands whose jobs not yet over are `live` (known to `driver`), with `done` jobs
@@ -1115,29 +1550,40 @@ fn build_status(
     }
 }
 
-/// Moves the finished jobs into the report, and hands them to the history's writer.
-fn write_jobs(state: &mut State) {
-    for job in std::mem::take(&mut state.unwritten_jobs) {
-        state.report.jobs.push(job.record.clone());
-        if let Some(recorder) = &state.recorder {
+/// Moves the finished jobs of job `id`'s session into its report, and hands them to the
+/// history's writer.
+fn write_jobs(state: &mut State, id: JobId) {
+    // The job has left `jobs` when it is done: find its session by the record.
+    for own in state.sessions.values_mut() {
+        if own.unwritten_jobs.iter().any(|job| job.record.job_id == id) {
+            write_session_jobs(own);
+        }
+    }
+}
+
+/// Moves a session's finished jobs into its report, and hands them to the history's writer.
+fn write_session_jobs(own: &mut SessionState) {
+    for job in std::mem::take(&mut own.unwritten_jobs) {
+        own.report.jobs.push(job.record.clone());
+        if let Some(recorder) = &own.recorder {
             recorder.job(job);
         }
     }
 }
 
-/// Moves what was sampled since the last flush into the report, and hands it to the history's
-/// writer.
-fn flush_samples(state: &mut State) {
-    state.last_flush = Instant::now();
-    let samples = std::mem::take(&mut state.samples);
-    let events = std::mem::take(&mut state.events);
-    let room = std::mem::take(&mut state.room);
-    if let Some(recorder) = &state.recorder {
+/// Moves what was sampled of a session since the last flush into its report, and hands it to
+/// the history's writer.
+fn flush_samples(own: &mut SessionState) {
+    own.last_flush = Instant::now();
+    let samples = std::mem::take(&mut own.samples);
+    let events = std::mem::take(&mut own.events);
+    let room = std::mem::take(&mut own.room);
+    if let Some(recorder) = &own.recorder {
         recorder.samples(samples.clone(), events.clone(), room.clone());
     }
-    state.report.samples.extend(samples);
-    state.report.events.extend(events);
-    state.report.room.extend(room);
+    own.report.samples.extend(samples);
+    own.report.events.extend(events);
+    own.report.room.extend(room);
 }
 
 /// Locks `mutex`, poisoned or not: a panicking connection thread must not take the whole build

@@ -1,8 +1,10 @@
-//! The build governor: the per-build daemon, its wire protocol, the compiler shims, job
-//! supervision, OOM retries and the lower-memory flag ladder.
+//! The build governor: the daemon that every session of a user, memory domain and history
+//! shares, its wire protocol, the compiler shims, job supervision, OOM retries and the
+//! lower-memory flag ladder.
 //!
-//! Data flow for `headroom build -- make`: the CLI binds a private socket and starts the
-//! governor process on it, and runs `make` with the interceptor preloaded. Each compiler
+//! Data flow for `headroom build -- make`: the CLI joins the governor (starting it on a
+//! socket in a private directory when none runs), and runs `make` with the interceptor
+//! preloaded. Each compiler
 //! that make starts, by name or by path, becomes the shim: it asks the governor for
 //! admission, runs the real compiler in its own process group, and reports how it ended. The governor predicts peaks,
 //! samples the running jobs, suspends, resumes or kills them as `headroom-sched` decides, and
@@ -10,6 +12,7 @@
 
 pub mod budget;
 pub mod governor;
+pub mod governor_log;
 pub mod intercept;
 pub mod job;
 pub mod ladder;

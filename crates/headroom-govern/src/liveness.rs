@@ -15,6 +15,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use headroom_sched::SessionId;
+
 use crate::protocol::{read_frame_up_to, Reply, MAX_FRAME};
 
 /// How often the governor tells every connection that it is alive.
@@ -98,10 +100,10 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// The ledger of the session whose governor listens on `socket`.
-    pub fn of(socket: &Path) -> Ledger {
+    /// The ledger of session `session` of the governor that listens on `socket`.
+    pub fn of(socket: &Path, session: SessionId) -> Ledger {
         let mut path = socket.as_os_str().to_owned();
-        path.push(".ungoverned");
+        path.push(format!(".{session}.ungoverned"));
         Ledger {
             path: PathBuf::from(path),
         }
@@ -141,7 +143,7 @@ impl Ledger {
             .unwrap_or(0)
     }
 
-    /// Removes the ledger, with its session's socket.
+    /// Removes the ledger, with its session.
     pub fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
@@ -193,7 +195,7 @@ mod tests {
     #[test]
     fn the_ledger_counts_calls_and_names_one_first() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::of(&dir.path().join("governor.sock"));
+        let ledger = Ledger::of(&dir.path().join("governor.sock"), 7);
         assert_eq!(ledger.patience(), silence_bound());
         assert!(ledger.record(Path::new("/usr/bin/g++")));
         assert!(!ledger.record(Path::new("/usr/bin/g++")));

@@ -9,7 +9,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use headroom_farm::RemoteLaunch;
 use headroom_store::BuildReport;
 
+use crate::governor::GovernorConfig;
 use crate::ladder::Rung;
+use headroom_sched::SessionId;
 
 /// Frames larger than this are refused: no honest message comes close.
 pub const MAX_FRAME: u32 = 16 << 20;
@@ -19,11 +21,20 @@ pub const MAX_FRAME: u32 = 16 << 20;
 pub const MAX_REPORT_FRAME: u32 = 1 << 30;
 
 /// What a shim or the CLI says to the governor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
-    /// A compiler job asks to run. Arguments are lossy UTF-8: they only name and key the job;
-    /// the shim runs the original bytes.
+    /// From a CLI: a session (a `headroom build`, a `headroom run`) begins. The connection
+    /// stays open for the session's life and carries its [`Request::Shutdown`]; a connection
+    /// that closes first ends the session as if its CLI had died. `root` is the CLI's process:
+    /// the session's build is everything below it.
+    Join {
+        config: Box<GovernorConfig>,
+        root: i32,
+    },
+    /// A compiler job of session `session` asks to run. Arguments are lossy UTF-8: they only
+    /// name and key the job; the shim runs the original bytes.
     Job {
+        session: SessionId,
         compiler: String,
         args: Vec<String>,
         cwd: String,
@@ -32,14 +43,56 @@ pub enum Request {
     Started { pid: i32 },
     /// The attempt ended.
     Finished(Attempt),
-    /// From the CLI: the build command exited (or was interrupted).
+    /// From the CLI, on its session's connection: the build command exited (or was
+    /// interrupted), and the session ends.
     Shutdown {
         exit_code: Option<i32>,
         kill_jobs: bool,
     },
-    /// From the CLI, on a connection of its own: how the build stands now, for the live
-    /// status it shows on a terminal.
-    Status,
+    /// On a connection of its own: how session `session` stands now, for the live status a
+    /// CLI shows on a terminal.
+    Status { session: SessionId },
+    /// On a connection of its own: every session and what each holds (`headroom status`).
+    Sessions,
+}
+
+/// What the governor and each of its sessions hold now: the answer to [`Request::Sessions`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GovernorStatus {
+    pub pid: u32,
+    /// The limits every session shares: the smallest budget and slots of those running.
+    pub budget: u64,
+    pub slots: usize,
+    /// What all the sessions' processes used at the last sample.
+    pub used: u64,
+    pub sessions: Vec<SessionStatus>,
+}
+
+/// One session of a governor as `headroom status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// The CLI's process id, which is the session's id.
+    pub id: SessionId,
+    pub command: String,
+    pub cwd: String,
+    pub started_unix_ms: i64,
+    /// What its running jobs hold of the budget: their predicted peaks or what they use, the
+    /// larger.
+    pub held: u64,
+    pub status: BuildStatus,
+    /// Its jobs that have not ended, for `-v`.
+    pub jobs: Vec<LiveJob>,
+}
+
+/// A job of a session that has not ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveJob {
+    pub label: String,
+    /// `running`, `stopped`, `waiting` or `requeued`.
+    pub state: String,
+    pub predicted: u64,
+    /// The most it was seen to use.
+    pub peak: u64,
 }
 
 /// How a build stands at one moment: what the CLI's live status shows.
@@ -71,6 +124,9 @@ pub enum Waiting {
     Memory { need: u64 },
     /// A job that ran out of memory runs, or waits to run, with no other job beside it.
     Alone,
+    /// The slots or the memory the waiting jobs need are held by other sessions' jobs
+    /// (`jobs` of them, holding `held` bytes).
+    OtherSessions { jobs: usize, held: u64 },
 }
 
 /// How one attempt of a job ended.
@@ -88,6 +144,13 @@ pub struct Attempt {
 /// What the governor answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
+    /// The session joined: its id, the governor's process, and what the governor has to tell
+    /// the session's user (a history that could not be read, …).
+    Joined {
+        session: SessionId,
+        governor: u32,
+        warnings: Vec<String>,
+    },
     /// Run now at CPU priority `nice` (jobs off the build's longest path run nicer), with
     /// lower-memory flags if `rung` says so, on a farm node through the engine's client if
     /// `remote` says so. The priority is the weight of the cgroup `cpu_group`, which the shim
@@ -108,9 +171,14 @@ pub enum Reply {
     Retry,
     /// The governor exits: the build as it saw it, from memory (`report.build.id` is its id
     /// in the history, 0 when it has none), whatever reached the history.
-    ShutDown { report: Box<BuildReport> },
-    /// How the build stands now (the answer to [`Request::Status`]).
+    ShutDown {
+        report: Box<BuildReport>,
+        warnings: Vec<String>,
+    },
+    /// How the session stands now (the answer to [`Request::Status`]).
     Status(BuildStatus),
+    /// The answer to [`Request::Sessions`].
+    Sessions(GovernorStatus),
     /// The governor's heartbeat, sent to every connection while it makes progress: only
     /// silence tells a hung governor from one that keeps a job queued (`crate::liveness`).
     Alive,
@@ -161,6 +229,7 @@ mod tests {
     fn frames_round_trip_and_end_cleanly() {
         let mut wire = Vec::new();
         let job = Request::Job {
+            session: 7,
             compiler: "/usr/bin/g++".into(),
             args: vec!["-c".into(), "a b.cpp".into()],
             cwd: "/".into(),
@@ -168,7 +237,8 @@ mod tests {
         write_frame(&mut wire, &job).unwrap();
         write_frame(&mut wire, &Reply::Retry).unwrap();
         let mut reader = wire.as_slice();
-        assert_eq!(read_frame::<Request>(&mut reader).unwrap(), job);
+        let read = read_frame::<Request>(&mut reader).unwrap();
+        assert_eq!(format!("{read:?}"), format!("{job:?}"));
         assert_eq!(read_frame::<Reply>(&mut reader).unwrap(), Reply::Retry);
         let end = read_frame::<Reply>(&mut reader).unwrap_err();
         assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
@@ -217,6 +287,7 @@ mod tests {
             &mut wire,
             &Reply::ShutDown {
                 report: Box::new(report),
+                warnings: Vec::new(),
             },
         )
         .unwrap();

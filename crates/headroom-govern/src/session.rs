@@ -1,39 +1,49 @@
-//! A governed session: everything needed to put a governor in front of a set of compiler
-//! processes, for `headroom build` (a whole build command) and `headroom kernels build` (its
-//! own compile jobs through the launcher) alike.
+//! A governed session: everything needed to put compiler processes under a governor, for
+//! `headroom build` (a whole build command), `headroom run` (the compilers a program starts)
+//! and `headroom kernels build` (its own compile jobs through the launcher) alike.
 //!
-//! Race-free start: the socket is bound here, before the governor process exists, and handed
-//! to it as fd 3; no shim can ever find the socket missing.
+//! One governor per user, memory domain and history: a session joins the governor that
+//! listens on its place ([`GovernorPlace`]) and starts it when none does. Race-free start:
+//! the place's lock file is held while a session looks for the governor and, finding none,
+//! binds the socket and hands it to the new governor as fd 3; no second governor can bind
+//! beside it, and no shim can ever find the socket missing. The governor takes the same lock
+//! to leave when its last session has ended ([`Exit`]).
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use headroom_sched::SessionId;
 use headroom_store::BuildReport;
 
 use crate::governor::{serve, GovernorConfig};
+use crate::governor_log::{self, Follower};
 use crate::intercept;
 use crate::liveness;
-use crate::protocol::{write_frame, BuildStatus, Reply, Request, MAX_REPORT_FRAME};
-use crate::shim::{LAUNCHER_NAME, SHIM_DIR_ENV, SOCKET_ENV};
+use crate::protocol::{write_frame, BuildStatus, GovernorStatus, Reply, Request, MAX_REPORT_FRAME};
+use crate::shim::{LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
-/// The governor reads its configuration from this variable and its socket from fd 3.
+/// The governor reads its first session's configuration from this variable and its socket
+/// from fd 3.
 const GOVERNOR_CONFIG_ENV: &str = "HEADROOM_GOVERNOR_CONFIG";
-/// The id of the process that started the governor, which it must not outlive.
-const GOVERNOR_PARENT_ENV: &str = "HEADROOM_GOVERNOR_PARENT";
+/// The lock file a shared governor takes to leave its socket; unset for a private one.
+const GOVERNOR_LOCK_ENV: &str = "HEADROOM_GOVERNOR_LOCK";
 const GOVERNOR_FD: i32 = 3;
-/// Socket names start so, followed by the id of the CLI that made them.
-const SOCKET_KIND: &str = "session-";
-/// A private socket directory of a session's own under the temporary directory (where the
-/// user's runtime directory cannot be used) is named so, followed by the CLI's id.
+/// A private socket directory of a session's own under the temporary directory (where no
+/// shared place can be used) is named so, followed by the CLI's id.
 const RUNTIME_KIND: &str = "headroom-run";
 /// The hidden subcommand that runs the governor.
 pub const GOVERNOR_SUBCOMMAND: &str = "__governor";
+/// How often a session tries to join before it gives up: a governor that is leaving (its
+/// last session just ended) closes connections it has not served, and the next try starts a
+/// new one.
+const JOIN_TRIES: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -51,17 +61,126 @@ pub enum SessionError {
     },
     #[error("cannot start the governor: {0}")]
     Governor(#[source] std::io::Error),
+    #[error("cannot join the governor at {socket}: {source}")]
+    Join {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the governor must be started by `headroom build`, not by hand")]
     NotStartedByHeadroom,
     #[error("invalid governor configuration: {0}")]
     Config(#[from] serde_json::Error),
 }
 
-/// A running governor and the ways that lead compilers to it.
-pub struct Session {
+/// Where the governor of a user, memory domain and history listens: its socket, the lock
+/// that orders starting it and leaving, and its log. A private place (`shared` false) is a
+/// new directory of one session's own.
+pub struct GovernorPlace {
     socket: PathBuf,
-    /// The socket's directory when it is a temporary one of this session's own.
-    _socket_dir: Option<tempfile::TempDir>,
+    lock: PathBuf,
+    log: PathBuf,
+    shared: bool,
+    /// The directory of a private place, removed with the session.
+    _private: Option<tempfile::TempDir>,
+}
+
+impl GovernorPlace {
+    /// Where this session's governor listens: the place it shares with the other sessions of
+    /// this user, memory domain and history when `shareable`, else a private one.
+    pub fn for_session(state_dir: &Path, shareable: bool) -> Result<GovernorPlace, SessionError> {
+        let shared = shareable
+            .then(|| GovernorPlace::shared(state_dir, &memory_domain()))
+            .flatten();
+        shared.map_or_else(GovernorPlace::private, Ok)
+    }
+
+    /// The place of the governor that sessions with `state_dir` (their history) in memory
+    /// domain `domain` share: in the user's runtime directory when it is private to them,
+    /// else in `state_dir/run` when that is; `None` where neither is (or the socket's path
+    /// would be too long), and the session then keeps a governor of its own.
+    fn shared(state_dir: &Path, domain: &str) -> Option<GovernorPlace> {
+        let key =
+            xxhash_rust::xxh3::xxh3_64(format!("{}\0{domain}", state_dir.display()).as_bytes());
+        let name = format!("governor-{key:016x}");
+        let candidates = [headroom_paths::runtime_dir(), Some(state_dir.join("run"))];
+        let dir = candidates
+            .into_iter()
+            .flatten()
+            .find(|dir| is_private_to_me(dir) && dir.join(&name).as_os_str().len() < 100)?;
+        Some(GovernorPlace {
+            socket: dir.join(format!("{name}.sock")),
+            lock: dir.join(format!("{name}.lock")),
+            log: dir.join(format!("{name}.log")),
+            shared: true,
+            _private: None,
+        })
+    }
+
+    /// A place of this session's own: a new directory, mode 0700, under a name nobody could
+    /// have taken before (mkdtemp), never a predictable name in a shared directory.
+    fn private() -> Result<GovernorPlace, SessionError> {
+        let temp = std::env::temp_dir();
+        headroom_paths::temp::remove_orphaned(&temp, RUNTIME_KIND);
+        let dir = tempfile::Builder::new()
+            .prefix(&headroom_paths::temp::prefix(RUNTIME_KIND))
+            .tempdir_in(&temp)
+            .map_err(|source| SessionError::RuntimeDir {
+                path: temp.clone(),
+                source,
+            })?;
+        Ok(GovernorPlace {
+            socket: dir.path().join("governor.sock"),
+            lock: dir.path().join("governor.lock"),
+            log: dir.path().join("governor.log"),
+            shared: false,
+            _private: Some(dir),
+        })
+    }
+}
+
+/// The memory domain this process is in: the memory cgroup it runs in, whose limit (or the
+/// machine's) every process in it shares; `machine` where no cgroup can be read.
+fn memory_domain() -> String {
+    match headroom_probe::cgroup::Cgroup::of_self() {
+        Ok(Some(cgroup)) => cgroup.dir().display().to_string(),
+        _ => "machine".to_string(),
+    }
+}
+
+/// How a governor leaves its place when its last session has ended: under the place's lock,
+/// so no session starting a governor at that moment loses its socket, it removes the socket
+/// and exits. Sessions that connected in between find the connection closed, and try again.
+pub struct Exit {
+    socket: PathBuf,
+    lock: Option<PathBuf>,
+}
+
+impl Exit {
+    /// Removes the socket, under the lock when the place is shared; the process exits next,
+    /// which lets the lock go.
+    pub fn leave(&self) {
+        let _held = self.lock.as_deref().and_then(|lock| lock_place(lock).ok());
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Takes the place's lock file, waiting for whoever holds it.
+fn lock_place(lock: &Path) -> std::io::Result<File> {
+    let file = File::options().create(true).append(true).open(lock)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(file)
+}
+
+/// A session of a running governor, and the ways that lead compilers to it.
+pub struct Session {
+    place: GovernorPlace,
+    /// The session's own connection: it carries the shutdown, and its close ends the session.
+    stream: UnixStream,
+    id: SessionId,
+    governor_pid: u32,
+    /// The governor process when this session started it.
+    governor: Option<Child>,
     shim_dir: PathBuf,
     /// The shim directory when the state directory's could not be used.
     _temporary_shims: Option<tempfile::TempDir>,
@@ -71,19 +190,21 @@ pub struct Session {
     interceptor: Result<PathBuf, String>,
     /// The variables the build gets (`NAME=VALUE`, see [`build_variables`]).
     parallelism_set: Vec<String>,
-    governor: Child,
+    /// Copies what the governor logs while the session lives to stderr.
+    log: Follower,
 }
 
 impl Session {
-    /// Refreshes the shim directory and the interceptor, binds the socket and starts the
-    /// governor process (`exe __governor`, in its own process group so a Ctrl-C aimed at the
-    /// build reaches it only through an orderly shutdown). Without an interceptor nothing is
-    /// governed, so the config's variables are dropped.
-    /// The shims and the interceptor go under `state_dir` (see [`crate::state`]).
+    /// Refreshes the shim directory and the interceptor, and joins the governor at `place`,
+    /// starting it (`exe __governor`, in its own process group so a Ctrl-C aimed at a build
+    /// reaches it only through an orderly shutdown) when none listens there. Without an
+    /// interceptor nothing is governed, so the config's variables are dropped. The shims and
+    /// the interceptor go under `state_dir` (see [`crate::state`]).
     pub fn start(
         exe: &Path,
         config: &GovernorConfig,
         state_dir: &Path,
+        place: GovernorPlace,
     ) -> Result<Session, SessionError> {
         // The small shim binary installed beside headroom starts faster than headroom itself.
         let small_shim = exe.with_file_name("headroom-shim");
@@ -106,45 +227,51 @@ impl Session {
         if interceptor.is_err() {
             config.parallelism_set.clear();
         }
-        let (socket, listener, socket_dir) = bind_socket()?;
-        let fd = listener.as_raw_fd();
-        let mut command = Command::new(exe);
-        command
-            .arg(GOVERNOR_SUBCOMMAND)
-            .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(&config)?)
-            .env(GOVERNOR_PARENT_ENV, std::process::id().to_string())
-            .stdin(Stdio::null())
-            .process_group(0);
-        // SAFETY: dup2 and fcntl are async-signal-safe and touch only the listener's descriptor.
-        unsafe {
-            command.pre_exec(move || {
-                let moved = if fd == GOVERNOR_FD {
-                    libc::fcntl(fd, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, GOVERNOR_FD)
-                };
-                if moved < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        let mut log = Follower::start(&place.log);
+        let (place, (stream, joined, governor)) = match join(exe, &config, &place) {
+            Ok(joined) => (place, joined),
+            Err(err) if place.shared => {
+                drop(log);
+                headroom_output::say!(
+                    "headroom: warning: {err}; this session runs a governor of its own, which \
+                     does not share the budget with other sessions"
+                );
+                let private = GovernorPlace::private()?;
+                log = Follower::start(&private.log);
+                let joined = join(exe, &config, &private)?;
+                (private, joined)
+            }
+            Err(err) => return Err(err),
+        };
+        let Reply::Joined {
+            session,
+            governor: governor_pid,
+            warnings,
+        } = joined
+        else {
+            unreachable!("join_or_start returns a join");
+        };
+        for warning in warnings {
+            headroom_output::say!("headroom: warning: {warning}");
         }
-        let governor = command.spawn().map_err(SessionError::Governor)?;
         Ok(Session {
-            socket,
-            _socket_dir: socket_dir,
+            place,
+            stream,
+            id: session,
+            governor_pid,
+            governor,
             shim_dir,
             _temporary_shims: temporary_shims,
             shim_exe,
             interceptor,
             parallelism_set: config.parallelism_set,
-            governor,
+            log,
         })
     }
 
     /// The governor process's id.
     pub fn governor_pid(&self) -> u32 {
-        self.governor.id()
+        self.governor_pid
     }
 
     /// `headroom-launch`: put it before a compiler's path to run that compiler governed.
@@ -176,19 +303,23 @@ impl Session {
     /// jobs as `LAUNCHER COMPILER ARGS…`.
     pub fn launcher_env(&self) -> Vec<(OsString, OsString)> {
         vec![
-            (SOCKET_ENV.into(), self.socket.clone().into_os_string()),
+            (
+                SOCKET_ENV.into(),
+                self.place.socket.clone().into_os_string(),
+            ),
+            (SESSION_ENV.into(), self.id.to_string().into()),
             (SHIM_DIR_ENV.into(), self.shim_dir.clone().into_os_string()),
         ]
     }
 
-    /// Ends the session: the governor resumes anything stopped (and kills every job if
-    /// `kill_jobs`), records how the build ended, and exits. Returns `None` when the governor
-    /// was already gone or stayed silent past the bound (`crate::liveness`), else the build's
-    /// report. A silent governor is killed: it never outlives its session, and the session
-    /// never waits on it for good. Compiler calls that ran ungoverned because the governor was
+    /// Ends the session: the governor resumes anything of it still stopped (and kills its
+    /// jobs if `kill_jobs`), records how the build ended, and, with its last session, exits.
+    /// Returns `None` when the governor was already gone or stayed silent past the bound
+    /// (`crate::liveness`), else the build's report. A silent governor is killed: no session
+    /// ever waits on it for good. Compiler calls that ran ungoverned because the governor was
     /// silent (the session's `liveness::Ledger`) are counted to the user.
     pub fn finish(mut self, exit_code: Option<i32>, kill_jobs: bool) -> Ending {
-        let ledger = liveness::Ledger::of(&self.socket);
+        let ledger = liveness::Ledger::of(&self.place.socket, self.id);
         let ungoverned = ledger.count();
         if ungoverned > 0 {
             headroom_output::say!(
@@ -198,28 +329,41 @@ impl Session {
         }
         // A governor already found silent in this build is not waited for long again.
         let bound = ledger.patience();
-        let ended = (|| {
-            let stream = liveness::connect(&self.socket, bound).map_err(|_| Ending::Gone)?;
-            let shutdown = Request::Shutdown {
-                exit_code,
-                kill_jobs,
-            };
-            write_frame(&stream, &shutdown).map_err(|_| Ending::Gone)?;
-            Ok(
-                match liveness::read_reply_up_to(&stream, MAX_REPORT_FRAME) {
-                    Ok(Reply::ShutDown { report }) => Ending::Reported(report),
+        let shutdown = Request::Shutdown {
+            exit_code,
+            kill_jobs,
+        };
+        let ended = match write_frame(&self.stream, &shutdown) {
+            Err(_) => Ending::Gone,
+            Ok(()) => {
+                let _ = self.stream.set_read_timeout(Some(bound));
+                match liveness::read_reply_up_to(&self.stream, MAX_REPORT_FRAME) {
+                    Ok(Reply::ShutDown { report, warnings }) => {
+                        for warning in warnings {
+                            headroom_output::say!("headroom: warning: {warning}");
+                        }
+                        Ending::Reported(report)
+                    }
                     Err(err) if liveness::is_silence(&err) => Ending::Silent(bound),
                     _ => Ending::Gone,
-                },
-            )
-        })()
-        .unwrap_or_else(|gone| gone);
-        if !matches!(ended, Ending::Reported(_)) {
-            let _ = self.governor.kill();
+                }
+            }
+        };
+        if matches!(ended, Ending::Silent(_)) {
+            // SAFETY: kill(2) on the governor this session found hung.
+            unsafe { libc::kill(self.governor_pid as i32, libc::SIGKILL) };
+            let _ = std::fs::remove_file(&self.place.socket);
         }
-        let _ = self.governor.wait();
-        let _ = std::fs::remove_file(&self.socket);
+        if let Some(governor) = self.governor.as_mut() {
+            // A private governor ends with its only session; a shared one may serve others.
+            if self.place.shared {
+                let _ = governor.try_wait();
+            } else {
+                let _ = governor.wait();
+            }
+        }
         ledger.remove();
+        self.log.finish();
         ended
     }
 
@@ -227,8 +371,8 @@ impl Session {
     /// does not answer within `bound` (busy, hung or gone): a live status is never worth a
     /// wait.
     pub fn status(&self, bound: Duration) -> Option<BuildStatus> {
-        let stream = liveness::connect(&self.socket, bound).ok()?;
-        write_frame(&stream, &Request::Status).ok()?;
+        let stream = liveness::connect(&self.place.socket, bound).ok()?;
+        write_frame(&stream, &Request::Status { session: self.id }).ok()?;
         match liveness::read_reply(&stream) {
             Ok(Reply::Status(status)) => Some(status),
             _ => None,
@@ -236,9 +380,184 @@ impl Session {
     }
 }
 
+/// The sockets of this user's shared governors with `state_dir` (their history), in every
+/// memory domain: what `headroom status` asks.
+pub fn shared_sockets(state_dir: &Path) -> Vec<PathBuf> {
+    let mut sockets: Vec<PathBuf> = [headroom_paths::runtime_dir(), Some(state_dir.join("run"))]
+        .into_iter()
+        .flatten()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with("governor-") && name.ends_with(".sock")
+        })
+        .collect();
+    sockets.sort();
+    sockets.dedup();
+    sockets
+}
+
+/// Every session of the governor listening on `socket` and what each holds, for `headroom
+/// status`; `None` when no governor answers there within `bound`.
+pub fn governor_status(socket: &Path, bound: Duration) -> Option<GovernorStatus> {
+    let stream = liveness::connect(socket, bound).ok()?;
+    write_frame(&stream, &Request::Sessions).ok()?;
+    match liveness::read_reply(&stream) {
+        Ok(Reply::Sessions(status)) => Some(status),
+        _ => None,
+    }
+}
+
+/// Joins the governor at `place`, starting it when none listens there, and tries again
+/// while the governor it found was leaving.
+fn join(
+    exe: &Path,
+    config: &GovernorConfig,
+    place: &GovernorPlace,
+) -> Result<(UnixStream, Reply, Option<Child>), SessionError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match join_or_start(exe, config, place) {
+            Err(err) if tries < JOIN_TRIES && is_retryable(&err) => {
+                tracing::debug!("joining the governor failed ({err}); trying again");
+                std::thread::sleep(Duration::from_millis(20 * tries as u64));
+            }
+            joined => return joined,
+        }
+    }
+}
+
+/// Joins the governor at `place`, or starts it there when none listens. Returns the
+/// session's connection, the governor's `Joined`, and the governor process if this call
+/// started it.
+fn join_or_start(
+    exe: &Path,
+    config: &GovernorConfig,
+    place: &GovernorPlace,
+) -> Result<(UnixStream, Reply, Option<Child>), SessionError> {
+    let join_error = |source| SessionError::Join {
+        socket: place.socket.clone(),
+        source,
+    };
+    let bound = liveness::silence_bound();
+    let mut governor = None;
+    let stream = if place.shared {
+        let _held = lock_place(&place.lock).map_err(join_error)?;
+        match liveness::connect(&place.socket, bound) {
+            Ok(stream) => stream,
+            Err(err) if no_listener(&err) => {
+                // A governor that died left its socket: the lock says nobody else starts one.
+                let _ = std::fs::remove_file(&place.socket);
+                let (stream, child) = start_governor(exe, config, place)?;
+                governor = Some(child);
+                stream
+            }
+            Err(err) => return Err(join_error(err)),
+        }
+    } else {
+        let (stream, child) = start_governor(exe, config, place)?;
+        governor = Some(child);
+        stream
+    };
+    let join = Request::Join {
+        config: Box::new(config.clone()),
+        root: std::process::id() as i32,
+    };
+    write_frame(&stream, &join).map_err(join_error)?;
+    match liveness::read_reply(&stream) {
+        Ok(joined @ Reply::Joined { .. }) => {
+            // The session's connection waits for its shutdown, however long the build.
+            stream.set_read_timeout(None).map_err(join_error)?;
+            Ok((stream, joined, governor))
+        }
+        Ok(other) => Err(join_error(std::io::Error::other(format!(
+            "unexpected answer {other:?}"
+        )))),
+        Err(err) => Err(join_error(err)),
+    }
+}
+
+/// Whether connecting found nobody listening: no socket, or one whose governor is gone.
+fn no_listener(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Whether joining may succeed if tried again: the governor was leaving (its last session
+/// had just ended) and closed the connection, or went away between connecting and joining.
+fn is_retryable(err: &SessionError) -> bool {
+    use std::io::ErrorKind::{
+        BrokenPipe, ConnectionRefused, ConnectionReset, NotFound, UnexpectedEof,
+    };
+    matches!(err, SessionError::Join { source, .. }
+        if matches!(source.kind(), UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionRefused | NotFound))
+}
+
+/// Binds the place's socket and starts a governor on it; returns a connection to it.
+fn start_governor(
+    exe: &Path,
+    config: &GovernorConfig,
+    place: &GovernorPlace,
+) -> Result<(UnixStream, Child), SessionError> {
+    let listener = UnixListener::bind(&place.socket).map_err(|source| SessionError::Join {
+        socket: place.socket.clone(),
+        source,
+    })?;
+    let fd = listener.as_raw_fd();
+    let mut command = Command::new(exe);
+    command
+        .arg(GOVERNOR_SUBCOMMAND)
+        .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(config)?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .process_group(0);
+    if place.shared {
+        command.env(GOVERNOR_LOCK_ENV, &place.lock);
+    }
+    // A governor that outlives this session must not hold its terminal or pipes: what it
+    // says goes to its log, which each session follows (`governor_log`).
+    command
+        .env(governor_log::LOG_ENV, governor_log::GOVERNOR_LEVEL)
+        .env("HEADROOM_COLOR", "never");
+    match File::create(&place.log) {
+        Ok(log) => command.stderr(log),
+        Err(_) => command.stderr(Stdio::null()),
+    };
+    // SAFETY: dup2 and fcntl are async-signal-safe and touch only the listener's descriptor.
+    unsafe {
+        command.pre_exec(move || {
+            let moved = if fd == GOVERNOR_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, GOVERNOR_FD)
+            };
+            if moved < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().map_err(SessionError::Governor)?;
+    // The socket listens already: the connection waits in its backlog for the governor.
+    let stream = UnixStream::connect(&place.socket).map_err(|source| SessionError::Join {
+        socket: place.socket.clone(),
+        source,
+    })?;
+    stream
+        .set_read_timeout(Some(liveness::silence_bound()))
+        .map_err(SessionError::Governor)?;
+    Ok((stream, child))
+}
+
 /// How a session ended.
 pub enum Ending {
-    /// The governor shut down and sent the build as it saw it.
+    /// The governor ended the session and sent its build as it saw it.
     Reported(Box<BuildReport>),
     /// The governor was gone before the build ended: it ran ungoverned from then on.
     Gone,
@@ -335,40 +654,6 @@ pub fn make_takes_jobs(command: &[OsString]) -> Result<(), Option<String>> {
     Ok(())
 }
 
-/// Binds the governor's socket in a directory only this user can enter: the user's runtime
-/// directory (`headroom_paths::runtime_dir`) when it is private to them and can be used, else
-/// a new directory of this session's own under the temporary directory, made with a random
-/// name. Never a predictable name in a shared directory: another local user could take that
-/// first and keep every build from starting. Returns the socket, its listener, and the
-/// temporary directory if one was made.
-fn bind_socket() -> Result<(PathBuf, UnixListener, Option<tempfile::TempDir>), SessionError> {
-    let name = format!("{}governor.sock", headroom_paths::temp::prefix(SOCKET_KIND));
-    if let Some(dir) = headroom_paths::runtime_dir().filter(|dir| is_private_to_me(dir)) {
-        // A CLI killed before it could remove its socket leaves it here: the next one does.
-        headroom_paths::temp::remove_orphaned(&dir, SOCKET_KIND);
-        let socket = dir.join(&name);
-        let _ = std::fs::remove_file(&socket);
-        match UnixListener::bind(&socket) {
-            Ok(listener) => return Ok((socket, listener, None)),
-            Err(err) => tracing::debug!("cannot bind {}: {err}", socket.display()),
-        }
-    }
-    let temp = std::env::temp_dir();
-    headroom_paths::temp::remove_orphaned(&temp, RUNTIME_KIND);
-    let runtime_error = |source| SessionError::RuntimeDir {
-        path: temp.clone(),
-        source,
-    };
-    // mkdtemp: a new directory, mode 0700, under a name nobody could have taken before.
-    let dir = tempfile::Builder::new()
-        .prefix(&headroom_paths::temp::prefix(RUNTIME_KIND))
-        .tempdir_in(&temp)
-        .map_err(runtime_error)?;
-    let socket = dir.path().join(&name);
-    let listener = UnixListener::bind(&socket).map_err(runtime_error)?;
-    Ok((socket, listener, Some(dir)))
-}
-
 /// Whether `dir` is, or can be made, a directory that only this user can enter: owned by
 /// them, with no access for group or others (as sccache checks its socket directory).
 fn is_private_to_me(dir: &Path) -> bool {
@@ -396,17 +681,18 @@ pub fn governor_main() -> Result<(), SessionError> {
     let config =
         std::env::var(GOVERNOR_CONFIG_ENV).map_err(|_| SessionError::NotStartedByHeadroom)?;
     let config: GovernorConfig = serde_json::from_str(&config)?;
-    // If the CLI dies, end too, releasing every stopped job on the way out. A CLI that died
-    // before this was armed left the governor to another parent: end now.
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
-        .map_err(|e| SessionError::Governor(e.into()))?;
-    let parent = rustix::process::getppid().map_or(0, |pid| pid.as_raw_nonzero().get());
-    if std::env::var(GOVERNOR_PARENT_ENV).ok() != Some(parent.to_string()) {
-        return Ok(());
-    }
-    // SAFETY: `Session::start` passes the listening socket as this descriptor.
+    // SAFETY: `start_governor` passes the listening socket as this descriptor.
     let listener = unsafe { UnixListener::from_raw_fd(GOVERNOR_FD) };
-    serve(listener, config).map_err(SessionError::Governor)
+    let socket = listener
+        .local_addr()
+        .ok()
+        .and_then(|address| address.as_pathname().map(Path::to_path_buf))
+        .ok_or(SessionError::NotStartedByHeadroom)?;
+    let exit = Exit {
+        socket,
+        lock: std::env::var_os(GOVERNOR_LOCK_ENV).map(PathBuf::from),
+    };
+    serve(listener, config, exit).map_err(SessionError::Governor)
 }
 
 #[cfg(test)]

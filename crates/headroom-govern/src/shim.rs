@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
 use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
+use headroom_sched::SessionId;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{getpriority_process, kill_process_group, setpriority_process, Pid, Signal};
 
@@ -31,6 +32,8 @@ pub const LAUNCHER_NAME: &str = "headroom-launch";
 pub const SOCKET_ENV: &str = "HEADROOM_SOCKET";
 /// The shim directory, skipped when looking for the real compiler.
 pub const SHIM_DIR_ENV: &str = "HEADROOM_SHIM_DIR";
+/// The session of the governor whose build this is (its CLI's process id).
+pub const SESSION_ENV: &str = "HEADROOM_SESSION";
 /// Set for a job's processes, so a compiler started by a compiler is not governed twice.
 pub const JOB_ENV: &str = "HEADROOM_JOB";
 /// How much of the end of a failed job's stderr is sent to the governor.
@@ -101,9 +104,14 @@ pub fn main(argv: Vec<OsString>) -> ! {
     if is_probe(&args) {
         run_probe(command)
     }
-    match liveness::connect(&socket, liveness::Ledger::of(&socket).patience()) {
-        Ok(stream) => governed(stream, command, &compiler, &args, &socket),
-        Err(err) if liveness::is_silence(&err) => run_ungoverned(command, &compiler, &socket),
+    let session = std::env::var(SESSION_ENV)
+        .ok()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(0);
+    let ledger = liveness::Ledger::of(&socket, session);
+    match liveness::connect(&socket, ledger.patience()) {
+        Ok(stream) => governed(stream, command, &compiler, &args, session, &ledger),
+        Err(err) if liveness::is_silence(&err) => run_ungoverned(command, &compiler, &ledger),
         // No governor: run as if it never existed.
         Err(_) => become_compiler(command),
     }
@@ -112,8 +120,8 @@ pub fn main(argv: Vec<OsString>) -> ! {
 /// Runs the compiler ungoverned because the governor stayed silent past the bound
 /// (`crate::liveness`): records it in the session's ledger, which the build's summary counts,
 /// and tells the user if this is the build's first such call.
-fn run_ungoverned(command: Command, compiler: &Path, socket: &Path) -> ! {
-    if liveness::Ledger::of(socket).record(compiler) {
+fn run_ungoverned(command: Command, compiler: &Path, ledger: &liveness::Ledger) -> ! {
+    if ledger.record(compiler) {
         let _ = writeln!(
             std::io::stderr(),
             "headroom: warning: the governor has not answered for {} s; compilers run \
@@ -216,10 +224,12 @@ fn governed(
     mut command: Command,
     compiler: &Path,
     args: &[OsString],
-    socket: &Path,
+    session: SessionId,
+    ledger: &liveness::Ledger,
 ) -> ! {
     install_signal_forwarding();
     let request = Request::Job {
+        session,
         compiler: compiler.to_string_lossy().into_owned(),
         args: args
             .iter()
@@ -244,7 +254,7 @@ fn governed(
                 cpu_group,
                 remote,
             }) => (job_id, rung, nice, cpu_group, remote),
-            Err(err) if liveness::is_silence(&err) => run_ungoverned(command, compiler, socket),
+            Err(err) if liveness::is_silence(&err) => run_ungoverned(command, compiler, ledger),
             // The governor is gone before admitting us: run as if it never existed.
             _ => become_compiler(command),
         };

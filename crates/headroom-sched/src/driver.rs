@@ -225,6 +225,16 @@ impl Driver {
     }
 
     /// Sends jobs that the engine can compile remotely to `farm`'s nodes when they fit there.
+    /// The limits jobs are admitted within.
+    pub fn limits(&self) -> Limits {
+        self.scheduler.limits()
+    }
+
+    /// Admits within `limits` from now on (see [`Scheduler::set_limits`]).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.scheduler.set_limits(limits);
+    }
+
     pub fn set_farm(&mut self, farm: Farm) {
         self.farm = Some(farm);
     }

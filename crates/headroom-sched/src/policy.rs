@@ -274,6 +274,14 @@ impl Scheduler {
         self.limits
     }
 
+    /// Admits within `limits` from now on (sessions joined or left a shared governor), with
+    /// the thresholds [`Scheduler::new`] takes for them; running jobs keep running.
+    pub fn set_limits(&mut self, limits: Limits) {
+        let fresh = Scheduler::new(limits);
+        self.limits = fresh.limits;
+        self.thresholds = fresh.thresholds;
+    }
+
     /// Queues a job. An `alone` job (an OOM retry) runs with no other job beside it.
     ///
     /// Jobs queue by the longest path they start: their own expected length plus the work

@@ -20,7 +20,7 @@ use headroom_store::{summary, BuildReport};
 use headroom_config::{start_session, BuildOverrides};
 use headroom_output as output;
 
-mod live;
+pub(crate) mod live;
 use live::LiveStatus;
 
 /// How long an interrupted build may take to stop before it is killed.

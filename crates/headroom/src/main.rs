@@ -11,6 +11,7 @@ mod kernels;
 mod output;
 mod report;
 mod sim;
+mod status;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -124,6 +125,9 @@ enum Command {
     Kernels(kernels::KernelsArgs),
     /// Simulate scheduling policies on recorded build traces.
     Sim(sim::SimArgs),
+    /// Show the sessions (builds, runs) that share this user's governors, their jobs, and
+    /// what each holds of the budget; `-v` says why jobs wait.
+    Status(status::StatusArgs),
     /// Print a completion script for a shell: `headroom completions bash >
     /// /usr/share/bash-completion/completions/headroom`.
     Completions {
@@ -132,7 +136,7 @@ enum Command {
     },
     /// Print headroom's man page (roff): `headroom man > /usr/local/share/man/man1/headroom.1`.
     Man,
-    /// The per-build governor process, started by `headroom build`.
+    /// The governor process that sessions share, started by the first of them.
     #[command(name = headroom_govern::session::GOVERNOR_SUBCOMMAND, hide = true)]
     Governor,
 }
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
             | Command::Sim(_)
             | Command::Doctor(_)
             | Command::Diagnose(_)
+            | Command::Status(_)
     ) {
         // Commands whose only work is what they print, often through a pipe (`| less`, `|
         // head`), end when their reader does, killed by SIGPIPE (exit status 141 in a shell)
@@ -194,6 +199,7 @@ fn main() -> ExitCode {
         Command::Diagnose(args) => diagnose::main(args),
         Command::Kernels(args) => kernels::main(args),
         Command::Sim(args) => sim::main(args),
+        Command::Status(args) => status::main(args, cli.verbose > 0),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -26,7 +26,8 @@ const INTERNAL: &[&str] = &[
     "HEADROOM_SHIM_DIR",           // the shim directory, for the shims
     "HEADROOM_LAUNCHER",           // the launcher, for the interceptor
     "HEADROOM_GOVERNOR_CONFIG",    // the CLI's configuration for the governor
-    "HEADROOM_GOVERNOR_PARENT",    // the CLI's pid, which the governor must not outlive
+    "HEADROOM_GOVERNOR_LOCK",      // the lock a shared governor takes to leave its socket
+    "HEADROOM_SESSION",            // the session a build's compilers belong to, for the shims
     "HEADROOM_SAMPLE_INTERVAL_MS", // a hidden flag for tests and benchmarks
 ];
 

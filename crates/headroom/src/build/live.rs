@@ -91,6 +91,10 @@ pub fn describe(status: &BuildStatus) -> String {
                 format!(" for memory (the next needs {})", Size(need))
             }
             Some(Waiting::Alone) => ": a job that ran out of memory runs alone".to_string(),
+            Some(Waiting::OtherSessions { jobs, held }) => format!(
+                " for other sessions ({jobs} of their jobs hold {}; `headroom status` lists them)",
+                Size(held)
+            ),
             None => String::new(),
         };
         jobs.push(format!("{} waiting{why}", status.waiting));
