@@ -40,7 +40,7 @@ use crate::budget::MemoryFacts;
 use crate::job::JobIdentity;
 use crate::ladder::{speaks_gcc_flags, Rung};
 use crate::last_build;
-use crate::liveness::HEARTBEAT;
+use crate::liveness::{silence_bound, HEARTBEAT};
 use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
 use crate::portable::{self, Places};
@@ -58,9 +58,9 @@ const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// for a compiler driver (gcc, nvcc) to remove its temporary files, while the memory hog
 /// itself (cc1plus, cicc), which does not catch SIGTERM, ends at once.
 const KILL_GRACE: Duration = Duration::from_millis(500);
-/// How long a new governor waits for its first session before it takes its starter for
-/// dead and leaves.
-const FIRST_JOIN_GRACE: Duration = Duration::from_secs(30);
+/// How many silence bounds (`crate::liveness`) a new governor waits for its first session
+/// before it takes its starter for dead or hung, and leaves.
+const FIRST_JOIN_BOUNDS: u32 = 3;
 /// How long a session's end waits for the history to take the rest of its build: past it,
 /// the session's CLI hears what the history did not get.
 const HISTORY_GRACE: Duration = Duration::from_secs(3);
@@ -1333,11 +1333,11 @@ impl Governor {
         Some((report, warnings))
     }
 
-    /// Whether no session has joined within [`FIRST_JOIN_GRACE`]: the CLI that started the
-    /// governor died before it could.
+    /// Whether no session has joined within [`FIRST_JOIN_BOUNDS`] silence bounds: the CLI
+    /// that started the governor died before it could.
     fn never_joined(&self) -> bool {
         let state = self.lock();
-        !state.warmed && self.start.elapsed() > FIRST_JOIN_GRACE
+        !state.warmed && self.start.elapsed() > FIRST_JOIN_BOUNDS * silence_bound()
     }
 
     /// A signal ends the governor: every session's jobs are released and its history

@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,15 +83,18 @@ fn shows(line: &str, shown: usize) -> bool {
 }
 
 /// Copies the lines of `log` past byte `from` that `shown` levels let through, until `stop`
-/// is set and nothing is left to read.
-fn follow(log: &PathBuf, mut from: u64, shown: usize, stop: &AtomicBool) {
+/// is set and nothing is left to read. The file stays open: a governor that leaves removes
+/// its log, and its last lines are still read. A new governor's log, under the same name,
+/// is read from its start.
+fn follow(log: &Path, mut from: u64, shown: usize, stop: &AtomicBool) {
+    use std::os::unix::fs::MetadataExt;
+    let mut open: Option<(File, u64)> = None;
     let mut partial = String::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
-        if let Ok(mut file) = File::open(log) {
-            let len = file.metadata().map_or(0, |meta| meta.len());
-            // A new governor started the log afresh.
-            if len < from {
+        if let Some((file, _)) = open.as_mut() {
+            // A log begun afresh in place (a new governor truncated it).
+            if file.metadata().is_ok_and(|meta| meta.len() < from) {
                 from = 0;
             }
             let mut bytes = Vec::new();
@@ -104,6 +107,19 @@ fn follow(log: &PathBuf, mut from: u64, shown: usize, stop: &AtomicBool) {
                         headroom_output::say!("{}", line.trim_end());
                     }
                 }
+            }
+        }
+        let at_path = std::fs::metadata(log).ok().map(|meta| meta.ino());
+        let current = open.as_ref().map(|&(_, ino)| ino);
+        if at_path.is_some() && at_path != current {
+            // The log appeared, or a new governor's replaced the one read to its end above.
+            if let Ok(file) = File::open(log) {
+                if open.is_some() {
+                    from = 0;
+                }
+                let ino = file.metadata().map_or(0, |meta| meta.ino());
+                open = Some((file, ino));
+                continue;
             }
         }
         if stopping {

@@ -149,27 +149,41 @@ fn memory_domain() -> String {
 }
 
 /// How a governor leaves its place when its last session has ended: under the place's lock,
-/// so no session starting a governor at that moment loses its socket, it removes the socket
-/// and exits. Sessions that connected in between find the connection closed, and try again.
+/// so no session starting a governor at that moment loses its socket, it removes its socket,
+/// its log and the lock file, and exits. Sessions that connected in between find the
+/// connection closed, and try again.
 pub struct Exit {
     socket: PathBuf,
     lock: Option<PathBuf>,
 }
 
 impl Exit {
-    /// Removes the socket, under the lock when the place is shared; the process exits next,
-    /// which lets the lock go.
+    /// Removes the place's files, under the lock when the place is shared; the process exits
+    /// next, which lets the lock go.
     pub fn leave(&self) {
         let _held = self.lock.as_deref().and_then(|lock| lock_place(lock).ok());
         let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(self.socket.with_extension("log"));
+        if let Some(lock) = &self.lock {
+            let _ = std::fs::remove_file(lock);
+        }
     }
 }
 
-/// Takes the place's lock file, waiting for whoever holds it.
+/// Takes the place's lock file, waiting for whoever holds it. A lock taken on a file that its
+/// holder removed meanwhile (a governor leaving) locks nothing: the file at the path is
+/// opened and locked again until the two are the same.
 fn lock_place(lock: &Path) -> std::io::Result<File> {
-    let file = File::options().create(true).append(true).open(lock)?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
-    Ok(file)
+    use std::os::unix::fs::MetadataExt;
+    loop {
+        let file = File::options().create(true).append(true).open(lock)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        let held = file.metadata()?;
+        match std::fs::metadata(lock) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(file),
+            _ => continue,
+        }
+    }
 }
 
 /// A session of a running governor, and the ways that lead compilers to it.

@@ -74,10 +74,13 @@ fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
     assert!(!alive(governor), "the CLI ended the hung governor");
 }
 
+/// A governor whose starting CLI died before it could join (SIGKILL between the start and
+/// the join) leaves after three silence bounds, removing its socket, and serves nobody.
 #[test]
-fn a_governor_whose_session_is_gone_before_it_starts_ends_at_once() {
+fn a_governor_that_no_session_joins_leaves() {
     let dir = tempfile::tempdir().unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(dir.path().join("s")).unwrap();
+    let socket = dir.path().join("s");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let config = serde_json::json!({
         "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
@@ -89,27 +92,42 @@ fn a_governor_whose_session_is_gone_before_it_starts_ends_at_once() {
     command
         .arg("__governor")
         .env("HEADROOM_GOVERNOR_CONFIG", config.to_string())
-        // The session that started it is not its parent any more: it died first.
-        .env("HEADROOM_GOVERNOR_PARENT", "1")
+        .env("HEADROOM_GOVERNOR_SILENCE_MS", "300")
         .stderr(Stdio::piped());
-    // SAFETY: dup2 in the child, before exec, of a descriptor this test owns.
+    // SAFETY: in the child, before exec, on a descriptor this test owns: fd 3 is the
+    // listener, kept open across exec.
     unsafe {
         command.pre_exec(move || {
-            if libc::dup2(fd, 3) < 0 {
+            let moved = if fd == 3 {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if moved < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
     let mut governor = command.spawn().unwrap();
+    drop(listener);
     let start = Instant::now();
-    while governor.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = governor.try_wait().unwrap() {
+            break status;
+        }
         if start.elapsed() > Duration::from_secs(20) {
             governor.kill().unwrap();
-            panic!("an orphaned governor kept serving");
+            panic!("a governor nobody joined kept serving");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "it waited for a session first"
+    );
+    assert!(!socket.exists(), "it removed its socket");
 }
 
 /// Starts a build of two compiles made with `recipe` in `dir`, in its own process group as a
