@@ -15,9 +15,10 @@
 //!
 //! Sessions: every job is of a session (a `headroom build`, a `headroom run`) of one governor.
 //! While more than one session has jobs queued, admission first gives each its share of the
-//! slots (the slots divided among them, at least one each), in queue order within it, the
-//! sessions that run the fewest jobs first: they also have the first call on memory that
-//! frees. The slots left go to whoever can use them. No job is ever stopped to admit another;
+//! slots (the slots divided among them, at least one each), round by round: each session that
+//! runs fewer than n jobs may start its n-th, in queue order within it, so that sessions that
+//! run fewer jobs also have the first call on memory that frees. The slots left go to
+//! whoever can use them. No job is ever stopped to admit another;
 //! the safety net acts on memory alone, across sessions by the same rules. With one session
 //! admission is as if sessions did not exist.
 //!
@@ -587,23 +588,40 @@ impl Scheduler {
         if self.running.iter().any(|job| job.suspended || job.alone) {
             return;
         }
-        // While several sessions have jobs waiting, each first gets its share of the slots,
-        // in queue order within it, the sessions that run the fewest jobs first: they also
-        // have the first call on the memory that frees, so that a session that came later is
-        // not starved. The slots left then go to whoever can use them.
-        for (session, share) in self.fair_shares() {
-            let fair = Pass {
-                defer_learning: true,
-                session: Some((session, share)),
-            };
-            if !self.admit_pass(actions, fair) {
-                return;
+        // While several sessions have jobs waiting, they get their shares of the slots round
+        // by round: in round n, each session that compiles fewer than n jobs here may start
+        // one more, in queue order. A session that runs fewer jobs so has the first call on
+        // the slots and the memory that free, and one that came later is not starved. The
+        // slots left then go to whoever can use them.
+        if let Some(share) = self.fair_share() {
+            let running: Vec<usize> = self
+                .waiting_sessions()
+                .into_iter()
+                .map(|session| self.compiling_here_of(session))
+                .collect();
+            let fewest = running.iter().copied().min().unwrap_or(0);
+            let most = running.iter().copied().max().unwrap_or(0);
+            for round in fewest + 1..=share {
+                let before = actions.len();
+                let fair = Pass {
+                    defer_learning: true,
+                    below: Some(round),
+                };
+                if !self.admit_pass(actions, fair) {
+                    return;
+                }
+                // Once every waiting session took part, a round that started nothing says
+                // that the next ones would not either.
+                let full = self.compiling_here() >= self.limits.slots;
+                if full || (round > most && actions.len() == before) {
+                    break;
+                }
             }
         }
         // Jobs that wait for their group go only into slots that nothing else can fill.
         let pass = Pass {
             defer_learning: true,
-            session: None,
+            below: None,
         };
         if self.admit_pass(actions, pass) {
             self.admit_pass(
@@ -616,25 +634,22 @@ impl Scheduler {
         }
     }
 
-    /// While more than one session has jobs queued, each of them with its share of the slots
-    /// (the slots divided among them, at least one each), those that compile the fewest jobs
-    /// here first, then those whose first job queues first. Empty with one session.
-    fn fair_shares(&self) -> Vec<(SessionId, usize)> {
+    /// The sessions with jobs queued, in the order of their first queued job.
+    fn waiting_sessions(&self) -> Vec<SessionId> {
         let mut sessions: Vec<SessionId> = Vec::new();
         for job in &self.queue {
             if !sessions.contains(&job.session) {
                 sessions.push(job.session);
             }
         }
-        if sessions.len() < 2 {
-            return Vec::new();
-        }
-        let share = (self.limits.slots / sessions.len()).max(1);
-        sessions.sort_by_key(|&session| self.compiling_here_of(session));
         sessions
-            .into_iter()
-            .map(|session| (session, share))
-            .collect()
+    }
+
+    /// Each session's share of the slots while more than one session has jobs queued: the
+    /// slots divided among those sessions, at least one each. `None` with one session.
+    fn fair_share(&self) -> Option<usize> {
+        let sessions = self.waiting_sessions().len();
+        (sessions > 1).then(|| (self.limits.slots / sessions).max(1))
     }
 
     /// How many running jobs of `session` compile on this machine.
@@ -645,12 +660,11 @@ impl Scheduler {
             .count()
     }
 
-    /// Whether `pass` is for another session than `job`'s, or for its session once that has
-    /// its share: the job is left for a later pass, which is not being overtaken.
+    /// Whether `pass` is a round of the shares that `job`'s session has had its turn in: the
+    /// job is left for a later pass, which is not being overtaken.
     fn not_its_turn(&self, pass: Pass, job: &Queued) -> bool {
-        pass.session.is_some_and(|(session, share)| {
-            job.session != session || self.compiling_here_of(session) >= share
-        })
+        pass.below
+            .is_some_and(|round| self.compiling_here_of(job.session) >= round)
     }
 
     /// Starts the queued jobs that fit, in queue order, leaving out those `pass` leaves for
@@ -803,9 +817,9 @@ struct Pass {
     /// Leave out the jobs that wait for a running job of their group
     /// (`Scheduler::waits_for_its_group`).
     defer_learning: bool,
-    /// Try only the jobs of this session, until it compiles this many jobs here: its share
-    /// of the slots while several sessions wait.
-    session: Option<(SessionId, usize)>,
+    /// Try only the jobs of sessions that compile fewer than this many jobs here: a round
+    /// of the sessions' shares of the slots while several sessions wait.
+    below: Option<usize>,
 }
 
 /// Whether `actions` stop or kill a job: then nothing more starts in the same decision.
@@ -1292,15 +1306,33 @@ mod tests {
             budget: 4 * GIB,
             slots: 4,
         });
-        // Session 1 fills the budget with two jobs; its others queue ahead of session 2's.
+        // Session 1 came first and fills the budget with two jobs; its others queue ahead of
+        // session 2's.
         for id in 1..=4 {
             s.submit(id, 1, Estimate::flat(2 * GIB), false);
         }
-        s.submit(11, 2, Estimate::flat(2 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1, 2]);
-        // Memory frees: the session with no job running takes it, ahead in the queue or not.
+        s.submit(11, 2, Estimate::flat(2 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // Memory frees: the session with no job running takes it, behind in the queue or not.
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![11]);
+    }
+
+    #[test]
+    fn sessions_that_wait_together_start_in_turns() {
+        let mut s = Scheduler::new(Limits {
+            budget: 6 * GIB,
+            slots: 8,
+        });
+        for id in 1..=4 {
+            s.submit(id, 1, Estimate::flat(2 * GIB), false);
+        }
+        for id in 11..=14 {
+            s.submit(id, 2, Estimate::flat(2 * GIB), false);
+        }
+        // Room for three: one each, then one more for the session first in the queue.
+        assert_eq!(starts(&s.decide(None)), vec![1, 11, 2]);
     }
 
     #[test]
