@@ -173,6 +173,23 @@ fn sim_compares_sessions_under_one_governor_and_one_each() {
     );
     let ends = shared["session_ends"].as_array().expect("session ends");
     assert_eq!(ends.len(), 2);
+
+    // The table names each way of governing, against the union.
+    let output = headroom()
+        .args(["sim", "--sessions", "2", "--machine", "8c/16G"])
+        .args(["--policy", "headroom-warm"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    let table = String::from_utf8_lossy(&output.stdout);
+    for row in [
+        "×union",
+        "one session over the union",
+        "shared governor",
+        "per-session governors",
+    ] {
+        assert!(table.contains(row), "{row} missing from:\n{table}");
+    }
 }
 
 #[test]
