@@ -224,17 +224,21 @@ impl Driver {
         }
     }
 
-    /// Sends jobs that the engine can compile remotely to `farm`'s nodes when they fit there.
+    /// Takes new limits while jobs run: the governor's budget or slots changed because a
+    /// session joined or left. The safety net's thresholds and the prediction of jobs nothing
+    /// is known of follow them as [`Driver::new`] sets them; queued and running jobs stay.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.scheduler.set_limits(limits);
+        self.predictor
+            .set_default_peak(crate::budget::default_job_peak(limits.budget, limits.slots));
+    }
+
     /// The limits jobs are admitted within.
     pub fn limits(&self) -> Limits {
         self.scheduler.limits()
     }
 
-    /// Admits within `limits` from now on (see [`Scheduler::set_limits`]).
-    pub fn set_limits(&mut self, limits: Limits) {
-        self.scheduler.set_limits(limits);
-    }
-
+    /// Sends jobs that the engine can compile remotely to `farm`'s nodes when they fit there.
     pub fn set_farm(&mut self, farm: Farm) {
         self.farm = Some(farm);
     }
@@ -304,7 +308,7 @@ impl Driver {
             }
         );
         self.scheduler
-            .submit(id, prediction.estimate.clone(), false);
+            .submit(id, offer.session, prediction.estimate.clone(), false);
         self.largest_local_share = self.largest_local_share.max(offer.local_share);
         self.jobs.insert(
             id,
@@ -527,7 +531,7 @@ impl Driver {
                 );
                 let estimate = job.estimate.clone();
                 self.scheduler.remove(id);
-                self.scheduler.submit(id, estimate, false);
+                self.scheduler.submit(id, job.session, estimate, false);
                 return (AfterAttempt::Retry, true);
             }
             if ended.out_of_memory {
@@ -548,7 +552,7 @@ impl Driver {
                 job.estimate = estimate.clone();
                 let (group, floor) = (job.group, estimate.peak);
                 self.scheduler.remove(id);
-                self.scheduler.submit(id, estimate, alone);
+                self.scheduler.submit(id, job.session, estimate, alone);
                 self.raise_guessed_in_group(group, floor);
                 return (AfterAttempt::Retry, true);
             }
@@ -571,7 +575,7 @@ impl Driver {
             );
             let estimate = job.estimate.clone().at_least(job.peak);
             self.scheduler.remove(id);
-            self.scheduler.submit(id, estimate, true);
+            self.scheduler.submit(id, job.session, estimate, true);
             return (AfterAttempt::Retry, true);
         }
         let job = self.jobs.remove(&id).expect("checked above");
@@ -1155,6 +1159,28 @@ mod tests {
         };
         assert_eq!((finished.job.attempts, finished.job.oom_retries), (3, 2));
         assert!(!finished.succeeded);
+    }
+
+    #[test]
+    fn new_limits_keep_the_running_jobs_and_size_the_next_unknown_ones() {
+        let mut driver = driver(8 * GIB, 4);
+        let first = driver.offer(offer("a.o", 1)).0;
+        assert_eq!(started(&driver.decide(None, 0.0)), vec![first]);
+        driver.begin_attempt(first);
+        // A second session joins: the governor halves the budget.
+        let halved = Limits {
+            budget: 4 * GIB,
+            slots: 4,
+        };
+        driver.set_limits(halved);
+        let second = driver.offer(offer("b.o", 2)).0;
+        let expected = crate::budget::default_job_peak(halved.budget, halved.slots);
+        assert_eq!(driver.job(second).unwrap().estimate.peak, expected);
+        assert_ne!(expected, crate::budget::default_job_peak(8 * GIB, 4));
+        assert_eq!(
+            driver.job(first).unwrap().state,
+            JobState::Running { suspended: false }
+        );
     }
 
     #[test]

@@ -13,6 +13,15 @@
 //! that grows with how far its path is from the longest one, so that when jobs want more cores
 //! than there are, the kernel gives them to the jobs the build waits on.
 //!
+//! Sessions: every job is of a session (a `headroom build`, a `headroom run`) of one governor.
+//! While more than one session has jobs queued, admission first gives each its share of the
+//! slots (the slots divided among them, at least one each), round by round: each session that
+//! runs fewer than n jobs may start its n-th, in queue order within it, so that sessions that
+//! run fewer jobs also have the first call on memory that frees. The slots left go to
+//! whoever can use them. No job is ever stopped to admit another;
+//! the safety net acts on memory alone, across sessions by the same rules. With one session
+//! admission is as if sessions did not exist.
+//!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
 //! quarter of the budget, the youngest of them is killed and requeued instead; past the budget,
@@ -25,7 +34,7 @@ use crate::chain;
 use crate::plan::{Need, Outlook, Plan, Total};
 use crate::profile::{Profile, Ran};
 use crate::slack::TimingSlack;
-use crate::JobId;
+use crate::{JobId, SessionId};
 
 /// What the budget and the machine allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +171,7 @@ impl Estimate {
 #[derive(Debug, Clone)]
 struct Queued {
     id: JobId,
+    session: SessionId,
     estimate: Estimate,
     alone: bool,
     overtaken: usize,
@@ -170,6 +180,7 @@ struct Queued {
 #[derive(Debug, Clone)]
 struct Running {
     id: JobId,
+    session: SessionId,
     estimate: Estimate,
     alone: bool,
     /// What it needs on this machine while a farm node compiles it (the engine's client and
@@ -256,12 +267,8 @@ impl Scheduler {
     }
 
     pub fn with_thresholds(limits: Limits, thresholds: Thresholds) -> Self {
-        let limits = Limits {
-            budget: limits.budget,
-            slots: limits.slots.max(1),
-        };
         Scheduler {
-            limits,
+            limits: with_a_slot(limits),
             thresholds,
             queue: VecDeque::new(),
             running: Vec::new(),
@@ -274,21 +281,24 @@ impl Scheduler {
         self.limits
     }
 
-    /// Admits within `limits` from now on (sessions joined or left a shared governor), with
-    /// the thresholds [`Scheduler::new`] takes for them; running jobs keep running.
+    /// Takes new limits (sessions joined or left the governor, and its budget or slots
+    /// changed): the safety net's thresholds follow them as [`Scheduler::new`] sets them, and
+    /// the queued and running jobs stay as they are. Running jobs beyond new, smaller limits
+    /// are not stopped for it: admission waits until they fit again, and the safety net
+    /// acts on what they really use, as ever.
     pub fn set_limits(&mut self, limits: Limits) {
-        let fresh = Scheduler::new(limits);
-        self.limits = fresh.limits;
-        self.thresholds = fresh.thresholds;
+        self.limits = with_a_slot(limits);
+        self.thresholds = Thresholds::for_limits(limits);
     }
 
-    /// Queues a job. An `alone` job (an OOM retry) runs with no other job beside it.
+    /// Queues a job of `session`. An `alone` job (an OOM retry) runs with no other job beside
+    /// it.
     ///
     /// Jobs queue by the longest path they start: their own expected length plus the work
     /// that waited on them in an earlier build (the longest path ends the build if it starts last), but
     /// never ahead of a job that has already been overtaken or waits to run alone; jobs of
     /// unknown length and unknown followers queue in the order they come.
-    pub fn submit(&mut self, id: JobId, estimate: Estimate, alone: bool) {
+    pub fn submit(&mut self, id: JobId, session: SessionId, estimate: Estimate, alone: bool) {
         let seconds = expected_seconds(&estimate);
         let after_waiting = self
             .queue
@@ -300,6 +310,7 @@ impl Scheduler {
             .unwrap_or(self.queue.len());
         let job = Queued {
             id,
+            session,
             estimate,
             alone,
             overtaken: 0,
@@ -516,6 +527,7 @@ impl Scheduler {
         let victim = self.running.remove(index);
         self.queue.push_front(Queued {
             id: victim.id,
+            session: victim.session,
             estimate: victim.estimate.at_least(victim.peak),
             alone: victim.alone,
             overtaken: 0,
@@ -547,6 +559,7 @@ impl Scheduler {
         let job = self.queue.remove(index).expect("index is in the queue");
         self.running.push(Running {
             id: job.id,
+            session: job.session,
             estimate: job.estimate,
             alone: job.alone,
             local_share: Some(local_share),
@@ -575,16 +588,89 @@ impl Scheduler {
         if self.running.iter().any(|job| job.suspended || job.alone) {
             return;
         }
+        // While several sessions have jobs waiting, they get their shares of the slots round
+        // by round: in round n, each session that compiles fewer than n jobs here may start
+        // one more, in queue order. A session that runs fewer jobs so has the first call on
+        // the slots and the memory that free, and one that came later is not starved. The
+        // slots left then go to whoever can use them.
+        if let Some(share) = self.fair_share() {
+            let running: Vec<usize> = self
+                .waiting_sessions()
+                .into_iter()
+                .map(|session| self.compiling_here_of(session))
+                .collect();
+            let fewest = running.iter().copied().min().unwrap_or(0);
+            let most = running.iter().copied().max().unwrap_or(0);
+            for round in fewest + 1..=share {
+                let before = actions.len();
+                let fair = Pass {
+                    defer_learning: true,
+                    below: Some(round),
+                };
+                if !self.admit_pass(actions, fair) {
+                    return;
+                }
+                // Once every waiting session took part, a round that started nothing says
+                // that the next ones would not either.
+                let full = self.compiling_here() >= self.limits.slots;
+                if full || (round > most && actions.len() == before) {
+                    break;
+                }
+            }
+        }
         // Jobs that wait for their group go only into slots that nothing else can fill.
-        if self.admit_pass(actions, true) {
-            self.admit_pass(actions, false);
+        let pass = Pass {
+            defer_learning: true,
+            below: None,
+        };
+        if self.admit_pass(actions, pass) {
+            self.admit_pass(
+                actions,
+                Pass {
+                    defer_learning: false,
+                    ..pass
+                },
+            );
         }
     }
 
-    /// Starts the queued jobs that fit, in queue order, leaving out the jobs that wait for
-    /// their group when `defer_learning` is set. Returns whether a later pass may start more:
-    /// not once an alone job started or a job was overtaken too often to be passed again.
-    fn admit_pass(&mut self, actions: &mut Vec<Action>, defer_learning: bool) -> bool {
+    /// The sessions with jobs queued, in the order of their first queued job.
+    fn waiting_sessions(&self) -> Vec<SessionId> {
+        let mut sessions: Vec<SessionId> = Vec::new();
+        for job in &self.queue {
+            if !sessions.contains(&job.session) {
+                sessions.push(job.session);
+            }
+        }
+        sessions
+    }
+
+    /// Each session's share of the slots while more than one session has jobs queued: the
+    /// slots divided among those sessions, at least one each. `None` with one session.
+    fn fair_share(&self) -> Option<usize> {
+        let sessions = self.waiting_sessions().len();
+        (sessions > 1).then(|| (self.limits.slots / sessions).max(1))
+    }
+
+    /// How many running jobs of `session` compile on this machine.
+    fn compiling_here_of(&self, session: SessionId) -> usize {
+        self.running
+            .iter()
+            .filter(|job| job.session == session && job.compiles_here())
+            .count()
+    }
+
+    /// Whether `pass` is a round of the shares that `job`'s session has had its turn in: the
+    /// job is left for a later pass, which is not being overtaken.
+    fn not_its_turn(&self, pass: Pass, job: &Queued) -> bool {
+        pass.below
+            .is_some_and(|round| self.compiling_here_of(job.session) >= round)
+    }
+
+    /// Starts the queued jobs that fit, in queue order, leaving out those `pass` leaves for
+    /// later (see [`Pass`]). Returns whether a later pass may start more: not once an alone
+    /// job started or a job was overtaken too often to be passed again.
+    fn admit_pass(&mut self, actions: &mut Vec<Action>, pass: Pass) -> bool {
         let budget = self.jobs_budget();
         let slack_for = self.slack_for();
         // The longest path of the jobs queued or running, found at the first start: starting
@@ -595,7 +681,9 @@ impl Scheduler {
         let mut index = 0;
         while index < self.queue.len() && self.compiling_here() < self.limits.slots {
             let candidate = &self.queue[index];
-            if defer_learning && self.waits_for_its_group(&candidate.estimate) {
+            if (pass.defer_learning && self.waits_for_its_group(&candidate.estimate))
+                || self.not_its_turn(pass, candidate)
+            {
                 index += 1;
                 continue;
             }
@@ -616,11 +704,16 @@ impl Scheduler {
             if fits {
                 let longest_path = *longest_path.get_or_insert_with(|| self.longest_path());
                 let job = self.queue.remove(index).expect("index is in the queue");
+                // Jobs left to wait for their group or their session's turn were not passed
+                // for want of room: that does not count.
                 let overtaken: Vec<bool> = self
                     .queue
                     .iter()
                     .take(index)
-                    .map(|waiting| !self.waits_for_its_group(&waiting.estimate))
+                    .map(|waiting| {
+                        !self.waits_for_its_group(&waiting.estimate)
+                            && !self.not_its_turn(pass, waiting)
+                    })
                     .collect();
                 for (waiting, overtaken) in self.queue.iter_mut().zip(overtaken) {
                     waiting.overtaken += usize::from(overtaken);
@@ -634,6 +727,7 @@ impl Scheduler {
                 });
                 self.running.push(Running {
                     id: job.id,
+                    session: job.session,
                     estimate: job.estimate,
                     alone: job.alone,
                     local_share: None,
@@ -709,6 +803,25 @@ impl Scheduler {
     }
 }
 
+/// `limits` with at least one slot: a build always makes progress.
+fn with_a_slot(limits: Limits) -> Limits {
+    Limits {
+        budget: limits.budget,
+        slots: limits.slots.max(1),
+    }
+}
+
+/// Which queued jobs one pass of admission tries, in queue order.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    /// Leave out the jobs that wait for a running job of their group
+    /// (`Scheduler::waits_for_its_group`).
+    defer_learning: bool,
+    /// Try only the jobs of sessions that compile fewer than this many jobs here: a round
+    /// of the sessions' shares of the slots while several sessions wait.
+    below: Option<usize>,
+}
+
 /// Whether `actions` stop or kill a job: then nothing more starts in the same decision.
 pub fn stops(actions: &[Action]) -> bool {
     actions
@@ -727,6 +840,8 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+    /// The one session of the tests that are about one build.
+    const SESSION: SessionId = 0;
 
     fn starts(actions: &[Action]) -> Vec<JobId> {
         actions
@@ -744,9 +859,9 @@ mod tests {
             budget: 3 * GIB,
             slots: 4,
         });
-        s.submit(1, Estimate::flat(2 * GIB), false);
-        s.submit(2, Estimate::flat(2 * GIB), false);
-        s.submit(3, Estimate::flat(GIB / 2), false);
+        s.submit(1, SESSION, Estimate::flat(2 * GIB), false);
+        s.submit(2, SESSION, Estimate::flat(2 * GIB), false);
+        s.submit(3, SESSION, Estimate::flat(GIB / 2), false);
         assert_eq!(starts(&s.decide(None)), vec![1, 3]);
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);
@@ -765,7 +880,7 @@ mod tests {
                 margin: GIB / 10,
                 ..Estimate::flat(GIB + GIB / 10)
             };
-            s.submit(id, estimate, false);
+            s.submit(id, SESSION, estimate, false);
         }
         assert_eq!(starts(&s.decide(None)), (1..=9).collect::<Vec<_>>());
         assert!(s.reserved() <= 9 * GIB + 3 * GIB / 10);
@@ -779,7 +894,7 @@ mod tests {
         });
         scheduler.observe_outside(2 * GIB);
         for id in 0..3 {
-            scheduler.submit(id, Estimate::flat(GIB), false);
+            scheduler.submit(id, SESSION, Estimate::flat(GIB), false);
         }
         let started = scheduler
             .decide(None)
@@ -827,8 +942,8 @@ mod tests {
             budget: GIB,
             slots: 2,
         });
-        s.submit(1, Estimate::flat(5 * GIB), false);
-        s.submit(2, Estimate::flat(GIB / 4), false);
+        s.submit(1, SESSION, Estimate::flat(5 * GIB), false);
+        s.submit(2, SESSION, Estimate::flat(GIB / 4), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
         assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
         s.remove(1);
@@ -851,11 +966,11 @@ mod tests {
     #[test]
     fn a_large_job_is_overtaken_only_a_bounded_number_of_times() {
         let mut s = two_slots_of_4_gib_passed_at_most_twice();
-        s.submit(0, Estimate::flat(3 * GIB), false);
+        s.submit(0, SESSION, Estimate::flat(3 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![0]);
-        s.submit(1, Estimate::flat(3 * GIB), false); // does not fit beside job 0
+        s.submit(1, SESSION, Estimate::flat(3 * GIB), false); // does not fit beside job 0
         for small in 2..10 {
-            s.submit(small, Estimate::flat(GIB / 2), false);
+            s.submit(small, SESSION, Estimate::flat(GIB / 2), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![2]);
         s.remove(2);
@@ -876,10 +991,10 @@ mod tests {
         };
         // Jobs 1 to 3 are of a group not seen yet; 4 to 8 of another group, already known.
         for id in 1..=3 {
-            s.submit(id, learning.clone(), false);
+            s.submit(id, SESSION, learning.clone(), false);
         }
         for small in 4..=8 {
-            s.submit(small, Estimate::flat(GIB / 4), false);
+            s.submit(small, SESSION, Estimate::flat(GIB / 4), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1, 4]);
         // Jobs 2 and 3 wait for job 1 while other jobs can use the slot, and waiting so does
@@ -902,7 +1017,7 @@ mod tests {
             slots: 3,
         });
         for id in 1..=3 {
-            s.submit(id, Estimate::flat(2 * GIB), false);
+            s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
         s.observe(1, 4 * GIB + GIB / 4, 0.0);
@@ -932,8 +1047,8 @@ mod tests {
             budget: 10 * GIB,
             slots: 2,
         });
-        s.submit(1, Estimate::flat(GIB), false);
-        s.submit(2, Estimate::flat(GIB), false);
+        s.submit(1, SESSION, Estimate::flat(GIB), false);
+        s.submit(2, SESSION, Estimate::flat(GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1, 2]);
         s.observe(1, 7 * GIB, 0.0);
         s.observe(2, 2 * GIB + 3 * GIB / 4, 0.0);
@@ -949,7 +1064,7 @@ mod tests {
             slots: 4,
         });
         for id in 1..=3 {
-            s.submit(id, Estimate::flat(2 * GIB), false);
+            s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1]);
         for id in 1..=3 {
@@ -982,9 +1097,9 @@ mod tests {
             waiting_seconds: 50.0,
             ..late_peak(100.0, GIB)
         };
-        s.submit(1, on_the_path, false);
-        s.submit(2, late_peak(30.0, GIB), false);
-        s.submit(3, Estimate::flat(GIB), false);
+        s.submit(1, SESSION, on_the_path, false);
+        s.submit(2, SESSION, late_peak(30.0, GIB), false);
+        s.submit(3, SESSION, Estimate::flat(GIB), false);
         // Paths of 150 s, 30 s and unknown: job 2 starts at 19 × (1 - 30/150) = 15.2, and
         // the job of unknown length at the normal priority.
         let expected = [(1, 0), (2, 15), (3, 0)].map(|(id, nice)| Action::Start { id, nice });
@@ -997,8 +1112,8 @@ mod tests {
             budget: 5 * GIB,
             slots: 4,
         });
-        s.submit(1, late_peak(100.0, 4 * GIB), false);
-        s.submit(2, late_peak(100.0, 4 * GIB), false);
+        s.submit(1, SESSION, late_peak(100.0, 4 * GIB), false);
+        s.submit(2, SESSION, late_peak(100.0, 4 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
         // Both would peak at the same time: job 2 waits while job 1 is young.
         s.observe(1, GIB / 2, 10.0);
@@ -1018,13 +1133,13 @@ mod tests {
             budget: 5 * GIB,
             slots: 1,
         });
-        s.submit(1, late_peak(10.0, GIB), false);
-        s.submit(2, late_peak(100.0, GIB), false);
+        s.submit(1, SESSION, late_peak(10.0, GIB), false);
+        s.submit(2, SESSION, late_peak(100.0, GIB), false);
         let before_a_link = Estimate {
             waiting_seconds: 200.0,
             ..late_peak(20.0, GIB)
         };
-        s.submit(3, before_a_link, false);
+        s.submit(3, SESSION, before_a_link, false);
         assert_eq!(starts(&s.decide(None)), vec![3]);
         s.remove(3);
         assert_eq!(starts(&s.decide(None)), vec![2]);
@@ -1042,7 +1157,7 @@ mod tests {
                     borrowed_profile,
                     ..late_peak(100.0, 4 * GIB)
                 };
-                s.submit(id, estimate, false);
+                s.submit(id, SESSION, estimate, false);
             }
             // Eight jobs run one after another, enough for their strays to count.
             for id in 1..=8 {
@@ -1077,8 +1192,8 @@ mod tests {
                 slots: 4,
             });
             s.note_reruns(reruns);
-            s.submit(1, late_peak(100.0, 4 * GIB), false);
-            s.submit(2, late_peak(100.0, 4 * GIB), false);
+            s.submit(1, SESSION, late_peak(100.0, 4 * GIB), false);
+            s.submit(2, SESSION, late_peak(100.0, 4 * GIB), false);
             assert_eq!(starts(&s.decide(None)), vec![1]);
             // As above: job 2 fits beside job 1 with a slack of a few percent, not with 20%.
             s.observe(1, GIB / 2, 40.0);
@@ -1098,8 +1213,8 @@ mod tests {
             budget: 5 * GIB,
             slots: 2,
         });
-        s.submit(1, late_peak(100.0, 4 * GIB), false);
-        s.submit(2, late_peak(100.0, 4 * GIB), false);
+        s.submit(1, SESSION, late_peak(100.0, 4 * GIB), false);
+        s.submit(2, SESSION, late_peak(100.0, 4 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
         // Job 1 has used more CPU time than its profile allows for: it is off the map.
         s.observe(1, GIB, 130.0);
@@ -1112,16 +1227,16 @@ mod tests {
             budget: 4 * GIB,
             slots: 1,
         });
-        s.submit(1, Estimate::flat(GIB), false);
+        s.submit(1, SESSION, Estimate::flat(GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
-        s.submit(2, late_peak(10.0, GIB), false);
-        s.submit(3, late_peak(300.0, GIB), false);
-        s.submit(4, Estimate::flat(GIB), false);
-        s.submit(5, late_peak(50.0, GIB), false);
+        s.submit(2, SESSION, late_peak(10.0, GIB), false);
+        s.submit(3, SESSION, late_peak(300.0, GIB), false);
+        s.submit(4, SESSION, Estimate::flat(GIB), false);
+        s.submit(5, SESSION, late_peak(50.0, GIB), false);
         let order: Vec<JobId> = s.queue.iter().map(|job| job.id).collect();
         assert_eq!(order, vec![3, 5, 2, 4]);
         s.queue[1].overtaken = 1;
-        s.submit(6, late_peak(600.0, GIB), false);
+        s.submit(6, SESSION, late_peak(600.0, GIB), false);
         let order: Vec<JobId> = s.queue.iter().map(|job| job.id).collect();
         assert_eq!(order, vec![3, 5, 6, 2, 4]);
     }
@@ -1132,8 +1247,8 @@ mod tests {
             budget: 10 * GIB,
             slots: 2,
         });
-        s.submit(1, Estimate::flat(GIB), false);
-        s.submit(2, Estimate::flat(GIB), false);
+        s.submit(1, SESSION, Estimate::flat(GIB), false);
+        s.submit(2, SESSION, Estimate::flat(GIB), false);
         s.decide(None);
         s.observe(1, GIB, 0.0);
         s.observe(2, GIB, 0.0);
@@ -1146,15 +1261,139 @@ mod tests {
             budget: 10 * GIB,
             slots: 4,
         });
-        s.submit(1, Estimate::flat(GIB), false);
+        s.submit(1, SESSION, Estimate::flat(GIB), false);
         s.decide(None);
-        s.submit(2, Estimate::flat(GIB), true);
-        s.submit(3, Estimate::flat(GIB), false);
+        s.submit(2, SESSION, Estimate::flat(GIB), true);
+        s.submit(3, SESSION, Estimate::flat(GIB), false);
         assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);
         assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
         s.remove(2);
         assert_eq!(starts(&s.decide(None)), vec![3]);
+    }
+    #[test]
+    fn a_later_session_gets_its_share_as_slots_free_without_stopping_the_first() {
+        let mut s = Scheduler::new(Limits {
+            budget: 16 * GIB,
+            slots: 4,
+        });
+        // Session 1 came first and took every slot; more of its jobs wait.
+        for id in 1..=8 {
+            s.submit(id, 1, Estimate::flat(GIB), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3, 4]);
+        // Session 2 comes: none of session 1's jobs is stopped or killed to make room.
+        for id in 11..=14 {
+            s.submit(id, 2, Estimate::flat(GIB), false);
+        }
+        assert_eq!(s.decide(None), Vec::<Action>::new());
+        // Each slot that frees goes to session 2 until it holds its share, two of four.
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![11]);
+        s.remove(2);
+        assert_eq!(starts(&s.decide(None)), vec![12]);
+        // Then the shares are kept: a slot session 1 leaves goes back to session 1.
+        s.remove(3);
+        assert_eq!(starts(&s.decide(None)), vec![5]);
+        s.remove(11);
+        assert_eq!(starts(&s.decide(None)), vec![13]);
+    }
+
+    #[test]
+    fn a_session_below_its_share_is_considered_first_for_memory() {
+        let mut s = Scheduler::new(Limits {
+            budget: 4 * GIB,
+            slots: 4,
+        });
+        // Session 1 came first and fills the budget with two jobs; its others queue ahead of
+        // session 2's.
+        for id in 1..=4 {
+            s.submit(id, 1, Estimate::flat(2 * GIB), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 2]);
+        s.submit(11, 2, Estimate::flat(2 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // Memory frees: the session with no job running takes it, behind in the queue or not.
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![11]);
+    }
+
+    #[test]
+    fn sessions_that_wait_together_start_in_turns() {
+        let mut s = Scheduler::new(Limits {
+            budget: 6 * GIB,
+            slots: 8,
+        });
+        for id in 1..=4 {
+            s.submit(id, 1, Estimate::flat(2 * GIB), false);
+        }
+        for id in 11..=14 {
+            s.submit(id, 2, Estimate::flat(2 * GIB), false);
+        }
+        // Room for three: one each, then one more for the session first in the queue.
+        assert_eq!(starts(&s.decide(None)), vec![1, 11, 2]);
+    }
+
+    #[test]
+    fn idle_slots_go_to_whichever_session_can_use_them() {
+        let mut s = Scheduler::new(Limits {
+            budget: 16 * GIB,
+            slots: 4,
+        });
+        s.submit(1, 1, Estimate::flat(GIB), false);
+        for id in 11..=16 {
+            s.submit(id, 2, Estimate::flat(GIB), false);
+        }
+        // Session 1 has one job: session 2 takes the slots it cannot use.
+        assert_eq!(starts(&s.decide(None)), vec![1, 11, 12, 13]);
+    }
+
+    #[test]
+    fn the_safety_net_stops_the_youngest_job_whichever_session_it_is_of() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 4,
+        });
+        s.submit(1, 2, Estimate::flat(2 * GIB), false);
+        s.submit(2, 1, Estimate::flat(2 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1, 2]);
+        s.observe(1, 2 * GIB, 0.0);
+        s.observe(2, 8 * GIB, 0.0);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+    }
+
+    #[test]
+    fn new_limits_keep_the_jobs_and_move_the_thresholds() {
+        let mut s = Scheduler::new(Limits {
+            budget: 8 * GIB,
+            slots: 4,
+        });
+        for id in 1..=4 {
+            s.submit(id, SESSION, Estimate::flat(GIB), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3, 4]);
+        let smaller = Limits {
+            budget: 4 * GIB,
+            slots: 2,
+        };
+        s.set_limits(smaller);
+        assert_eq!(s.limits(), smaller);
+        assert_eq!(s.thresholds, Thresholds::for_limits(smaller));
+        assert_eq!(
+            s.running_count(),
+            4,
+            "running jobs are not stopped for new limits"
+        );
+        s.submit(5, SESSION, Estimate::flat(GIB), false);
+        s.remove(1);
+        s.remove(2);
+        assert_eq!(
+            starts(&s.decide(None)),
+            Vec::<JobId>::new(),
+            "2 slots, 2 run"
+        );
+        s.remove(3);
+        assert_eq!(starts(&s.decide(None)), vec![5]);
     }
 }

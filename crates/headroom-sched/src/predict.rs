@@ -99,6 +99,12 @@ impl Predictor {
         }
     }
 
+    /// Predicts jobs nothing is known of at `bytes` from now on (the budget or the slots it
+    /// was a share of changed); jobs already predicted keep what they were given.
+    pub fn set_default_peak(&mut self, bytes: u64) {
+        self.default_peak = bytes;
+    }
+
     /// Notes how far jobs' peaks moved between their runs in two earlier builds, as
     /// `(earlier peak, later peak)` in bytes, oldest later run first. A move counts against at
     /// least the default prediction (a slot's share of the budget): a small job whose peak

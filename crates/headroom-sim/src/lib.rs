@@ -56,6 +56,7 @@ pub mod import;
 pub mod machine;
 pub mod policy;
 pub mod report;
+pub mod sessions;
 pub mod trace;
 pub mod workload;
 
@@ -67,6 +68,7 @@ pub use engine::{simulate, NodeLoad, Outcome, Policy, RunningJob, View, CLIENT_B
 pub use headroom_sched::budget::BudgetSpec;
 pub use machine::{site_name, FarmSpec, Machine};
 pub use policy::{Engine, PolicySpec, ALL_POLICIES, FARM_POLICIES};
+pub use sessions::{compare_sessions, Governors, SessionsComparison, SessionsOutcome};
 pub use trace::{JobKind, Recording, Trace, TraceJob, SCHEMA};
 pub use workload::{SimConfig, SimJob, Workload};
 

@@ -1,6 +1,6 @@
 //! Reports of a comparison: a plain-text table for people, and a self-contained HTML page with,
 //! per trace and machine, an SVG bar chart of makespans and a chart of memory over time (JSON
-//! comes straight from serde).
+//! comes straight from serde); and a table of several sessions at once.
 
 use std::fmt::Write;
 
@@ -9,6 +9,7 @@ use headroom_size::format_size;
 
 use crate::compare::Comparison;
 use crate::engine::Outcome;
+use crate::sessions::{Governors, SessionsComparison};
 
 /// Makespan over the lower bound.
 fn ratio(outcome: &Outcome, comparison: &Comparison) -> f64 {
@@ -117,6 +118,64 @@ pub fn table(comparisons: &[Comparison], every_static: bool) -> String {
             }
         }
         let _ = writeln!(text, "  {}\n", verdict(comparison));
+    }
+    text
+}
+
+/// A table of several sessions at once per machine: how each way of governing them did
+/// against one session over their union, and when each session ended.
+pub fn sessions_table(comparisons: &[SessionsComparison]) -> String {
+    let mut text = String::new();
+    for comparison in comparisons {
+        let _ = writeln!(
+            text,
+            "{} sessions of {} on {} (headroom's budget {}), {}",
+            comparison.sessions,
+            comparison.trace,
+            comparison.machine,
+            format_size(comparison.headroom_budget),
+            comparison.policy
+        );
+        let _ = writeln!(
+            text,
+            "  {:<28} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>10}  session ends",
+            "governors", "makespan", "×union", "peak", "OOM", "kills", "susp", "wasted"
+        );
+        let union = comparison
+            .outcome(Governors::Union)
+            .map(|union| union.outcome.makespan);
+        for row in &comparison.outcomes {
+            let outcome = &row.outcome;
+            let (makespan, versus_union) = match (outcome.completed(), union) {
+                (true, Some(union)) => (
+                    format!("{:.1}s", outcome.makespan),
+                    format!("{:.2}", outcome.makespan / union),
+                ),
+                _ => ("stalled".to_string(), "-".to_string()),
+            };
+            let ends: Vec<String> = row
+                .session_ends
+                .iter()
+                .map(|end| format!("{end:.1}s"))
+                .collect();
+            let _ = writeln!(
+                text,
+                "  {:<28} {:>10} {:>7} {:>11} {:>5} {:>6} {:>6} {:>9.1}s  {}",
+                row.governors.name(),
+                makespan,
+                versus_union,
+                format_size(outcome.peak_memory),
+                outcome.oom_events,
+                outcome.policy_kills,
+                outcome.suspensions,
+                outcome.wasted_seconds,
+                ends.join(" ")
+            );
+            if let Some(reason) = &outcome.stalled {
+                let _ = writeln!(text, "  {}: {reason}", row.governors.name());
+            }
+        }
+        text.push('\n');
     }
     text
 }

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 
 use headroom_sched::budget::BudgetSpec;
 use headroom_sched::chain::{self, Finished};
-use headroom_sched::{JobId, Profile, ProfileRecorder, Ran};
+use headroom_sched::{JobId, Profile, ProfileRecorder, Ran, SessionId};
 
 use crate::machine::FarmSpec;
-use crate::trace::{JobKind, Trace};
+use crate::trace::{JobKind, Trace, TraceJob};
 
 /// How a run is set up: how it departs from the recorded trace, how often policies sample,
 /// the budget headroom is given, and the farm beside the machine.
@@ -50,6 +50,9 @@ impl Default for SimConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimJob {
     pub id: JobId,
+    /// The session (one `headroom build` of several at once) whose build offers it; 0 when
+    /// one build runs alone.
+    pub session: SessionId,
     pub label: String,
     /// The job's group key, numbered in order of first appearance in the trace.
     pub group: u64,
@@ -167,6 +170,7 @@ impl Workload {
             let threads = (job.cpu / job.duration).max(1.0);
             jobs.push(SimJob {
                 id: index as JobId,
+                session: 0,
                 label: job.label.clone(),
                 group,
                 kind: job.kind,
@@ -187,6 +191,57 @@ impl Workload {
             jobs,
             dependents,
         }
+    }
+
+    /// The builds of `traces` run at once on one machine, the i-th as session i: their jobs
+    /// together, each build's with its own dependencies, labelled `i:LABEL` (two sessions may
+    /// build the same trace) and named `A + B`. Jobs of the same compiler and flags form one
+    /// group across sessions, as they do for one governor.
+    pub fn sessions(traces: &[Trace], config: &SimConfig) -> Workload {
+        let mut union = Trace {
+            schema: crate::trace::SCHEMA,
+            name: traces
+                .iter()
+                .map(|trace| trace.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + "),
+            source: None,
+            recorded: None,
+            jobs: Vec::new(),
+        };
+        let mut sessions = Vec::new();
+        for (session, trace) in traces.iter().enumerate() {
+            let offset = union.jobs.len();
+            union.jobs.extend(trace.jobs.iter().map(|job| TraceJob {
+                label: format!("{session}:{}", job.label),
+                deps: job.deps.iter().map(|dep| dep + offset).collect(),
+                ..job.clone()
+            }));
+            sessions.resize(union.jobs.len(), session as SessionId);
+        }
+        let mut workload = Workload::new(&union, config);
+        for (job, session) in workload.jobs.iter_mut().zip(sessions) {
+            job.session = session;
+        }
+        workload
+    }
+
+    /// How many sessions offer its jobs.
+    pub fn session_count(&self) -> usize {
+        self.jobs
+            .iter()
+            .map(|job| job.session as usize + 1)
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// The same jobs, all offered by one session: one build over the union of the sessions'.
+    pub fn as_one_session(&self) -> Workload {
+        let mut one = self.clone();
+        for job in &mut one.jobs {
+            job.session = 0;
+        }
+        one
     }
 
     /// The largest peak of any job in this run.

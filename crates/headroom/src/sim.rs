@@ -1,4 +1,5 @@
-//! `headroom sim`: compares scheduling policies on build traces over simulated machines, and
+//! `headroom sim`: compares scheduling policies on build traces over simulated machines, or
+//! with `--sessions` several builds at once under one governor against one governor each, and
 //! `headroom sim generate` writes the synthetic trace corpus.
 
 use std::path::PathBuf;
@@ -8,8 +9,8 @@ use headroom_govern::budget::{parse_budget, BudgetSpec};
 use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
 use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
-    compare, report, site_name, FarmSpec, Machine, PolicySpec, SimConfig, Trace, Workload,
-    ALL_POLICIES, FARM_POLICIES,
+    compare, compare_sessions, report, site_name, FarmSpec, Machine, PolicySpec, SimConfig, Trace,
+    Workload, ALL_POLICIES, FARM_POLICIES,
 };
 use headroom_size::Size;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -65,6 +66,12 @@ pub struct SimArgs {
     /// such as `28G`, or a percentage of the machine's memory such as `100%`.
     #[arg(long, value_name = "SIZE|PERCENT", default_value = "auto", value_parser = parse_budget)]
     budget: BudgetSpec,
+    /// Simulate N builds at once on each machine, as sessions: the traces given, in turn
+    /// (`--sessions 4 a.json b.json` runs a, b, a and b), under one governor that every session
+    /// joins, under one governor per session that each take the whole budget as their own,
+    /// and as one session over the union of the builds. Compares headroom and headroom-warm.
+    #[arg(long, value_name = "N")]
+    sessions: Option<usize>,
     /// Print every `-jN` of the static sweep, not only the best ones.
     #[arg(long)]
     every_static: bool,
@@ -152,7 +159,6 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    output::check_all([("--html", args.html.as_deref())])?;
     let config = SimConfig {
         seed: args.seed,
         variation: args.variation,
@@ -160,6 +166,10 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
         budget: args.budget,
         ..SimConfig::default()
     };
+    if let Some(sessions) = args.sessions {
+        return simulate_sessions(&args, sessions, &config);
+    }
+    output::check_all([("--html", args.html.as_deref())])?;
     let policies = match (args.policies.is_empty(), args.farms.is_empty()) {
         (true, true) => ALL_POLICIES.to_vec(),
         (true, false) => FARM_POLICIES.to_vec(),
@@ -202,6 +212,61 @@ pub fn main(args: SimArgs) -> anyhow::Result<u8> {
     }
     if let Some(path) = args.html {
         output::write("--html", &path, report::html(&comparisons).as_bytes())?;
+    }
+    Ok(0)
+}
+
+/// `headroom sim --sessions N`: the traces as `sessions` builds at once on each machine,
+/// under each way of governing them.
+fn simulate_sessions(args: &SimArgs, sessions: usize, config: &SimConfig) -> anyhow::Result<u8> {
+    anyhow::ensure!(
+        sessions >= 2,
+        "--sessions {sessions}: give 2 or more builds at once; without --sessions each trace is \
+         simulated alone"
+    );
+    anyhow::ensure!(
+        args.farms.is_empty(),
+        "--sessions and --farm do not go together: the sessions share one machine; leave one out"
+    );
+    anyhow::ensure!(
+        args.html.is_none(),
+        "--html charts one build per trace; leave it out with --sessions"
+    );
+    let mut warm_or_cold = Vec::new();
+    for &policy in &args.policies {
+        let PolicySpec::Headroom { warm } = policy else {
+            anyhow::bail!(
+                "--policy {policy} does not govern sessions; with --sessions, give headroom, \
+                 headroom-warm or both"
+            );
+        };
+        warm_or_cold.push(warm);
+    }
+    if warm_or_cold.is_empty() {
+        warm_or_cold = vec![false, true];
+    }
+    let traces = args
+        .traces
+        .iter()
+        .map(|path| Trace::load(path))
+        .collect::<Result<Vec<Trace>, _>>()
+        .context("loading a trace given on the command line")?;
+    let builds: Vec<Trace> = (0..sessions)
+        .map(|session| traces[session % traces.len()].clone())
+        .collect();
+    let workload = Workload::sessions(&builds, config);
+    let mut comparisons = Vec::new();
+    for &machine in &args.machines {
+        for &warm in &warm_or_cold {
+            let comparison = compare_sessions(&workload, machine, warm, config)
+                .with_context(|| format!("simulating {} on {machine}", workload.name))?;
+            comparisons.push(comparison);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&comparisons)?);
+    } else {
+        print!("{}", report::sessions_table(&comparisons));
     }
     Ok(0)
 }

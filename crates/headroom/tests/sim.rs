@@ -137,6 +137,62 @@ fn sim_compares_placement_on_each_farm() {
 }
 
 #[test]
+fn sim_compares_sessions_under_one_governor_and_one_each() {
+    let mut command = headroom();
+    command
+        .args(["sim", "--sessions", "2", "--machine", "8c/16G"])
+        .args(["--policy", "headroom-warm", "--json"])
+        .arg(corpus().join("torch-extension.json"));
+    let json = json_of(&mut command);
+    let comparisons = json.as_array().expect("an array of comparisons");
+    assert_eq!(comparisons.len(), 1, "one machine, one policy");
+    let comparison = &comparisons[0];
+    assert_eq!(comparison["trace"], "torch-extension + torch-extension");
+    assert_eq!(comparison["sessions"], 2);
+    let outcomes = comparison["outcomes"].as_array().expect("outcomes");
+    let of = |governors: &str| {
+        outcomes
+            .iter()
+            .find(|outcome| outcome["governors"] == governors)
+            .unwrap_or_else(|| panic!("no {governors} outcome in {comparison}"))
+    };
+    let number =
+        |outcome: &serde_json::Value, field: &str| outcome[field].as_f64().expect("a number");
+    let (union, shared, apart) = (of("union"), of("shared"), of("per-session"));
+    // One governor for both builds keeps to one budget; one governor each overcommits
+    // the machine and has to kill and re-run jobs.
+    assert_eq!(number(shared, "oom_events"), 0.0, "{shared}");
+    assert_eq!(number(shared, "policy_kills"), 0.0, "{shared}");
+    assert!(
+        number(shared, "makespan") <= 1.10 * number(union, "makespan"),
+        "{shared} against {union}"
+    );
+    assert!(
+        number(apart, "oom_events") + number(apart, "policy_kills") > 0.0,
+        "{apart}"
+    );
+    let ends = shared["session_ends"].as_array().expect("session ends");
+    assert_eq!(ends.len(), 2);
+
+    // The table names each way of governing, against the union.
+    let output = headroom()
+        .args(["sim", "--sessions", "2", "--machine", "8c/16G"])
+        .args(["--policy", "headroom-warm"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    let table = String::from_utf8_lossy(&output.stdout);
+    for row in [
+        "×union",
+        "one session over the union",
+        "shared governor",
+        "per-session governors",
+    ] {
+        assert!(table.contains(row), "{row} missing from:\n{table}");
+    }
+}
+
+#[test]
 fn bad_input_exits_2_and_names_the_fix() {
     let output = headroom()
         .args(["sim", "--machine", "16 cores"])
@@ -193,11 +249,26 @@ fn bad_input_exits_2_and_names_the_fix() {
         "{stderr}"
     );
 
+    // Only headroom governs sessions.
+    let output = headroom()
+        .args(["sim", "--sessions", "2", "--policy", "ninja"])
+        .arg(corpus().join("torch-extension.json"))
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--policy ninja") && stderr.contains("headroom-warm"),
+        "{stderr}"
+    );
+
     for (flag, value) in [
         ("--variation", "1.5"),
         ("--growth", "-0.9"),
         ("--budget", "lots"),
         ("--budget", "120%"),
+        ("--sessions", "1"),
+        ("--sessions", "many"),
     ] {
         let output = headroom()
             .args(["sim", flag, value])

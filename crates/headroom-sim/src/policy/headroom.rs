@@ -8,6 +8,9 @@
 //!
 //! With a farm, the driver places every compile on the farm's nodes as the governor does
 //! beside a distributed compile engine; links and other jobs run here.
+//!
+//! Each job is offered as its session's ([`SimJob::session`]): several sessions at once on one
+//! driver share it as the governor's sessions do (`crate::sessions`).
 
 use std::collections::HashMap;
 
@@ -114,7 +117,7 @@ impl Headroom {
             None => (None, 0.0),
         };
         Offer {
-            session: 0,
+            session: job.session,
             key: job.label.clone(),
             label: job.label.clone(),
             group: job.group,
