@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::MemoryFacts;
 use headroom_govern::governor::GovernorConfig;
+use headroom_govern::session::SessionId;
 use headroom_govern::session::{GovernorPlace, Session};
 use headroom_govern::state::BuildState;
 use headroom_size::Size;
@@ -29,6 +30,8 @@ pub struct Governed {
 /// jobs as run, so the governor can pick small ones past a big one that waits. `memory_limit`
 /// is a limit the governed work runs under that this process's own cgroup does not show (the
 /// cgroup `headroom run --memory-limit` makes for its command): the budget fits inside it.
+/// `session_id` is the id the session's compilers must know it by from build to build, when
+/// it must not change (see `GovernorConfig::session_id`).
 /// A `headroom_govern::session::SessionError` in the chain means no governor could start, and
 /// the work may run ungoverned.
 pub fn start_session(
@@ -37,6 +40,7 @@ pub fn start_session(
     command: String,
     offer_jobs_to: Option<&[OsString]>,
     memory_limit: Option<u64>,
+    session_id: Option<SessionId>,
 ) -> Result<Governed> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let settings = BuildSettings::load(overrides, &cwd)?;
@@ -78,6 +82,7 @@ pub fn start_session(
         }),
         project_root: crate::project_root(&cwd).to_string_lossy().into_owned(),
         farm: reachable_farm(&settings),
+        session_id,
     };
     let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
     // Work under a limit of its own, or sent to a farm, keeps a governor of its own; all

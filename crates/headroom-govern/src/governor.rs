@@ -91,6 +91,11 @@ pub struct GovernorConfig {
     /// The build farm, with the nodes that answered when the build began; `None` builds here
     /// only.
     pub farm: Option<FarmSettings>,
+    /// The id the session's compilers must know it by from one build to the next, when it
+    /// is free (Bazel's actions: their environment is part of their cache keys); else the
+    /// session's id is its CLI's process id.
+    #[serde(default)]
+    pub session_id: Option<SessionId>,
 }
 
 /// What the governor keeps of a job beside the driver's record: what its I/O needs.
@@ -547,8 +552,7 @@ impl Governor {
     /// Runs one session from its join to its end, on its CLI's connection: the session ends
     /// when the CLI asks, or when the connection closes (the CLI died).
     fn serve_session(&self, config: GovernorConfig, root: i32, stream: &UnixStream) {
-        let id = root as SessionId;
-        let warnings = self.join(id, config, root);
+        let (id, warnings) = self.join(config, root);
         let joined = Reply::Joined {
             session: id,
             governor: std::process::id(),
@@ -577,12 +581,17 @@ impl Governor {
         }
     }
 
-    /// Begins session `id`: its build in the history, and the shared limits. Returns what
-    /// its user must hear.
-    fn join(&self, id: SessionId, config: GovernorConfig, root: i32) -> Vec<String> {
+    /// Begins a session whose CLI is `root`: its build in the history, and the shared limits.
+    /// Returns its id (the one its config asks for when free, else `root`) and what its user
+    /// must hear.
+    fn join(&self, config: GovernorConfig, root: i32) -> (SessionId, Vec<String>) {
         let mut warnings = Vec::new();
         let past = open_history(&config, &mut warnings);
         let mut state = self.lock();
+        let id = config
+            .session_id
+            .filter(|wanted| !state.sessions.contains_key(wanted))
+            .unwrap_or(root as SessionId);
         if !state.warmed {
             learn_from(&mut state.driver, &past);
             state.warmed = true;
@@ -595,7 +604,7 @@ impl Governor {
         );
         state.sessions.insert(id, session);
         self.share_limits(&mut state);
-        warnings
+        (id, warnings)
     }
 
     /// Takes on session `id`, which joined a governor that has died since: its build goes on,
@@ -603,13 +612,15 @@ impl Governor {
     /// without history, and ends when its CLI (whose process id is the session's) does.
     /// `None` when that CLI is gone too.
     fn adopt(&self, state: &mut State, id: SessionId) -> Option<()> {
-        let root = i32::try_from(id).ok()?;
+        // Ids the CLI chose (`session_id`) are no process's: such a session is not taken on.
+        let root = i32::try_from(id).ok().filter(|&root| root > 0)?;
         if !Path::new(&format!("/proc/{root}")).exists() {
             return None;
         }
         tracing::info!("session {id} lost its governor: this one takes it on");
         let config = GovernorConfig {
             history: None,
+            session_id: None,
             command: format!("(session {id}, taken on from a governor that died)"),
             started_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)

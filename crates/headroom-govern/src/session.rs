@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use headroom_sched::SessionId;
+pub use headroom_sched::SessionId;
 use headroom_store::BuildReport;
 
 use crate::governor::{serve, GovernorConfig};

@@ -445,6 +445,11 @@ fn run_attempt(
         signal => std::process::exit(128 + signal),
     }
     let mut child = spawned?;
+    let pid = if governor_sees_my_pids(stream) {
+        pid
+    } else {
+        0
+    };
     let _ = write_frame(stream, &Request::Started { pid });
     let stderr = child
         .stderr
@@ -454,6 +459,35 @@ fn run_attempt(
     let status = child.wait()?;
     RUNNING_GROUP.store(0, Ordering::SeqCst);
     Ok((status, stderr))
+}
+
+/// Whether the governor sees this process's pids as this process does. Not where the shim
+/// runs in a PID namespace of its own (Bazel's `linux-sandbox` runs every action in one):
+/// the kernel then gives the governor's pid as 0 here, and a pid from here would name
+/// another process to the governor, which it would sample and stop. The shim then sends
+/// pid 0, which the governor neither samples nor signals: the job stays governed for
+/// admission, and its peak comes from the shim's own count when it ends.
+/// (libc's getsockopt: rustix's `UCred` holds a pid that cannot be 0.)
+fn governor_sees_my_pids(stream: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut peer = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes of a `ucred` into `peer`.
+    let read = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut peer as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // Unknown (not a Unix socket, or an old kernel): as before, the pid as it is.
+    read != 0 || peer.pid != 0
 }
 
 fn signal_running_group(signal: Signal) {

@@ -296,7 +296,7 @@ fn govern(args: &RunArgs, rung: &Rung) -> anyhow::Result<Option<Governed>> {
         ..BuildOverrides::default()
     };
     let command = format!("headroom run {}", lossy(&rung.argv).join(" "));
-    match headroom_config::start_session(&overrides, true, command, None, args.memory_limit) {
+    match headroom_config::start_session(&overrides, true, command, None, args.memory_limit, None) {
         Ok(governed) => Ok(Some(governed)),
         Err(err) if err.is::<SessionError>() => {
             headroom_output::say!(

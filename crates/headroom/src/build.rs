@@ -20,7 +20,9 @@ use headroom_store::{summary, BuildReport};
 use headroom_config::{start_session, BuildOverrides};
 use headroom_output as output;
 
+mod bazel;
 pub(crate) mod live;
+use bazel::BazelBuild;
 use live::LiveStatus;
 
 /// How long an interrupted build may take to stop before it is killed.
@@ -131,7 +133,14 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     if let Err(Some(why)) = offer_to.map_or(Ok(()), make_takes_jobs) {
         headroom_output::say!("headroom: {why}");
     }
-    let governed = match start_session(&overrides, !args.no_history, command, offer_to, None) {
+    let governed = match start_session(
+        &overrides,
+        !args.no_history,
+        command,
+        offer_to,
+        None,
+        bazel::stable_session_id(&args.command),
+    ) {
         Ok(governed) => governed,
         // headroom is never why a build does not run: without a governor it runs as it is.
         Err(err) if err.is::<SessionError>() => {
@@ -153,8 +162,9 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     headroom_run::become_subreaper();
     let start = Instant::now();
     let mut build = Command::new(&args.command[0]);
-    build.args(&args.command[1..]);
-    match session.govern(&mut build) {
+    let governed = session.govern(&mut build);
+    let bazel = BazelBuild::arguments(&args.command, &mut build);
+    match governed {
         Err(why) => headroom_output::say!("headroom: warning: {why}; this build runs ungoverned"),
         Ok(()) if sets(&build, TORCH_WRAPPER_ENV) => headroom_output::say!(
             "headroom: sccache is on PATH, and torch would compile extensions through its \
@@ -180,7 +190,12 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     let exit_code = exit_code_of(status);
 
     match session.finish(Some(exit_code), interrupted_by != 0) {
-        Ending::Reported(built) => report(&built, args.report.as_deref(), args.trace.as_deref())?,
+        Ending::Reported(built) => {
+            report(&built, args.report.as_deref(), args.trace.as_deref())?;
+            if let Some(bazel) = &bazel {
+                bazel.explain(&built);
+            }
+        }
         Ending::Silent(waited) => headroom_output::say!(
             "headroom: warning: the governor did not answer for {:.0} s after the build ended; \
              it was stopped, and this build has no report ({:.1} s)",

@@ -296,8 +296,14 @@ fn run_build(
         "headroom kernels build --manifest {}",
         manifest_path.display()
     );
-    let governed =
-        headroom_config::start_session(&overrides, !args.no_history, description, None, None)?;
+    let governed = headroom_config::start_session(
+        &overrides,
+        !args.no_history,
+        description,
+        None,
+        None,
+        None,
+    )?;
     let launcher = Launcher {
         program: governed.session.launcher(),
         env: governed.session.launcher_env(),
