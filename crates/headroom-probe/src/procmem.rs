@@ -120,7 +120,10 @@ mod tests {
         let rss = peak_rss(me).unwrap();
         // A start time no process of this test has: this reading is the test's own.
         let read = counted_with_shared_pages(me, u64::MAX, rss);
-        assert!(read <= rss && read.abs_diff(first) < 16 << 20, "{read} vs {first}");
+        assert!(
+            read <= rss && read.abs_diff(first) < 16 << 20,
+            "{read} vs {first}"
+        );
         assert_eq!(
             counted_with_shared_pages(me, u64::MAX, rss + (100 << 20)),
             read + (100 << 20),
