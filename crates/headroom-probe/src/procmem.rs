@@ -4,11 +4,12 @@
 //! them less often than RSS.
 //!
 //! PSS costs far more than RSS: the kernel walks every page table of the process to split its
-//! shared pages (about 8 ms for a 380 MiB Python worker with torch loaded, against 0.01 ms for
-//! `/proc/PID/stat`, on a loaded 2-core machine). [`counted_with_shared_pages`] therefore keeps
-//! each process's last reading for [`PSS_FRESH`] and carries it forward with the change of
-//! RSS since, so a governor sampling ten times a second reads each process's PSS at most every
-//! two seconds.
+//! shared pages. For a tree of 20 forked processes sharing 380 MiB, one read of every
+//! process's `smaps_rollup` took 148 ms (276 ms with torch imported) against 0.26 ms for their
+//! `/proc/PID/stat`, on a loaded 2-core machine (`bench/run/pss-cost.py`).
+//! [`counted_with_shared_pages`] therefore keeps each process's last reading for
+//! [`PSS_FRESH`] and carries it forward with the change of RSS since: a governor sampling ten
+//! times a second pays about 3 ms a sample for that tree (6 ms with torch), on average.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::ProbeError;
 
 /// How long one PSS reading of a process stands for it.
-pub const PSS_FRESH: Duration = Duration::from_secs(2);
+pub const PSS_FRESH: Duration = Duration::from_secs(5);
 
 /// A process's last PSS reading and its RSS then.
 struct PssReading {
