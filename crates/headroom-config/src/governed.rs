@@ -20,6 +20,8 @@ use crate::{BuildOverrides, BuildSettings};
 /// A governor started for some work, with what it was started with.
 pub struct Governed {
     pub session: Session,
+    /// The memory the governed work may use, in bytes.
+    pub budget: u64,
     pub settings: BuildSettings,
     /// Kept until the work is reported: a temporary state directory lives as long as this.
     _state: BuildState,
@@ -92,6 +94,7 @@ pub fn start_session(
     let session = Session::start(&exe, &config, state.dir(), place)?;
     Ok(Governed {
         session,
+        budget: budget.bytes,
         settings,
         _state: state,
     })

@@ -63,8 +63,8 @@ impl OutsideTracker {
         let mut counted = 0;
         for process in processes {
             let compiler_like = is_compiler_like(&process.comm);
-            if compiler_like || process.rss_bytes >= HEAVY {
-                counted += process.rss_bytes;
+            if compiler_like || process.counted_bytes >= HEAVY {
+                counted += process.counted_bytes;
             }
             let entry = self
                 .seen
@@ -82,7 +82,7 @@ impl OutsideTracker {
                         "not a compiler: counted against the budget".to_string()
                     },
                 });
-            entry.peak = entry.peak.max(process.rss_bytes);
+            entry.peak = entry.peak.max(process.counted_bytes);
             entry.last_seen_ms = t_ms;
         }
         counted
@@ -184,8 +184,10 @@ mod tests {
             pgid: 1,
             sid: 1,
             rss_bytes: mib << 20,
+            counted_bytes: mib << 20,
             cpu_seconds: 0.0,
             comm: comm.to_string(),
+            start_ticks: 0,
         }
     }
 

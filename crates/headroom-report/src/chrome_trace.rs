@@ -177,25 +177,42 @@ fn job_args(job: &JobRecord) -> Value {
 }
 
 /// The track of each job, in the order of `jobs`, from 1: the lowest whose last job had ended
-/// by the job's start.
+/// by the job's start (see [`lanes`]).
 fn slot_tracks(jobs: &[JobRecord]) -> Vec<u32> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| (jobs[i].start_ms, jobs[i].job_id));
-    let mut free_from: Vec<u64> = Vec::new();
+    let spans: Vec<(u64, u64)> = order
+        .iter()
+        .map(|&i| (jobs[i].start_ms, jobs[i].end_ms))
+        .collect();
     let mut tracks = vec![0; jobs.len()];
+    for (&i, lane) in order.iter().zip(lanes(&spans)) {
+        tracks[i] = lane;
+    }
+    tracks
+}
+
+/// The lane of each `(start, end)` span, in their order, from 1: taken by start (the earlier
+/// span first where two start together), each span goes to the lowest lane whose last span
+/// had ended by its start. Spans on one lane never overlap, as slices on one track must not.
+pub fn lanes(spans: &[(u64, u64)]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|&i| (spans[i].0, i));
+    let mut free_from: Vec<u64> = Vec::new();
+    let mut lanes = vec![0; spans.len()];
     for i in order {
-        let job = &jobs[i];
-        let lane = match free_from.iter().position(|&end| end <= job.start_ms) {
+        let (start, end) = spans[i];
+        let lane = match free_from.iter().position(|&free| free <= start) {
             Some(lane) => lane,
             None => {
                 free_from.push(0);
                 free_from.len() - 1
             }
         };
-        free_from[lane] = job.end_ms.max(job.start_ms);
-        tracks[i] = lane as u32 + 1;
+        free_from[lane] = end.max(start);
+        lanes[i] = lane as u32 + 1;
     }
-    tracks
+    lanes
 }
 
 /// `(ms, bytes)`: the memory of the jobs running at each sample and each job's end, every job

@@ -2,6 +2,7 @@
 //! a fallback ladder (the full configuration, then a smaller one, …) on memory failures only.
 
 mod devices;
+mod pools;
 mod report;
 mod stages;
 mod supervise;
@@ -168,10 +169,15 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
         // Each rung has a governor of its own, so its report holds that rung's jobs, and a
         // fallback rung is predicted from what the rungs before it measured.
         let governed = govern(&args, rung)?;
+        let compile_pools = governed
+            .as_ref()
+            .map(|governed| size_pools(governed.budget, rung));
+        let mut env = rung.env.clone();
+        env.extend(compile_pools.iter().flat_map(|pools| pools.set.clone()));
         let launch = Launch {
             program: rung.argv[0].clone(),
             args: rung.argv[1..].to_vec(),
-            env: rung.env.clone(),
+            env,
             interval: args.interval,
             memory_limit: args.memory_limit,
             detector: &detector,
@@ -259,6 +265,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             tracking: outcome.tracking.to_string(),
             largest_processes: outcome.largest_processes.clone(),
             jobs,
+            compile_pools,
             notes: outcome.notes.clone(),
             samples: outcome.samples,
         });
@@ -306,6 +313,20 @@ fn govern(args: &RunArgs, rung: &Rung) -> anyhow::Result<Option<Governed>> {
         }
         Err(err) => Err(err),
     }
+}
+
+/// Sizes the compile-worker pools of what `rung` runs from `budget`: as many workers as it
+/// holds at [`pools::DEFAULT_WORKER_COST`] each, at most one per CPU. A variable the user set
+/// (in the environment, even empty, or in the rung's overrides) is kept.
+fn size_pools(budget: u64, rung: &Rung) -> pools::PoolSizes {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    pools::size_pools(budget, pools::DEFAULT_WORKER_COST, cores, |name| {
+        rung.env
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var_os(name).map(|value| value.to_string_lossy().into_owned()))
+    })
 }
 
 /// Ends the rung's governed session and takes its report.

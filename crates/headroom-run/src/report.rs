@@ -10,6 +10,7 @@ use headroom_store::html::{self, escape, Cell, Table};
 use headroom_store::BuildReport;
 use serde::Serialize;
 
+use super::pools::PoolSizes;
 use super::stages::StageSummary;
 use super::supervise::{KernelPeaks, ProcessPeak, Sample};
 
@@ -53,6 +54,10 @@ pub struct RungReport {
     pub largest_processes: Vec<ProcessPeak>,
     /// The compilers the command started, each run as a job of the rung's governor.
     pub jobs: Vec<GovernedJob>,
+    /// How the compile-worker pools of JIT compilers were sized from the budget; absent where
+    /// no governor ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compile_pools: Option<PoolSizes>,
     pub notes: Vec<String>,
     pub samples: Vec<Sample>,
 }
@@ -79,6 +84,23 @@ pub struct GovernedJob {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     pub attempts: u32,
+}
+
+impl GovernedJob {
+    /// How the job ended, and after how many attempts where it took more than one.
+    pub fn state(&self) -> String {
+        let ended = match (self.exit_code, self.signal) {
+            (_, Some(signal)) => format!("killed by signal {signal}"),
+            (Some(0), None) => "succeeded".to_string(),
+            (Some(code), None) => format!("failed (exit {code})"),
+            (None, None) => "did not finish".to_string(),
+        };
+        if self.attempts > 1 {
+            format!("{ended} after {} attempts", self.attempts)
+        } else {
+            ended
+        }
+    }
 }
 
 /// The jobs of the governor's report `build`, with times from the rung's start
@@ -122,8 +144,9 @@ pub struct Peaks {
     /// Largest sampled RSS of the whole tree.
     pub rss: u64,
     pub rss_at_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pss: Option<u64>,
+    /// Largest sampled memory of the whole tree as the kernel counts it, with pages that
+    /// forked processes share split between them (see [`Sample::counted`]).
+    pub counted: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -140,7 +163,7 @@ impl Peaks {
         Peaks {
             rss: top.map_or(0, |s| s.rss),
             rss_at_s: top.map_or(0.0, |s| s.t),
-            pss: samples.iter().filter_map(|s| s.pss).max(),
+            counted: samples.iter().map(|s| s.counted).max().unwrap_or(0),
             gpu: samples.iter().filter_map(|s| s.gpu).max(),
             neuron: samples.iter().filter_map(|s| s.neuron).max(),
             min_mem_available: samples.iter().filter_map(|s| s.mem_available).min(),
@@ -169,7 +192,10 @@ impl RungReport {
             "tree RSS".to_string(),
             format!("{} at {:.2}s", format_size(peak.rss), peak.rss_at_s),
         )];
-        facts.extend(named("PSS", peak.pss));
+        // Shown only where it differs: where forked processes share pages.
+        if peak.counted < peak.rss {
+            facts.extend(named("tree, shared pages split (PSS)", Some(peak.counted)));
+        }
         // getrusage(RUSAGE_CHILDREN) only ever grows: after the first rung it spans all rungs.
         let scope = if self.rung == 0 { "" } else { " so far" };
         facts.extend(named(
@@ -310,6 +336,9 @@ pub fn render_table(report: &Report) -> String {
                 format_size(peak)
             );
         }
+        if let Some(pools) = &rung.compile_pools {
+            let _ = writeln!(out, "  compile workers: {}", pools.describe());
+        }
         if let Some(staged) = &rung.diagnosis {
             let _ = writeln!(
                 out,
@@ -389,7 +418,9 @@ fn peaks_explained(report: &Report) -> String {
     let mut text = format!(
         "<p><strong>tree RSS</strong> is sampled every {} s: the resident memory of the \
          command's processes, summed, so it misses spikes shorter than that and counts memory \
-         that processes share once per process. <strong>largest process (kernel)</strong> is \
+         that processes share once per process; <strong>tree, shared pages split (PSS)</strong> \
+         counts the pages that forked processes share once, split between them as the kernel \
+         splits them. <strong>largest process (kernel)</strong> is \
          the largest max RSS the kernel recorded for one finished process.",
         report.interval_s
     );
@@ -562,6 +593,9 @@ fn rung_section(rung: &RungReport) -> String {
         ]);
     }
     facts.extend(rung.peak_facts());
+    if let Some(pools) = &rung.compile_pools {
+        facts.push(("compile workers".to_string(), pools.describe()));
+    }
     facts.push(("tracking".to_string(), rung.tracking.clone()));
     facts.extend(
         rung.notes
@@ -597,12 +631,42 @@ fn rung_section(rung: &RungReport) -> String {
             })
             .collect(),
     };
+    let jobs = Table {
+        class: "jobs",
+        columns: vec![
+            "governed job",
+            "stage",
+            "peak",
+            "start (s)",
+            "time (s)",
+            "state",
+        ],
+        rows: rung
+            .jobs
+            .iter()
+            .map(|job| {
+                vec![
+                    Cell::text(&job.label),
+                    Cell::text(&job.stage),
+                    bytes(job.peak),
+                    seconds(job.start_s),
+                    seconds(job.end_s - job.start_s),
+                    Cell::text(&job.state()),
+                ]
+            })
+            .collect(),
+    };
     format!(
-        "<h2 class=\"rung\">Rung {}: {}</h2>\n{}{}",
+        "<h2 class=\"rung\">Rung {}: {}</h2>\n{}{}{}",
         rung.rung,
         escape(&rung.outcome()),
         html::facts(&facts),
-        stages.render()
+        stages.render(),
+        if rung.jobs.is_empty() {
+            String::new()
+        } else {
+            jobs.render()
+        }
     )
 }
 
@@ -643,7 +707,7 @@ pub fn render_mprof(report: &Report) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use headroom_diagnose::{classify, ExitInfo};
     use headroom_store::{BuildRecord, JobRecord};
@@ -658,7 +722,8 @@ mod tests {
         Sample {
             t,
             rss: (python + cc1plus) * MIB,
-            pss: None,
+            // The Python processes are forked workers that share half their pages.
+            counted: (python / 2 + cc1plus) * MIB,
             processes: by_command.len(),
             cgroup_usage: None,
             mem_available: Some(8192 * MIB),
@@ -685,7 +750,9 @@ mod tests {
         }
     }
 
-    fn ladder() -> Report {
+    /// A run of two rungs: the first fails for lack of memory, the second succeeds with two
+    /// governed jobs that overlap.
+    pub(crate) fn ladder() -> Report {
         let failed_samples = vec![
             sample(0.0, 10, 0),
             sample(0.5, 200, 0),
@@ -745,6 +812,7 @@ mod tests {
                         },
                     ],
                     jobs: vec![],
+                    compile_pools: None,
                     notes: vec!["NVML is not available (test); GPU memory is not recorded".into()],
                     samples: failed_samples,
                 },
@@ -771,19 +839,40 @@ mod tests {
                     diagnosis: None,
                     tracking: "cgroup".into(),
                     largest_processes: vec![],
-                    jobs: vec![GovernedJob {
-                        label: "kernels/attention.o".into(),
-                        compiler: "g++".into(),
-                        peak: 300 * MIB,
-                        predicted: 512 * MIB,
-                        prediction_source: "default".into(),
-                        start_s: 0.6,
-                        end_s: 1.4,
-                        stage: "compile kernels".into(),
-                        exit_code: Some(0),
-                        signal: None,
-                        attempts: 1,
-                    }],
+                    jobs: vec![
+                        GovernedJob {
+                            label: "kernels/attention.o".into(),
+                            compiler: "g++".into(),
+                            peak: 300 * MIB,
+                            predicted: 512 * MIB,
+                            prediction_source: "default".into(),
+                            start_s: 0.6,
+                            end_s: 1.4,
+                            stage: "compile kernels".into(),
+                            exit_code: Some(0),
+                            signal: None,
+                            attempts: 1,
+                        },
+                        GovernedJob {
+                            label: "kernels/gemm.o".into(),
+                            compiler: "g++".into(),
+                            peak: 450 * MIB,
+                            predicted: 300 * MIB,
+                            prediction_source: "history".into(),
+                            start_s: 0.7,
+                            end_s: 1.5,
+                            stage: "compile kernels".into(),
+                            exit_code: Some(0),
+                            signal: None,
+                            attempts: 2,
+                        },
+                    ],
+                    compile_pools: Some(crate::pools::size_pools(
+                        1 << 30,
+                        crate::pools::DEFAULT_WORKER_COST,
+                        2,
+                        |name| (name == "TILELANG_AUTO_TUNING_CPU_COUNTS").then(|| "4".to_string()),
+                    )),
                     notes: vec![],
                     samples: ok_samples,
                 },

@@ -17,8 +17,9 @@ use anyhow::Context;
 use headroom_diagnose::ExitInfo;
 use headroom_govern::session::Session;
 use headroom_probe::cgroup::Cgroup;
+use headroom_probe::procs::count_shared_pages;
 use headroom_probe::tracker::{Scope, TreeTracker};
-use headroom_probe::{meminfo, procmem, psi, rusage};
+use headroom_probe::{meminfo, psi, rusage};
 use headroom_size::format_size;
 use serde::Serialize;
 
@@ -29,9 +30,6 @@ use super::stages::{StageDetector, StageScanner, StageStart};
 const TAIL_BYTES: usize = 256 * 1024;
 /// The pipe size asked for CMD's stdout and stderr, and the most read from one at a time.
 const PIPE_BYTES: usize = 1 << 20;
-/// PSS costs a page-table walk per process: read it at most this often, and only for small trees.
-const PSS_EVERY: Duration = Duration::from_secs(1);
-const PSS_MAX_PROCESSES: usize = 64;
 /// MemAvailable and PSI describe the whole machine and move slowly (PSI's shortest average is
 /// 10 s): read them at most this often, whatever the interval.
 const MACHINE_EVERY: Duration = Duration::from_millis(200);
@@ -63,8 +61,9 @@ pub struct Sample {
     pub t: f64,
     /// Resident memory of the whole tree.
     pub rss: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pss: Option<u64>,
+    /// Memory of the whole tree as the kernel counts it: RSS, with the pages that forked
+    /// processes share split between them (their PSS), as `headroom_probe::procs` counts it.
+    pub counted: u64,
     pub processes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_usage: Option<u64>,
@@ -82,7 +81,7 @@ pub struct Sample {
     pub gpu_read_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neuron: Option<u64>,
-    /// Resident memory by command name (`python3`, `cc1plus`).
+    /// Resident memory by process name (`python3`, `cc1plus`, see [`process_name`]).
     pub by_command: Vec<(String, u64)>,
 }
 
@@ -320,7 +319,7 @@ pub fn run(
         tracker,
         cgroup: cgroup.as_ref(),
         samples: Vec::new(),
-        last_pss: None,
+        names: HashMap::new(),
         machine: None,
         peak: 0,
         stage: None,
@@ -468,7 +467,8 @@ struct Watch<'a> {
     tracker: TreeTracker,
     cgroup: Option<&'a Cgroup>,
     samples: Vec<Sample>,
-    last_pss: Option<Instant>,
+    /// The name of each process seen, by pid and command name (see [`process_name`]).
+    names: HashMap<(i32, String), String>,
     /// The last machine-wide reading: when, MemAvailable, PSI `some avg10`.
     machine: Option<(Instant, Option<u64>, Option<f64>)>,
     peak: u64,
@@ -480,43 +480,32 @@ struct Watch<'a> {
 impl Watch<'_> {
     fn sample(&mut self, devices: &mut Devices) {
         let t = self.started.elapsed().as_secs_f64();
-        let processes = self.tracker.sample();
+        let mut processes = self.tracker.sample();
+        count_shared_pages(&mut processes);
         let rss: u64 = processes.iter().map(|p| p.rss_bytes).sum();
-        // PSS is read once a second, and whenever RSS reaches a new peak so the PSS peak is
-        // measured at the moment that matters.
-        let due = self.last_pss.is_none_or(|at| at.elapsed() >= PSS_EVERY) || rss > self.peak;
-        let pss = if processes.len() <= PSS_MAX_PROCESSES && due {
-            self.last_pss = Some(Instant::now());
-            Some(
-                processes
-                    .iter()
-                    .filter_map(|p| procmem::pss(p.pid).ok())
-                    .sum(),
-            )
-        } else {
-            None
-        };
+        let counted: u64 = processes.iter().map(|p| p.counted_bytes).sum();
         let mut by_command: Vec<(String, u64)> = Vec::new();
         for process in &processes {
+            let name = self
+                .names
+                .entry((process.pid, process.comm.clone()))
+                .or_insert_with(|| process_name(process.pid, &process.comm));
             let entry = self
                 .process_peaks
                 .entry(process.pid)
                 .or_insert_with(|| ProcessPeak {
                     pid: process.pid,
-                    command: process.comm.clone(),
+                    command: name.clone(),
                     peak_rss: 0,
                 });
             if process.rss_bytes > entry.peak_rss {
                 entry.peak_rss = process.rss_bytes;
                 // The name at the peak: a process that execs changes its name.
-                entry.command.clone_from(&process.comm);
+                entry.command.clone_from(name);
             }
-            match by_command
-                .iter_mut()
-                .find(|(name, _)| *name == process.comm)
-            {
+            match by_command.iter_mut().find(|(known, _)| known == name) {
                 Some(entry) => entry.1 += process.rss_bytes,
-                None => by_command.push((process.comm.clone(), process.rss_bytes)),
+                None => by_command.push((name.clone(), process.rss_bytes)),
             }
         }
         by_command.retain(|(_, bytes)| *bytes > 0);
@@ -527,7 +516,7 @@ impl Watch<'_> {
         self.samples.push(Sample {
             t,
             rss,
-            pss,
+            counted,
             processes: processes.len(),
             cgroup_usage: self.cgroup.and_then(|c| c.usage().ok()),
             mem_available,
@@ -585,6 +574,32 @@ impl Watch<'_> {
         let _ = write!(stderr, "\r\x1b[2K{line}");
         let _ = stderr.flush();
         terminal.status_visible.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What torch's Inductor names its compile workers' entry point: `python …/torch/_inductor/
+/// compile_worker/__main__.py`, or `python -m torch._inductor.compile_worker`.
+const INDUCTOR_COMPILE_WORKER: [&str; 2] = [
+    "torch/_inductor/compile_worker",
+    "torch._inductor.compile_worker",
+];
+
+/// The name a process is shown by: its command name (`cc1plus`), except for a Python process
+/// that is a compile worker of torch's Inductor, named `torch._inductor…compile_worker`: the
+/// sidecar and the workers it forks are what a torch.compile run holds most of its memory in,
+/// and `python3` does not say so. Reads `/proc/PID/cmdline` of Python processes only.
+fn process_name(pid: i32, comm: &str) -> String {
+    let is_compile_worker = comm.starts_with("python")
+        && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            INDUCTOR_COMPILE_WORKER
+                .iter()
+                .any(|entry| cmdline.contains(entry))
+        });
+    if is_compile_worker {
+        "torch._inductor…compile_worker".to_string()
+    } else {
+        comm.to_string()
     }
 }
 

@@ -111,3 +111,66 @@ fn the_compiles_of_a_multiprocessing_pool_are_governed_jobs_within_the_budget() 
     assert_eq!(last["stage"], "compile", "{last:#}");
     assert!(stderr.contains("4 compiles governed, peak "), "{stderr}");
 }
+
+/// Stands for torch Inductor's compile worker (`python …/torch/_inductor/compile_worker/
+/// __main__.py`): holds 64 MiB for a moment and prints the pool variables it was given.
+const COMPILE_WORKER: &str = r###"
+import os, time
+print("threads=" + os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "unset"), flush=True)
+print("tilelang=" + os.environ.get("TILELANG_AUTO_TUNING_CPU_COUNTS", "unset"), flush=True)
+held = b"x" * (64 << 20)
+time.sleep(0.5)
+"###;
+
+#[test]
+fn a_compile_worker_is_named_as_such_and_a_users_pool_size_is_kept() {
+    if python3_missing() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let worker = dir.join("torch/_inductor/compile_worker");
+    std::fs::create_dir_all(&worker).unwrap();
+    std::fs::write(worker.join("__main__.py"), COMPILE_WORKER).unwrap();
+    let output = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"))
+        .env("TMPDIR", dir)
+        .env_remove("HEADROOM_BUDGET")
+        .env_remove("TILELANG_AUTO_TUNING_CPU_COUNTS")
+        .env("TORCHINDUCTOR_COMPILE_THREADS", "7")
+        .args(["run", "--budget", "400M", "--json", "run.json", "--"])
+        .args(["python3", "torch/_inductor/compile_worker/__main__.py"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // 400 MiB holds one worker of 400 MiB; the user's own TORCHINDUCTOR_COMPILE_THREADS stands.
+    assert!(stdout.contains("threads=7\n"), "{stdout}");
+    assert!(stdout.contains("tilelang=1\n"), "{stdout}");
+    assert!(
+        stderr.contains("compile workers: set TILELANG_AUTO_TUNING_CPU_COUNTS=1")
+            && stderr.contains("kept yours: TORCHINDUCTOR_COMPILE_THREADS=7"),
+        "{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let rung = &report["rungs"][0];
+    assert_eq!(
+        rung["compile_pools"]["kept"],
+        serde_json::json!([["TORCHINDUCTOR_COMPILE_THREADS", "7"]]),
+        "{rung:#}"
+    );
+    assert_eq!(
+        rung["largest_processes"][0]["command"], "torch._inductor…compile_worker",
+        "{:#}",
+        rung["largest_processes"]
+    );
+    assert!(
+        rung["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|sample| sample["by_command"][0][0] == "torch._inductor…compile_worker"),
+        "the chart's layers name it too"
+    );
+}
