@@ -1191,7 +1191,7 @@ impl Governor {
                     let job = state.jobs.get(&id).filter(|job| job.pgid.is_some())?;
                     let reading = Reading {
                         id,
-                        bytes: usage.rss_bytes,
+                        bytes: usage.counted_bytes,
                         cpu_seconds: usage.cpu_seconds,
                     };
                     Some((job.session, reading))
