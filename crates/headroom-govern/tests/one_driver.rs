@@ -56,6 +56,7 @@ fn governor_config(budget: u64, slots: usize) -> GovernorConfig {
         parallelism_set: Vec::new(),
         project_root: "/src".into(),
         farm: None,
+        session_id: None,
     }
 }
 
