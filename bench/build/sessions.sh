@@ -7,6 +7,8 @@
 #             and share its budget and slots (what headroom does now);
 #   separate  the same with a state directory each, so each starts a governor of its own that
 #             takes the whole cap as its budget (what headroom did before sessions shared one);
+#   users     the first build as root, the others as the user nobody (uid 65534): each user
+#             has governors of their own, which see each other only through the cgroup's room;
 #   union     one `headroom build -- make` of one tree with K times the units, the yardstick.
 # Each run is warm (one unmeasured build per mode first teaches the history). Prints each
 # run's wall, exit codes, the kernel's OOM kills in the cgroup and headroom's own kills
@@ -14,6 +16,7 @@
 #
 # Usage: bench/build/sessions.sh [K...]     e.g. `bench/build/sessions.sh 2 4`
 # Environment: CAP (default 2.2G: two heavy units fit, four do not), REPEATS (default 2),
+#              MODES (default "shared separate users union"),
 #              HEADROOM (default target/release/headroom).
 set -euo pipefail
 script_name=sessions.sh
@@ -29,6 +32,8 @@ sessions=("${@:-2}")
 setup_cgroups
 work_dir=$(mktemp -d "${TMPDIR:-/tmp}/headroom-sessions.XXXXXX")
 trap cleanup EXIT
+# The other user's builds read the example and the binary from here.
+chmod 755 "$work_dir"
 cap_bytes=$(size_to_bytes "$CAP")
 results="$work_dir/results.csv"
 echo "k,mode,repeat,wall_s,exits,oom_kills,requeues" >"$results"
@@ -39,18 +44,24 @@ copy() {
   cp -r "$repo_root/examples/template-heavy" "$1"
 }
 
-# Runs the builds "DIR STATE VARS" given one per argument at once in a fresh cgroup; prints
-# "wall exits oom requeues".
+# Runs the builds "DIR STATE USER VARS" given one per argument at once in a fresh cgroup, which it
+# removes after; leaves "wall exits oom requeues" in $line.
 run_together() {
   make_cgroup "$cap_bytes"
   local start end pids=() exits="" requeues=0 spec dir state vars
   start=$EPOCHREALTIME
   for spec in "$@"; do
-    read -r dir state vars <<<"$spec"
+    read -r dir state user vars <<<"$spec"
     make -C "$dir" clean >/dev/null
+    local as=()
+    if [[ $user != root ]]; then
+      mkdir -p "$state"
+      chown -R "$user" "$dir" "$state"
+      as=(setpriv --reuid="$user" --regid="$user" --clear-groups env -u XDG_RUNTIME_DIR HOME="$state")
+    fi
     # shellcheck disable=SC2086 # vars are make assignments
     HEADROOM_STATE_DIR=$state bash -c 'echo $$ >"$1/cgroup.procs" && cd "$2" && shift 2 && exec "$@"' \
-      sessions-run "$cgroup" "$dir" "$HEADROOM" build --report report.json -- make $vars \
+      sessions-run "$cgroup" "$dir" "${as[@]}" "$HEADROOM" build --report report.json -- make $vars \
       >"$dir.log" 2>&1 &
     pids+=($!)
   done
@@ -64,34 +75,40 @@ run_together() {
     read -r dir _ <<<"$spec"
     requeues=$((requeues + $(python3 -c 'import json,sys; print(sum(j["requeues"] for j in json.load(open(sys.argv[1]))["jobs"]))' "$dir/report.json" 2>/dev/null || echo 0)))
   done
-  awk -v s="$start" -v e="$end" -v x="${exits%/}" -v o="$(cgroup_oom_kills "$cgroup")" -v r="$requeues" \
-    'BEGIN { printf "%.1f %s %s %s\n", e - s, x, o, r }'
+  line=$(awk -v s="$start" -v e="$end" -v x="${exits%/}" -v o="$(cgroup_oom_kills "$cgroup")" -v r="$requeues" \
+    'BEGIN { printf "%.1f %s %s %s\n", e - s, x, o, r }')
+  rmdir "$cgroup" || log "could not remove $cgroup; remove it by hand with rmdir"
 }
 
 for k in "${sessions[@]}"; do
-  specs_shared=() specs_separate=()
+  specs_shared=() specs_separate=() specs_users=()
   for ((i = 1; i <= k; i++)); do
     copy "$work_dir/k$k-$i"
-    specs_shared+=("$work_dir/k$k-$i $work_dir/state-shared-k$k HEAVY=2 LIGHT=2")
-    specs_separate+=("$work_dir/k$k-$i $work_dir/state-k$k-$i HEAVY=2 LIGHT=2")
+    copy "$work_dir/users-k$k-$i"
+    specs_shared+=("$work_dir/k$k-$i $work_dir/state-shared-k$k root HEAVY=2 LIGHT=2")
+    specs_separate+=("$work_dir/k$k-$i $work_dir/state-k$k-$i root HEAVY=2 LIGHT=2")
+    user=root
+    ((i > 1)) && user=65534
+    specs_users+=("$work_dir/users-k$k-$i $work_dir/state-users-k$k-$i $user HEAVY=2 LIGHT=2")
   done
   copy "$work_dir/union-k$k"
-  spec_union="$work_dir/union-k$k $work_dir/state-union-k$k HEAVY=$((2 * k)) LIGHT=$((2 * k))"
-  for mode in shared separate union; do
-    case $mode in
-    shared) run_together "${specs_shared[@]}" >/dev/null ;;
-    separate) run_together "${specs_separate[@]}" >/dev/null ;;
-    union) run_together "$spec_union" >/dev/null ;;
+  spec_union="$work_dir/union-k$k $work_dir/state-union-k$k root HEAVY=$((2 * k)) LIGHT=$((2 * k))"
+  modes=${MODES:-shared separate users union}
+  build_mode() {
+    case $1 in
+    shared) run_together "${specs_shared[@]}" ;;
+    separate) run_together "${specs_separate[@]}" ;;
+    users) run_together "${specs_users[@]}" ;;
+    union) run_together "$spec_union" ;;
     esac
+  }
+  for mode in $modes; do
+    build_mode "$mode"
     log "k=$k: $mode warmed"
   done
   for ((repeat = 1; repeat <= REPEATS; repeat++)); do
-    for mode in shared separate union; do
-      case $mode in
-      shared) line=$(run_together "${specs_shared[@]}") ;;
-      separate) line=$(run_together "${specs_separate[@]}") ;;
-      union) line=$(run_together "$spec_union") ;;
-      esac
+    for mode in $modes; do
+      build_mode "$mode"
       read -r wall exits oom requeues <<<"$line"
       log "k=$k repeat $repeat $mode: ${wall} s, exits $exits, OOM kills $oom, kills by headroom $requeues"
       echo "$k,$mode,$repeat,$wall,$exits,$oom,$requeues" >>"$results"
@@ -108,7 +125,7 @@ print("|---:|---|---:|---:|---:|---:|---:|")
 for k in sorted(set(int(r["k"]) for r in rows)):
     of = lambda mode: [r for r in rows if int(r["k"]) == k and r["mode"] == mode]
     union = statistics.median(float(r["wall_s"]) for r in of("union"))
-    for mode in ("shared", "separate", "union"):
+    for mode in ("shared", "separate", "users", "union"):
         runs = of(mode)
         wall = statistics.median(float(r["wall_s"]) for r in runs)
         failed = sum(sum(1 for x in r["exits"].split("/") if x != "0") for r in runs)

@@ -40,6 +40,7 @@ use crate::budget::MemoryFacts;
 use crate::job::JobIdentity;
 use crate::ladder::{speaks_gcc_flags, Rung};
 use crate::last_build;
+use crate::ledger::{Elsewhere, ReservationLedger};
 use crate::liveness::{silence_bound, HEARTBEAT};
 use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
@@ -125,6 +126,8 @@ struct State {
     dying: Vec<(JobId, i32, Instant)>,
     /// The governor is ending: nothing more is admitted.
     shutting_down: bool,
+    /// What other users' governors in the memory domain hold and use, at the last sample.
+    elsewhere: Elsewhere,
 }
 
 /// One session's part of the state: its build as its report and its history see it, and
@@ -168,6 +171,9 @@ struct SessionState {
     /// Taken on from a governor that died: no connection of its CLI's tells its end, which
     /// comes when the CLI's process is gone.
     adopted: bool,
+    /// What other users' governors used when the session began: its budget, taken from the
+    /// room then, left that out already, so only what they hold beyond it is left to them.
+    used_elsewhere_at_start: u64,
 }
 
 impl SessionState {
@@ -198,6 +204,9 @@ struct Governor {
     cpu_weights: Option<CpuWeights>,
     /// How the governor leaves its socket when its last session has ended.
     exit: crate::session::Exit,
+    /// Where it tells other users' governors in its memory domain what it holds, and hears
+    /// what they hold; `None` where the ledger cannot be used.
+    ledger: Option<ReservationLedger>,
 }
 
 /// The writing ends of the open connections, which the heartbeat reaches as well as each
@@ -255,6 +264,7 @@ pub fn serve(
             warmed: false,
             dying: Vec::new(),
             shutting_down: false,
+            elsewhere: Elsewhere::default(),
         }),
         admitted: Condvar::new(),
         compiler_ids: Mutex::new(HashMap::new()),
@@ -266,6 +276,7 @@ pub fn serve(
             .flatten(),
         defaults,
         exit,
+        ledger: ReservationLedger::open(&crate::session::memory_domain()),
     });
     {
         let governor = Arc::clone(&governor);
@@ -596,7 +607,10 @@ impl Governor {
             learn_from(&mut state.driver, &past);
             state.warmed = true;
         }
-        let session = new_session(config, root, past);
+        let session = SessionState {
+            used_elsewhere_at_start: state.elsewhere.used,
+            ..new_session(config, root, past)
+        };
         tracing::info!(
             "session {id} joined: {} ({} sessions)",
             session.config.command,
@@ -642,7 +656,7 @@ impl Governor {
     /// Sets the limits every session shares: the smallest budget and the fewest slots of the
     /// sessions running, so no session's promise is broken by another's.
     fn share_limits(&self, state: &mut State) {
-        let limits = shared_limits(state.sessions.values().map(|s| &s.config)).unwrap_or(Limits {
+        let limits = shared_limits(state.sessions.values()).unwrap_or(Limits {
             budget: self.defaults.budget,
             slots: self.defaults.slots,
         });
@@ -680,8 +694,7 @@ impl Governor {
             let _ = std::fs::remove_dir_all(&self.farm_state);
             self.remove_cpu_weights();
             tracing::info!("the last session has ended: the governor exits");
-            self.exit.leave();
-            std::process::exit(0);
+            self.leave();
         }
         self.share_limits(&mut state);
         self.decide(&mut state, None);
@@ -1222,6 +1235,7 @@ impl Governor {
             }
             let readings: Vec<Reading> = readings.into_iter().map(|(_, r)| r).collect();
             state.driver.sample(&readings, outside, self.now());
+            self.trade_with_other_users(state, outside);
             self.enforce_stops(state);
             self.decide(state, machine_left);
             let any_stopped = state.sessions.values().any(|s| s.outside.any_stopped());
@@ -1239,6 +1253,27 @@ impl Governor {
                 }
             }
         }
+    }
+
+    /// Tells the ledger what this governor holds and uses, and leaves to other users'
+    /// governors what they hold beyond what they used when this governor's sessions began
+    /// (that much the sessions' budgets left out already).
+    fn trade_with_other_users(&self, state: &mut State, outside: u64) {
+        let Some(ledger) = &self.ledger else {
+            return;
+        };
+        let used: u64 = state.sessions.values().map(|s| s.used).sum();
+        ledger.publish(held_by(state, |_| true) + outside, used);
+        state.elsewhere = ledger.elsewhere();
+        let left_out = state
+            .sessions
+            .values()
+            .map(|s| s.used_elsewhere_at_start)
+            .min()
+            .unwrap_or(0);
+        state
+            .driver
+            .set_held_elsewhere(state.elsewhere.held.saturating_sub(left_out));
     }
 
     /// Keeps what the governor stopped or killed so: a suspended job that something else
@@ -1360,6 +1395,14 @@ impl Governor {
             self.finish_history(id, None);
         }
         self.remove_cpu_weights();
+        self.leave();
+    }
+
+    /// Withdraws from the ledger, leaves the socket's place, and exits.
+    fn leave(&self) -> ! {
+        if let Some(ledger) = &self.ledger {
+            ledger.withdraw();
+        }
         self.exit.leave();
         std::process::exit(0);
     }
@@ -1397,17 +1440,18 @@ fn new_session(config: GovernorConfig, root: i32, past: Past) -> SessionState {
         warnings: Vec::new(),
         ending: false,
         adopted: false,
+        used_elsewhere_at_start: 0,
         config,
     }
 }
 
-/// The limits sessions with `configs` share: the smallest budget and the fewest slots;
-/// `None` without sessions.
-fn shared_limits<'a>(configs: impl Iterator<Item = &'a GovernorConfig>) -> Option<Limits> {
-    configs
-        .map(|config| Limits {
-            budget: config.budget,
-            slots: config.slots,
+/// The limits `sessions` share: the smallest budget and the fewest slots; `None` without
+/// sessions.
+fn shared_limits<'a>(sessions: impl Iterator<Item = &'a SessionState>) -> Option<Limits> {
+    sessions
+        .map(|session| Limits {
+            budget: session.config.budget,
+            slots: session.config.slots,
         })
         .reduce(|a, b| Limits {
             budget: a.budget.min(b.budget),

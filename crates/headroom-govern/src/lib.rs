@@ -17,6 +17,7 @@ pub mod intercept;
 pub mod job;
 pub mod ladder;
 pub mod last_build;
+pub mod ledger;
 pub mod liveness;
 pub mod oom;
 pub mod outside;

@@ -141,7 +141,7 @@ impl GovernorPlace {
 
 /// The memory domain this process is in: the memory cgroup it runs in, whose limit (or the
 /// machine's) every process in it shares; `machine` where no cgroup can be read.
-fn memory_domain() -> String {
+pub(crate) fn memory_domain() -> String {
     match headroom_probe::cgroup::Cgroup::of_self() {
         Ok(Some(cgroup)) => cgroup.dir().display().to_string(),
         _ => "machine".to_string(),

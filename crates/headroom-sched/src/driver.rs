@@ -238,6 +238,13 @@ impl Driver {
         self.scheduler.limits()
     }
 
+    /// Leaves `bytes` of the budget to other users' governors in the same memory domain:
+    /// what they hold now beyond what the budget already left out. Admission only: nothing
+    /// of this governor's is stopped for them.
+    pub fn set_held_elsewhere(&mut self, bytes: u64) {
+        self.scheduler.observe_held_elsewhere(bytes);
+    }
+
     /// Sends jobs that the engine can compile remotely to `farm`'s nodes when they fit there.
     pub fn set_farm(&mut self, farm: Farm) {
         self.farm = Some(farm);

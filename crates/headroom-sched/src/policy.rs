@@ -248,6 +248,10 @@ pub struct Scheduler {
     /// What the build's processes outside every job use now (a build driver, a compiler no
     /// interceptor saw): real memory, so admission and the safety net count it.
     outside: u64,
+    /// What other users' governors in the same memory domain hold now beyond what the budget
+    /// already left out: admission leaves it to them; the safety net, which acts on real use,
+    /// does not count it.
+    held_elsewhere: u64,
 }
 
 /// What the caller must do to processes outside every job, which headroom cannot requeue.
@@ -274,6 +278,7 @@ impl Scheduler {
             running: Vec::new(),
             slack: TimingSlack::new(thresholds.timing_slack),
             outside: 0,
+            held_elsewhere: 0,
         }
     }
 
@@ -388,6 +393,11 @@ impl Scheduler {
     /// Records what the build's processes outside every job use now.
     pub fn observe_outside(&mut self, bytes: u64) {
         self.outside = bytes;
+    }
+
+    /// Records what other users' governors hold now beyond what the budget left out.
+    pub fn observe_held_elsewhere(&mut self, bytes: u64) {
+        self.held_elsewhere = bytes;
     }
 
     /// What the running jobs really use now, suspended ones included, and what runs outside
@@ -571,9 +581,13 @@ impl Scheduler {
         true
     }
 
-    /// The budget left to jobs: what runs outside them takes its part first.
+    /// The budget left to jobs to be admitted into: what runs outside them, and what other
+    /// users' governors hold, take their parts first.
     fn jobs_budget(&self) -> u64 {
-        self.limits.budget.saturating_sub(self.outside)
+        self.limits
+            .budget
+            .saturating_sub(self.outside)
+            .saturating_sub(self.held_elsewhere)
     }
 
     /// How many running jobs compile on this machine (not on a farm node).
@@ -865,6 +879,30 @@ mod tests {
         assert_eq!(starts(&s.decide(None)), vec![1, 3]);
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    /// What another user's governor holds in the same room keeps jobs out until it is let
+    /// go; it never stops a job that runs, and the first job still starts, so the build goes
+    /// on.
+    #[test]
+    fn what_other_users_governors_hold_is_left_to_them_by_admission_only() {
+        let mut s = Scheduler::new(Limits {
+            budget: 3 * GIB,
+            slots: 4,
+        });
+        s.observe_held_elsewhere(2 * GIB);
+        for id in 1..=3 {
+            s.submit(id, SESSION, Estimate::flat(GIB), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        s.observe(1, GIB, 1.0);
+        assert_eq!(
+            s.decide(None),
+            Vec::new(),
+            "nothing stopped, nothing more started"
+        );
+        s.observe_held_elsewhere(0);
+        assert_eq!(starts(&s.decide(None)), vec![2, 3]);
     }
 
     #[test]

@@ -46,7 +46,11 @@ Environment:
       and --farm-token.
   HEADROOM_STATE_DIR
       The build history, the shim directory and the interceptor
-      [default: $XDG_STATE_HOME/headroom, else ~/.local/state/headroom].
+      [default: $XDG_STATE_HOME/headroom, else ~/.local/state/headroom]. Your sessions
+      with one state directory in one memory cgroup share a governor.
+  HEADROOM_LEDGER_DIR
+      Where the governors of different users tell each other what they hold
+      [default: /dev/shm/headroom-ledger, made with mode 1777].
   HEADROOM_CONFIG
       The user's settings file [default: $XDG_CONFIG_HOME/headroom/config.toml, else
       ~/.config/headroom/config.toml]; a file it names must exist. A project's
