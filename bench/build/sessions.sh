@@ -5,10 +5,12 @@
 # light ones each) build at the same time inside one memory-limited cgroup, three ways:
 #   shared    K `headroom build -- make` with one state directory: they join one governor
 #             and share its budget and slots (what headroom does now);
-#   separate  the same with a state directory each, so each starts a governor of its own that
-#             takes the whole cap as its budget (what headroom did before sessions shared one);
-#   users     the first build as root, the others as the user nobody (uid 65534): each user
-#             has governors of their own, which see each other only through the cgroup's room;
+#   separate  the same with a state directory each and no XDG_RUNTIME_DIR, so each starts a
+#             governor of its own that takes the room it sees as its budget (what every build
+#             did before sessions shared a governor);
+#   users     the first build as root, the others as the user nobody (uid 65534), sharing a
+#             state directory: one governor per user, which leave each other what they hold
+#             through the ledger;
 #   union     one `headroom build -- make` of one tree with K times the units, the yardstick.
 # Each run is warm (one unmeasured build per mode first teaches the history). Prints each
 # run's wall, exit codes, the kernel's OOM kills in the cgroup and headroom's own kills
@@ -53,7 +55,8 @@ run_together() {
   for spec in "$@"; do
     read -r dir state user vars <<<"$spec"
     make -C "$dir" clean >/dev/null
-    local as=()
+    # Without a runtime directory, a governor's place is in the state directory.
+    local as=(env -u XDG_RUNTIME_DIR)
     if [[ $user != root ]]; then
       mkdir -p "$state"
       chown -R "$user" "$dir" "$state"
@@ -89,7 +92,7 @@ for k in "${sessions[@]}"; do
     specs_separate+=("$work_dir/k$k-$i $work_dir/state-k$k-$i root HEAVY=2 LIGHT=2")
     user=root
     ((i > 1)) && user=65534
-    specs_users+=("$work_dir/users-k$k-$i $work_dir/state-users-k$k-$i $user HEAVY=2 LIGHT=2")
+    specs_users+=("$work_dir/users-k$k-$i $work_dir/state-users-k$k-$user $user HEAVY=2 LIGHT=2")
   done
   copy "$work_dir/union-k$k"
   spec_union="$work_dir/union-k$k $work_dir/state-union-k$k root HEAVY=$((2 * k)) LIGHT=$((2 * k))"

@@ -14,6 +14,9 @@
 static const char *const FAMILIES[] = {
     "gcc", "g++", "cc", "c++", "clang", "clang++", "nvcc", "hipcc", "rustc",
     "ld", "lld", "mold",
+    /* JIT compilers' own back ends, run by programs (Triton calls ptxas for each kernel);
+     * inside an nvcc job its ptxas is part of the job, which runs without the interceptor. */
+    "ptxas",
 };
 
 /* Names of the linkers `ld` may stand for: ld.bfd, ld.gold, ld.lld, ld.mold. */

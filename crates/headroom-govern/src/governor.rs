@@ -1523,7 +1523,9 @@ fn session_status(state: &State, id: SessionId, done: usize) -> BuildStatus {
         .map(|(&job_id, _)| job_id);
     let used = state.sessions.get(&id).map_or(0, |s| s.used);
     let mut status = build_status(&state.driver, own, done, used, limits);
-    if status.waiting_for.is_some() {
+    // A session whose jobs wait while only other sessions' run waits for those, whatever
+    // its own jobs alone would say; one whose own job runs alone waits for that.
+    if status.waiting > 0 && status.waiting_for != Some(Waiting::Alone) {
         let others = |io: &JobIo| io.session != id;
         let jobs = state
             .jobs

@@ -130,6 +130,8 @@ mod tests {
             "ld.lld",
             "x86_64-linux-gnu-ld.bfd",
             "mold",
+            "ptxas",
+            "neuronx-cc",
         ] {
             assert!(is_compiler_name(name), "{name}");
         }

@@ -86,8 +86,8 @@ pub struct GovernorPlace {
 }
 
 impl GovernorPlace {
-    /// Where this session's governor listens: the place it shares with the other sessions of
-    /// this user, memory domain and history when `shareable`, else a private one.
+    /// Where this session's governor listens: the place it shares with this user's other
+    /// sessions in its memory domain when `shareable`, else a private one.
     pub fn for_session(state_dir: &Path, shareable: bool) -> Result<GovernorPlace, SessionError> {
         let shared = shareable
             .then(|| GovernorPlace::shared(state_dir, &memory_domain()))
@@ -95,13 +95,13 @@ impl GovernorPlace {
         shared.map_or_else(GovernorPlace::private, Ok)
     }
 
-    /// The place of the governor that sessions with `state_dir` (their history) in memory
-    /// domain `domain` share: in the user's runtime directory when it is private to them,
-    /// else in `state_dir/run` when that is; `None` where neither is (or the socket's path
-    /// would be too long), and the session then keeps a governor of its own.
+    /// The place of the governor that this user's sessions in memory domain `domain` share:
+    /// in the user's runtime directory when it is private to them, else in `state_dir/run`
+    /// when that is (shared by the sessions with that state directory only); `None` where
+    /// neither is (or the socket's path would be too long), and the session then keeps a
+    /// governor of its own. Each session keeps its own history whichever governor it joins.
     fn shared(state_dir: &Path, domain: &str) -> Option<GovernorPlace> {
-        let key =
-            xxhash_rust::xxh3::xxh3_64(format!("{}\0{domain}", state_dir.display()).as_bytes());
+        let key = xxhash_rust::xxh3::xxh3_64(domain.as_bytes());
         let name = format!("governor-{key:016x}");
         let candidates = [headroom_paths::runtime_dir(), Some(state_dir.join("run"))];
         let dir = candidates

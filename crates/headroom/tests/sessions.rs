@@ -147,6 +147,16 @@ fn two_builds_under_one_cap_share_its_budget_and_nothing_is_killed() {
         .collect();
     let governor = wait_for_sessions(&shared, 2);
     assert!(governor.budget < 600 << 20, "{governor:?}");
+    // `-v` says, for a session whose jobs wait, that other sessions hold what they need.
+    wait_until("a session waiting for the other", || {
+        let output = shared
+            .headroom("a", &["-v", "status"])
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        let said = text(&output.stdout);
+        said.contains("waiting for other sessions") && said.contains("running ")
+    });
     for output in children.into_iter().map(finished) {
         assert!(output.status.success(), "{}", text(&output.stderr));
     }
