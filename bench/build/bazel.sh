@@ -15,7 +15,7 @@
 # Usage (as root or with a delegated cgroup):  bench/build/bazel.sh
 # Environment (all optional):
 #   CAP=2G                 the memory cap
-#   JOBS=4                 Bazel's --jobs
+#   JOBS=4                 Bazel's --jobs and --local_cpu_resources (as on a JOBS-core machine)
 #   REPEATS=1              capped runs per command
 #   CACHED_REPEATS=5       fully cached runs per command (the table shows medians)
 #   MIX="4 700 4 100"      heavy units, their MiB, light units, their MiB
@@ -77,7 +77,9 @@ done >"$work_dir/rules_java/java/defs.bzl"
 
 root=""
 bazel_() { bazel --output_user_root="$root" --max_idle_secs=600 "$@"; }
-build_args=(build --jobs "$JOBS"
+# --local_cpu_resources: Bazel runs at most one action per core it counts, so on this 2-core
+# machine it would run 2 whatever --jobs says; JOBS actions at once is a JOBS-core machine.
+build_args=(build --jobs "$JOBS" --local_cpu_resources="$JOBS"
   --override_repository=rules_cc="$work_dir/rules_cc"
   --override_repository=rules_java="$work_dir/rules_java"
   --override_repository=platforms="$platforms" //:template-heavy)

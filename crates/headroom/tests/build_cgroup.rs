@@ -5,12 +5,13 @@
 //! can be made.
 
 mod fakecc;
+mod reliability;
 
 use fakecc::command_in;
+use reliability::limited_cgroup;
 
 use std::process::Command;
 
-use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
 
 const LIMIT: u64 = 600 << 20;
@@ -25,17 +26,6 @@ fn project() -> tempfile::TempDir {
     }
     std::fs::write(dir.path().join("Makefile"), makefile).unwrap();
     dir
-}
-
-fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
-    let name = format!("headroom-test-{name}-{}", std::process::id());
-    match Cgroup::create_under_self(&name, Some(limit)) {
-        Ok(cgroup) => Some(cgroup),
-        Err(err) => {
-            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
-            None
-        }
-    }
 }
 
 /// Runs `build` without headroom in a fresh cgroup capped at `limit`, and checks that it

@@ -11,9 +11,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
 use headroom_govern::protocol::GovernorStatus;
-use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
-use reliability::{isolate, output_within_patience, wait_until};
+use reliability::{isolate, limited_cgroup, output_within_patience, wait_until};
 
 /// Two projects of `jobs` stand-in compiles with `recipe` each, and the home they share:
 /// one state directory (so one history), one runtime directory, one temporary directory.
@@ -76,18 +75,6 @@ fn text(bytes: &[u8]) -> String {
 
 fn finished(child: Child) -> Output {
     output_within_patience(child)
-}
-
-/// A fresh memory cgroup capped at `limit`, or `None` (saying why) where none can be made.
-fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
-    let name = format!("headroom-test-{name}-{}", std::process::id());
-    match Cgroup::create_under_self(&name, Some(limit)) {
-        Ok(cgroup) => Some(cgroup),
-        Err(err) => {
-            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
-            None
-        }
-    }
 }
 
 /// The most jobs of `reports` (builds that ran at the same time) that ran at once, on the

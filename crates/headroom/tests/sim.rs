@@ -192,76 +192,42 @@ fn sim_compares_sessions_under_one_governor_and_one_each() {
     }
 }
 
+/// `headroom sim ARGS` exits 2, and its error names every one of `needles`.
+fn refused_naming(args: &[&str], needles: &[&str]) {
+    let output = headroom()
+        .arg("sim")
+        .args(args)
+        .output()
+        .expect("headroom runs");
+    assert_eq!(output.status.code(), Some(2), "{args:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for needle in needles {
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn bad_input_exits_2_and_names_the_fix() {
-    let output = headroom()
-        .args(["sim", "--machine", "16 cores"])
-        .arg(corpus().join("torch-extension.json"))
-        .output()
-        .expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("16c/64G"));
-
-    let output = headroom().arg("sim").output().expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("headroom sim generate"));
-
-    let output = headroom()
-        .args(["sim", "missing-trace.json"])
-        .output()
-        .expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("missing-trace.json"));
-
-    let output = headroom()
-        .args(["sim", "--machine", "16c/32G", "--budget", "40G"])
-        .arg(corpus().join("torch-extension.json"))
-        .output()
-        .expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("--budget") && stderr.contains("16c/32G"),
-        "{stderr}"
+    let trace = corpus().join("torch-extension.json");
+    let trace = trace.to_str().unwrap();
+    refused_naming(&["--machine", "16 cores", trace], &["16c/64G"]);
+    refused_naming(&[], &["headroom sim generate"]);
+    refused_naming(&["missing-trace.json"], &["missing-trace.json"]);
+    refused_naming(
+        &["--machine", "16c/32G", "--budget", "40G", trace],
+        &["--budget", "16c/32G"],
     );
-
     // A farm's nodes need cores and memory; only farm policies run beside one.
-    let output = headroom()
-        .args(["sim", "--farm", "32x64G"])
-        .arg(corpus().join("torch-extension.json"))
-        .output()
-        .expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("--farm") && stderr.contains("32x16c/64G"),
-        "{stderr}"
+    refused_naming(&["--farm", "32x64G", trace], &["--farm", "32x16c/64G"]);
+    refused_naming(
+        &["--farm", "2x16c/64G", "--policy", "ninja", trace],
+        &["ninja", "sccache-dist"],
     );
-    let output = headroom()
-        .args(["sim", "--farm", "2x16c/64G", "--policy", "ninja"])
-        .arg(corpus().join("torch-extension.json"))
-        .output()
-        .expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("ninja") && stderr.contains("sccache-dist"),
-        "{stderr}"
-    );
-
     // Only headroom governs sessions.
-    let output = headroom()
-        .args(["sim", "--sessions", "2", "--policy", "ninja"])
-        .arg(corpus().join("torch-extension.json"))
-        .output()
-        .expect("headroom runs");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("--policy ninja") && stderr.contains("headroom-warm"),
-        "{stderr}"
+    refused_naming(
+        &["--sessions", "2", "--policy", "ninja", trace],
+        &["--policy ninja", "headroom-warm"],
     );
-
     for (flag, value) in [
         ("--variation", "1.5"),
         ("--growth", "-0.9"),
@@ -270,13 +236,6 @@ fn bad_input_exits_2_and_names_the_fix() {
         ("--sessions", "1"),
         ("--sessions", "many"),
     ] {
-        let output = headroom()
-            .args(["sim", flag, value])
-            .arg(corpus().join("torch-extension.json"))
-            .output()
-            .expect("headroom runs");
-        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
+        refused_naming(&[flag, value, trace], &[flag, value]);
     }
 }
