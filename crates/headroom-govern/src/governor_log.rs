@@ -51,6 +51,8 @@ impl Drop for Follower {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
+            // Woken at once: a session's end never waits out a poll.
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }
@@ -125,7 +127,7 @@ fn follow(log: &Path, mut from: u64, shown: usize, stop: &AtomicBool) {
         if stopping {
             return;
         }
-        std::thread::sleep(POLL);
+        std::thread::park_timeout(POLL);
     }
 }
 
