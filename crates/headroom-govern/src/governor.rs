@@ -126,6 +126,9 @@ struct State {
     dying: Vec<(JobId, i32, Instant)>,
     /// The governor is ending: nothing more is admitted.
     shutting_down: bool,
+    /// Sessions whose end is under way (their report not yet sent): the governor leaves only
+    /// when none is.
+    sessions_ending: usize,
     /// What other users' governors in the memory domain hold and use, at the last sample.
     elsewhere: Elsewhere,
 }
@@ -264,6 +267,7 @@ pub fn serve(
             warmed: false,
             dying: Vec::new(),
             shutting_down: false,
+            sessions_ending: 0,
             elsewhere: Elsewhere::default(),
         }),
         admitted: Condvar::new(),
@@ -673,6 +677,7 @@ impl Governor {
         kill_jobs: bool,
         writer: Option<&Writer>,
     ) {
+        self.lock().sessions_ending += 1;
         if !kill_jobs {
             self.wait_for_reports(id);
         }
@@ -688,7 +693,9 @@ impl Governor {
             );
         }
         let mut state = self.lock();
-        if state.sessions.is_empty() && !state.shutting_down {
+        state.sessions_ending -= 1;
+        // Another session's report may still be on its way: the last end to be sent leaves.
+        if state.sessions.is_empty() && state.sessions_ending == 0 && !state.shutting_down {
             state.shutting_down = true;
             self.admitted.notify_all();
             let _ = std::fs::remove_dir_all(&self.farm_state);
@@ -1348,6 +1355,7 @@ impl Governor {
     ) -> Option<(BuildReport, Vec<String>)> {
         let mut state = self.lock();
         let mut own = state.sessions.remove(&id)?;
+        tracing::info!("session {id} ended ({} left)", state.sessions.len());
         drop(state);
         write_session_jobs(&mut own);
         flush_samples(&mut own);
