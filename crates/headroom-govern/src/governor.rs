@@ -126,9 +126,10 @@ struct State {
     dying: Vec<(JobId, i32, Instant)>,
     /// The governor is ending: nothing more is admitted.
     shutting_down: bool,
-    /// Sessions whose end is under way (their report not yet sent): the governor leaves only
-    /// when none is.
+    /// Sessions whose end is under way (their report not yet sent), and sessions joining
+    /// (their history being opened): the governor leaves only when there are none.
     sessions_ending: usize,
+    sessions_joining: usize,
     /// What other users' governors in the memory domain hold and use, at the last sample.
     elsewhere: Elsewhere,
 }
@@ -268,6 +269,7 @@ pub fn serve(
             dying: Vec::new(),
             shutting_down: false,
             sessions_ending: 0,
+            sessions_joining: 0,
             elsewhere: Elsewhere::default(),
         }),
         admitted: Condvar::new(),
@@ -601,8 +603,10 @@ impl Governor {
     /// must hear.
     fn join(&self, config: GovernorConfig, root: i32) -> (SessionId, Vec<String>) {
         let mut warnings = Vec::new();
+        self.lock().sessions_joining += 1;
         let past = open_history(&config, &mut warnings);
         let mut state = self.lock();
+        state.sessions_joining -= 1;
         let id = config
             .session_id
             .filter(|wanted| !state.sessions.contains_key(wanted))
@@ -695,7 +699,8 @@ impl Governor {
         let mut state = self.lock();
         state.sessions_ending -= 1;
         // Another session's report may still be on its way: the last end to be sent leaves.
-        if state.sessions.is_empty() && state.sessions_ending == 0 && !state.shutting_down {
+        let idle = state.sessions_ending == 0 && state.sessions_joining == 0;
+        if state.sessions.is_empty() && idle && !state.shutting_down {
             state.shutting_down = true;
             self.admitted.notify_all();
             let _ = std::fs::remove_dir_all(&self.farm_state);
