@@ -1491,13 +1491,15 @@ fn stop_largest_outside(
     }
 }
 
-/// What the running jobs that `belongs` picks hold of the budget: their predicted peak or
-/// what they were seen to use, the larger.
-fn held_by(state: &State, belongs: impl Fn(&JobIo) -> bool) -> u64 {
+/// The started jobs (admitted or running) that `belongs` picks.
+fn started_jobs<'a>(
+    state: &'a State,
+    belongs: impl Fn(&JobIo) -> bool + 'a,
+) -> impl Iterator<Item = &'a Job> + 'a {
     state
         .jobs
         .iter()
-        .filter(|(_, io)| belongs(io))
+        .filter(move |(_, io)| belongs(io))
         .filter_map(|(&id, _)| state.driver.job(id))
         .filter(|job| {
             matches!(
@@ -1505,6 +1507,12 @@ fn held_by(state: &State, belongs: impl Fn(&JobIo) -> bool) -> u64 {
                 JobState::Admitted { .. } | JobState::Running { .. }
             )
         })
+}
+
+/// What the started jobs that `belongs` picks hold of the budget: their predicted peak or
+/// what they were seen to use, the larger.
+fn held_by(state: &State, belongs: impl Fn(&JobIo) -> bool) -> u64 {
+    started_jobs(state, belongs)
         .map(|job| job.estimate.peak.max(job.peak))
         .sum()
 }
@@ -1540,18 +1548,7 @@ fn session_status(state: &State, id: SessionId, done: usize) -> BuildStatus {
     // its own jobs alone would say; one whose own job runs alone waits for that.
     if status.waiting > 0 && status.waiting_for != Some(Waiting::Alone) {
         let others = |io: &JobIo| io.session != id;
-        let jobs = state
-            .jobs
-            .iter()
-            .filter(|(_, io)| others(io))
-            .filter_map(|(&job_id, _)| state.driver.job(job_id))
-            .filter(|job| {
-                matches!(
-                    job.state,
-                    JobState::Running { .. } | JobState::Admitted { .. }
-                )
-            })
-            .count();
+        let jobs = started_jobs(state, others).count();
         if jobs > 0 {
             status.waiting_for = Some(Waiting::OtherSessions {
                 jobs,
