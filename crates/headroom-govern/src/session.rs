@@ -44,6 +44,9 @@ pub const GOVERNOR_SUBCOMMAND: &str = "__governor";
 /// last session just ended) closes connections it has not served, and the next try starts a
 /// new one.
 const JOIN_TRIES: usize = 5;
+/// How long a session's end waits for the governor to close its connection (see
+/// [`wait_for_close`]).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -356,6 +359,7 @@ impl Session {
                         for warning in warnings {
                             headroom_output::say!("headroom: warning: {warning}");
                         }
+                        wait_for_close(&self.stream, CLOSE_GRACE);
                         Ending::Reported(report)
                     }
                     Err(err) if liveness::is_silence(&err) => Ending::Silent(bound),
@@ -422,6 +426,29 @@ pub fn governor_status(socket: &Path, bound: Duration) -> Option<GovernorStatus>
     match liveness::read_reply(&stream) {
         Ok(Reply::Sessions(status)) => Some(status),
         _ => None,
+    }
+}
+
+/// Waits, at most `bound`, until the governor closes the session's connection: at once when
+/// other sessions go on, and when the governor has left its place (socket, log, lock) and
+/// exited when this was its last session. A build that has ended leaves no governor behind
+/// it, so a script can remove its cgroup or directories at once.
+fn wait_for_close(mut stream: &UnixStream, bound: Duration) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + bound;
+    let mut buffer = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        if stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            return;
+        }
+        // Heartbeats may still come; the end is the close.
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
     }
 }
 
