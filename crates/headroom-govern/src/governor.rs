@@ -715,12 +715,7 @@ impl Governor {
     /// How session `id` stands now, for its CLI's live status: cheap enough to answer a few
     /// times a second.
     fn status(&self, id: SessionId) -> BuildStatus {
-        let state = self.lock();
-        let done = state
-            .sessions
-            .get(&id)
-            .map_or(0, |s| s.report.jobs.len() + s.unwritten_jobs.len());
-        session_status(&state, id, done)
+        session_status(&self.lock(), id)
     }
 
     /// Every session and what each holds, for `headroom status`.
@@ -731,7 +726,6 @@ impl Governor {
             .sessions
             .iter()
             .map(|(&id, session)| {
-                let done = session.report.jobs.len() + session.unwritten_jobs.len();
                 let jobs = state
                     .jobs
                     .iter()
@@ -745,7 +739,7 @@ impl Governor {
                     cwd: session.config.cwd.clone(),
                     started_unix_ms: session.config.started_unix_ms,
                     held: held_by(&state, |io| io.session == id),
-                    status: session_status(&state, id, done),
+                    status: session_status(&state, id),
                     jobs,
                 }
             })
@@ -879,7 +873,7 @@ impl Governor {
             let reply = self.finished(id, attempt);
             let sent = send(writer, &reply);
             // The compiler's result is on its way to the build system: now the history.
-            write_jobs(&mut self.lock(), id);
+            write_jobs(&mut self.lock());
             if reply == Reply::Done {
                 // A shim whose attempt exited 0 has not waited to read this.
                 return Ok(());
@@ -1533,16 +1527,18 @@ fn live_job(job: &Job) -> LiveJob {
     }
 }
 
-/// How session `id` stands, with `done` jobs over; its jobs that wait because other
-/// sessions hold the slots or the memory they need say so.
-fn session_status(state: &State, id: SessionId, done: usize) -> BuildStatus {
+/// How session `id` stands; its jobs that wait because other sessions hold the slots or the
+/// memory they need say so.
+fn session_status(state: &State, id: SessionId) -> BuildStatus {
     let limits = state.driver.limits();
     let own = state
         .jobs
         .iter()
         .filter(|(_, io)| io.session == id)
         .map(|(&job_id, _)| job_id);
-    let used = state.sessions.get(&id).map_or(0, |s| s.used);
+    let (used, done) = state.sessions.get(&id).map_or((0, 0), |s| {
+        (s.used, s.report.jobs.len() + s.unwritten_jobs.len())
+    });
     let mut status = build_status(&state.driver, own, done, used, limits);
     // A session whose jobs wait while only other sessions' run waits for those, whatever
     // its own jobs alone would say; one whose own job runs alone waits for that.
@@ -1617,15 +1613,10 @@ fn build_status(
     }
 }
 
-/// Moves the finished jobs of job `id`'s session into its report, and hands them to the
-/// history's writer.
-fn write_jobs(state: &mut State, id: JobId) {
-    // The job has left `jobs` when it is done: find its session by the record.
-    for own in state.sessions.values_mut() {
-        if own.unwritten_jobs.iter().any(|job| job.record.job_id == id) {
-            write_session_jobs(own);
-        }
-    }
+/// Moves every session's finished jobs into its report, and hands them to the history's
+/// writer.
+fn write_jobs(state: &mut State) {
+    state.sessions.values_mut().for_each(write_session_jobs);
 }
 
 /// Moves a session's finished jobs into its report, and hands them to the history's writer.

@@ -77,18 +77,22 @@ pub enum SessionError {
 }
 
 /// Where the governor of a user, memory domain and history listens: its socket, the lock
-/// that orders starting it and leaving, and its log. A private place (`shared` false) is a
-/// new directory of one session's own.
+/// that orders starting it and leaving, and its log. A private place is a new directory of
+/// one session's own.
 pub struct GovernorPlace {
     socket: PathBuf,
     lock: PathBuf,
     log: PathBuf,
-    shared: bool,
-    /// The directory of a private place, removed with the session.
-    _private: Option<tempfile::TempDir>,
+    /// The directory of a private place, removed with the session; `None` for a shared one.
+    private_dir: Option<tempfile::TempDir>,
 }
 
 impl GovernorPlace {
+    /// Whether other sessions may join the governor here.
+    fn is_shared(&self) -> bool {
+        self.private_dir.is_none()
+    }
+
     /// Where this session's governor listens: the place it shares with this user's other
     /// sessions in its memory domain when `shareable`, else a private one.
     pub fn for_session(state_dir: &Path, shareable: bool) -> Result<GovernorPlace, SessionError> {
@@ -115,8 +119,7 @@ impl GovernorPlace {
             socket: dir.join(format!("{name}.sock")),
             lock: dir.join(format!("{name}.lock")),
             log: dir.join(format!("{name}.log")),
-            shared: true,
-            _private: None,
+            private_dir: None,
         })
     }
 
@@ -136,8 +139,7 @@ impl GovernorPlace {
             socket: dir.path().join("governor.sock"),
             lock: dir.path().join("governor.lock"),
             log: dir.path().join("governor.log"),
-            shared: false,
-            _private: Some(dir),
+            private_dir: Some(dir),
         })
     }
 }
@@ -247,7 +249,7 @@ impl Session {
         let mut log = Follower::start(&place.log);
         let (place, (stream, joined, governor)) = match join(exe, &config, &place) {
             Ok(joined) => (place, joined),
-            Err(err) if place.shared => {
+            Err(err) if place.is_shared() => {
                 drop(log);
                 headroom_output::say!(
                     "headroom: warning: {err}; this session runs a governor of its own, which \
@@ -374,7 +376,7 @@ impl Session {
         }
         if let Some(governor) = self.governor.as_mut() {
             // A private governor ends with its only session; a shared one may serve others.
-            if self.place.shared {
+            if self.place.is_shared() {
                 let _ = governor.try_wait();
             } else {
                 let _ = governor.wait();
@@ -486,7 +488,7 @@ fn join_or_start(
     };
     let bound = liveness::silence_bound();
     let mut governor = None;
-    let stream = if place.shared {
+    let stream = if place.is_shared() {
         let _held = lock_place(&place.lock).map_err(join_error)?;
         match liveness::connect(&place.socket, bound) {
             Ok(stream) => stream,
@@ -558,7 +560,7 @@ fn start_governor(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .process_group(0);
-    if place.shared {
+    if place.is_shared() {
         command.env(GOVERNOR_LOCK_ENV, &place.lock);
     }
     // A governor that outlives this session must not hold its terminal or pipes: what it
