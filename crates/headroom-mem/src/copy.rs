@@ -67,7 +67,9 @@ fn check_host<T: Element>(region: &Region<'_>, host_len: usize) -> Result<(), Co
     check_lengths(region.bytes, host_len as u64)
 }
 
-/// The raw copy between two checked regions, staged through host memory across devices.
+/// The raw copy between two checked regions. Across backends, a side the CPU addresses
+/// directly (host or pinned memory) is read or written in place, so a pinned buffer reaches
+/// a device at DMA speed; otherwise the bytes are staged through a host buffer.
 ///
 /// # Safety
 /// Both ranges must stay live and `dst` unaccessed by others until this returns.
@@ -78,10 +80,16 @@ unsafe fn copy_regions(
     src: u64,
     bytes: u64,
 ) -> Result<(), CopyError> {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwarded from the caller; a host-accessible range is live host memory.
     unsafe {
         if same_backend(dst_backend, src_backend) {
             dst_backend.copy_within(dst, src, bytes)?;
+        } else if src_backend.host_accessible() {
+            let source = std::slice::from_raw_parts(src as *const u8, bytes as usize);
+            dst_backend.write_from_host(dst, source)?;
+        } else if dst_backend.host_accessible() {
+            let destination = std::slice::from_raw_parts_mut(dst as *mut u8, bytes as usize);
+            src_backend.read_to_host(src, destination)?;
         } else {
             let mut staging = vec![0u8; bytes as usize];
             src_backend.read_to_host(src, &mut staging)?;

@@ -1,7 +1,8 @@
 //! Device memory management for kernel authors: backends (host, a simulated device with
 //! fixed tiers, CUDA behind the `cuda` feature), a caching pool with PyTorch's design and
 //! statistics, buffers whose lifetimes the borrow checker enforces, aliases, workspaces,
-//! copies, and traces that PyTorch's memory_viz and RMM's tools read.
+//! copies, offloading to host memory at unchanged addresses, and traces that PyTorch's
+//! memory_viz and RMM's tools read.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -22,6 +23,7 @@ pub mod buffer;
 pub mod copy;
 pub mod error;
 pub mod layout;
+pub mod offload;
 pub mod pool;
 pub mod replay;
 pub mod stats;
@@ -29,11 +31,11 @@ pub mod trace;
 pub mod workload;
 pub mod workspace;
 
-#[cfg(feature = "cuda")]
-pub use backend::CudaDevice;
 pub use backend::{
     Backend, BackendError, BackendKind, HostMemory, SimulatedDevice, TierCapacities,
 };
+#[cfg(feature = "cuda")]
+pub use backend::{CudaDevice, PinnedHostMemory};
 pub use buffer::{
     address_of, buffer_alias, is_aligned, AliasError, Allocation, Buffer, BufferView,
     BufferViewMut, DeviceMemory, DeviceMemoryMut,
@@ -41,6 +43,7 @@ pub use buffer::{
 pub use copy::{copy, copy_from_host, copy_to_host, CopyError, Event, Stream, StreamScope};
 pub use error::{AllocError, ConfigError, OutOfMemory};
 pub use layout::{Alignment, DType, Element, Scope, Shape};
+pub use offload::{offload, OffloadError, Offloaded};
 pub use pool::{MemoryPool, PoolConfig};
 pub use stats::{MemoryStats, PoolKind, Stat, StatArray};
 pub use trace::{Snapshot, StageGuard, TraceAction, TraceEvent};

@@ -1,18 +1,23 @@
 //! Where segments of memory come from. The pool above only asks a backend for large
 //! segments and hands them back; everything device-specific (host RAM, a simulated
-//! device with fixed tiers, CUDA) lives behind [`Backend`].
+//! device with fixed tiers, CUDA device memory and pinned host memory) lives behind
+//! [`Backend`].
 
 mod host;
 mod simulated;
 
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod pinned;
 
 pub use host::HostMemory;
 pub use simulated::{SimulatedDevice, TierCapacities};
 
 #[cfg(feature = "cuda")]
 pub use cuda::CudaDevice;
+#[cfg(feature = "cuda")]
+pub use pinned::PinnedHostMemory;
 
 use crate::layout::Scope;
 
@@ -34,6 +39,9 @@ pub enum BackendError {
     /// The driver reported an error.
     #[error("device driver error: {0}")]
     Driver(String),
+    /// The backend cannot give memory back while keeping its addresses.
+    #[error("the {backend} backend cannot evict memory and keep its addresses; use HostMemory, or CudaDevice::evictable for CUDA")]
+    EvictionUnsupported { backend: &'static str },
 }
 
 /// Which implementation a backend is, for snapshots and messages.
@@ -42,6 +50,20 @@ pub enum BackendKind {
     Host,
     Simulated,
     Cuda,
+    /// Page-locked host memory that a CUDA device reads and writes by DMA.
+    PinnedHost,
+}
+
+impl BackendKind {
+    /// The name errors and snapshots use.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Simulated => "simulated",
+            BackendKind::Cuda => "cuda",
+            BackendKind::PinnedHost => "pinned host",
+        }
+    }
 }
 
 /// A source of device memory segments.
@@ -62,6 +84,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     /// Bytes not currently reserved in the tier.
     fn free_bytes(&self, scope: Scope) -> u64;
+
+    /// Whether the CPU reads and writes this backend's addresses directly (host RAM, pinned
+    /// host memory). Copies between such memory and a device skip the staging copy.
+    fn host_accessible(&self) -> bool {
+        false
+    }
 
     /// Reserves `bytes` (> 0) whose start is a multiple of the power of two `align`.
     fn reserve(&self, scope: Scope, bytes: u64, align: u64) -> Result<u64, BackendError>;
@@ -91,4 +119,30 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Both ranges must lie in live reservations, must not overlap, and `dst` must not be
     /// accessed by anyone else now.
     unsafe fn copy_within(&self, dst: u64, src: u64, bytes: u64) -> Result<(), BackendError>;
+
+    /// Gives back the memory behind `bytes` at `address` while the addresses stay reserved,
+    /// so pointers into the range remain valid names for it. The contents are lost: copy
+    /// them out first (see [`crate::offload`]).
+    ///
+    /// # Safety
+    /// The range must lie in one live reservation of `scope` that nobody accesses until
+    /// [`Backend::restore`] has brought it back.
+    unsafe fn evict(&self, scope: Scope, address: u64, bytes: u64) -> Result<(), BackendError> {
+        let _ = (scope, address, bytes);
+        Err(BackendError::EvictionUnsupported {
+            backend: self.kind().name(),
+        })
+    }
+
+    /// Backs an evicted range with memory again, at the same addresses. The contents are
+    /// undefined until written.
+    ///
+    /// # Safety
+    /// `address` and `bytes` must be exactly those of an earlier [`Backend::evict`].
+    unsafe fn restore(&self, scope: Scope, address: u64, bytes: u64) -> Result<(), BackendError> {
+        let _ = (scope, address, bytes);
+        Err(BackendError::EvictionUnsupported {
+            backend: self.kind().name(),
+        })
+    }
 }
