@@ -47,6 +47,31 @@ def test_versioned_and_legacy_capsules(host_pool):
     assert host_pool.memory_allocated() == 0
 
 
+class LegacyOnly:
+    """A producer as DLPack 0.x wrote them: `__dlpack__` without max_version."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def __dlpack__(self, stream=None, **_):
+        return self.buf.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.buf.__dlpack_device__()
+
+
+def test_legacy_capsules_are_consumed_and_deleted(host_pool):
+    buf = host_pool.alloc_buffer(16, "int16")
+    buf.copy_from_host(np.arange(16, dtype=np.int16))
+    array = np.from_dlpack(LegacyOnly(buf))
+    assert array.ctypes.data == buf.data_ptr and array[15] == 15
+    host_pool.free(buf)
+    assert host_pool.memory_allocated() == 512
+    del array
+    gc.collect()
+    assert host_pool.memory_allocated() == 0
+
+
 def test_copy_request_exports_a_copy(host_pool):
     buf = host_pool.alloc_buffer(4, "int32")
     buf.copy_from_host(np.arange(4, dtype=np.int32))
