@@ -7,7 +7,8 @@
 #   bash .ci/wheel.sh     # the wheel is left in target/wheels/ ($CARGO_TARGET_DIR/wheels)
 #
 # maturin comes from PyPI into a virtual environment under ~/.cache/headroom-wheel (moved
-# by $HEADROOM_WHEEL_CACHE), reused by later runs; pip caches its downloads in ~/.cache/pip.
+# by $HEADROOM_WHEEL_CACHE; .ci/python-tools.sh), reused by later runs; pip caches its
+# downloads in ~/.cache/pip.
 # The build is cargo's release build of crates/headroom (a few minutes on 2 cores the first
 # time). Needs python3 with venv (Debian: python3-venv, installed here when run as root),
 # g++, make and objdump (binutils, which g++ brings).
@@ -16,7 +17,6 @@ cd "$(dirname "$0")/.."
 root=$PWD
 start=$SECONDS
 
-MATURIN_VERSION=1.16.0
 # A small configuration of the example (README.md's full one takes minutes on 2 cores).
 example_vars=(HEAVY=2 LIGHT=4 HEAVY_MIB=512 LIGHT_MIB=150)
 units=6
@@ -35,38 +35,11 @@ for tool in g++ make objdump; do
   command -v "$tool" >/dev/null 2>&1 || fail "no $tool on PATH (apt-get install g++ make binutils)"
 done
 
-# `python3 -m venv` needs ensurepip, which Debian ships in python3-venv.
-new_venv() {
-  local dir=$1
-  rm -rf "$dir"
-  if "$python" -m venv "$dir" >/dev/null 2>"$dir.err"; then
-    rm -f "$dir.err"
-    return
-  fi
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ -z "${venv_retried:-}" ]; then
-    venv_retried=1
-    say "$python cannot make a virtual environment; installing python3-venv"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null ||
-      fail "apt-get install python3-venv failed"
-    new_venv "$dir"
-    return
-  fi
-  cat "$dir.err" >&2
-  fail "$python -m venv $dir failed (on Debian: apt-get install python3-venv)"
-}
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+# new_venv and maturin_path, shared with .ci/python.sh.
+. .ci/python-tools.sh
 
-# 1. maturin, reused while its version is the one above.
-cache="${HEADROOM_WHEEL_CACHE:-$HOME/.cache/headroom-wheel}"
-tools="$cache/maturin"
-if [ "$("$tools/bin/maturin" --version 2>/dev/null)" != "maturin $MATURIN_VERSION" ]; then
-  say "installing maturin $MATURIN_VERSION into $tools"
-  mkdir -p "$cache"
-  new_venv "$tools"
-  "$tools/bin/pip" install -q "maturin==$MATURIN_VERSION" ||
-    fail "pip could not install maturin $MATURIN_VERSION into $tools"
-fi
+# 1. maturin, reused while its version is the one in .ci/python-tools.sh.
+maturin=$(maturin_path)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/headroom-wheel.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -75,7 +48,7 @@ trap 'rm -rf "$work"' EXIT
 # auditwheel with the lowest manylinux the binaries allow.
 t=$SECONDS
 say "building the wheel (cargo build --release of crates/headroom)"
-"$tools/bin/maturin" build --release --locked --out "$work/dist" ||
+"$maturin" build --release --locked --out "$work/dist" ||
   fail "maturin build failed (see above)"
 wheels=("$work"/dist/*.whl)
 [ ${#wheels[@]} = 1 ] && [ -f "${wheels[0]}" ] || fail "maturin left no single wheel in $work/dist"

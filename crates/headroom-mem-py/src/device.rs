@@ -1,0 +1,170 @@
+//! Device strings (`"host"`, `"sim:datacenter"`, `"cuda:0"`) to headroom-mem backends, parsed
+//! in one place so every message about a bad device lists the same accepted forms.
+
+use std::sync::Arc;
+
+use headroom_mem::{Backend, BackendKind, HostMemory, SimulatedDevice, TierCapacities};
+use headroom_size::parse_size;
+
+/// The forms `MemoryPool(device=...)` accepts, for error messages.
+pub const ACCEPTED: &str =
+    "\"host\", \"sim:datacenter\", \"sim:global=SIZE[,shared=SIZE][,local=SIZE]\" \
+     (tiers left out take the datacenter figures), \"cuda\" or \"cuda:N\"";
+
+/// A parsed device string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSpec {
+    Host,
+    Simulated(TierCapacities),
+    Cuda(u32),
+}
+
+/// Why a device string was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeviceError {
+    #[error("device {device:?} is not understood ({reason}); accepted forms: {ACCEPTED}")]
+    Malformed { device: String, reason: String },
+    #[cfg(not(feature = "cuda"))]
+    #[error("device {device:?} needs CUDA, but this headroom_mem was built without the `cuda` feature; install a wheel (which has it) or build with `maturin build --features cuda`")]
+    CudaNotBuilt { device: String },
+    #[cfg(feature = "cuda")]
+    #[error("device {device:?} could not be opened: {reason}")]
+    Unavailable { device: String, reason: String },
+    #[error("memory_limit applies to the \"host\" device only, not {device:?}; for a simulated device give its tiers (\"sim:global=SIZE\"), for any device max_size")]
+    LimitNotHost { device: String },
+}
+
+impl DeviceSpec {
+    /// Parses a device string; see [`ACCEPTED`].
+    pub fn parse(device: &str) -> Result<Self, DeviceError> {
+        let malformed = |reason: String| DeviceError::Malformed {
+            device: device.to_string(),
+            reason,
+        };
+        let (kind, argument) = match device.split_once(':') {
+            Some((kind, argument)) => (kind, Some(argument)),
+            None => (device, None),
+        };
+        match (kind, argument) {
+            ("host", None) => Ok(DeviceSpec::Host),
+            ("cuda", None) => Ok(DeviceSpec::Cuda(0)),
+            ("cuda", Some(ordinal)) => ordinal
+                .parse()
+                .map(DeviceSpec::Cuda)
+                .map_err(|_| malformed(format!("the CUDA ordinal {ordinal:?} is not a number"))),
+            ("sim", Some("datacenter")) => {
+                Ok(DeviceSpec::Simulated(TierCapacities::DATACENTER_GPU))
+            }
+            ("sim", Some(tiers)) => parse_tiers(tiers)
+                .map(DeviceSpec::Simulated)
+                .map_err(malformed),
+            ("sim", None) => Err(malformed("a simulated device names its tiers".into())),
+            _ => Err(malformed(format!("unknown kind {kind:?}"))),
+        }
+    }
+
+    /// Opens the backend. `memory_limit` caps a host device.
+    pub fn open(
+        &self,
+        device: &str,
+        memory_limit: Option<u64>,
+    ) -> Result<Arc<dyn Backend>, DeviceError> {
+        if memory_limit.is_some() && *self != DeviceSpec::Host {
+            return Err(DeviceError::LimitNotHost {
+                device: device.to_string(),
+            });
+        }
+        match self {
+            DeviceSpec::Host => Ok(Arc::new(match memory_limit {
+                Some(limit) => HostMemory::with_limit(limit),
+                None => HostMemory::new(),
+            })),
+            DeviceSpec::Simulated(tiers) => Ok(Arc::new(SimulatedDevice::new(*tiers))),
+            DeviceSpec::Cuda(ordinal) => open_cuda(device, *ordinal),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda(device: &str, ordinal: u32) -> Result<Arc<dyn Backend>, DeviceError> {
+    match headroom_mem::CudaDevice::new(ordinal) {
+        Ok(cuda) => Ok(Arc::new(cuda)),
+        Err(error) => Err(DeviceError::Unavailable {
+            device: device.to_string(),
+            reason: error.to_string(),
+        }),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(device: &str, _ordinal: u32) -> Result<Arc<dyn Backend>, DeviceError> {
+    Err(DeviceError::CudaNotBuilt {
+        device: device.to_string(),
+    })
+}
+
+/// `global=256M,shared=64K,local=0`; tiers left out take [`TierCapacities::DATACENTER_GPU`]'s.
+fn parse_tiers(text: &str) -> Result<TierCapacities, String> {
+    let mut tiers = TierCapacities::DATACENTER_GPU;
+    for part in text.split(',') {
+        let Some((name, size)) = part.split_once('=') else {
+            return Err(format!("{part:?} is not TIER=SIZE"));
+        };
+        let bytes = parse_size(size).map_err(|error| error.to_string())?;
+        match name.trim() {
+            "global" => tiers.global = bytes,
+            "shared" => tiers.shared = bytes,
+            "local" => tiers.local = bytes,
+            other => return Err(format!("tier {other:?} is not global, shared or local")),
+        }
+    }
+    Ok(tiers)
+}
+
+/// The device string a pool reports, canonical for its backend (`"cuda"` becomes `"cuda:0"`).
+pub fn canonical_name(device: &str, backend: &dyn Backend) -> String {
+    match backend.kind() {
+        BackendKind::Cuda => format!("cuda:{}", backend.device_index()),
+        BackendKind::Host | BackendKind::Simulated => device.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_accepted_form() {
+        assert_eq!(DeviceSpec::parse("host"), Ok(DeviceSpec::Host));
+        assert_eq!(DeviceSpec::parse("cuda"), Ok(DeviceSpec::Cuda(0)));
+        assert_eq!(DeviceSpec::parse("cuda:3"), Ok(DeviceSpec::Cuda(3)));
+        assert_eq!(
+            DeviceSpec::parse("sim:datacenter"),
+            Ok(DeviceSpec::Simulated(TierCapacities::DATACENTER_GPU))
+        );
+        assert_eq!(
+            DeviceSpec::parse("sim:global=256M,local=0"),
+            Ok(DeviceSpec::Simulated(TierCapacities {
+                global: 256 << 20,
+                shared: TierCapacities::DATACENTER_GPU.shared,
+                local: 0,
+            }))
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_value_and_the_accepted_forms() {
+        for bad in [
+            "gpu",
+            "cuda:x",
+            "sim",
+            "sim:global=lots",
+            "sim:texture=1M",
+            "host:1",
+        ] {
+            let message = DeviceSpec::parse(bad).unwrap_err().to_string();
+            assert!(message.contains(&format!("{bad:?}")), "{message}");
+            assert!(message.contains("sim:datacenter"), "{message}");
+        }
+    }
+}
