@@ -48,6 +48,7 @@
 //! peaks minus the other shards' allowances. In steady state a thread frees and allocates
 //! the same sizes, so it keeps running in its allowance.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -252,7 +253,8 @@ struct TierPeaks {
 #[derive(Debug)]
 struct Tier {
     peaks: Mutex<TierPeaks>,
-    shards: [Mutex<Shard>; SHARDS],
+    /// [`SHARDS`] of them, on the heap: together they are tens of kilobytes.
+    shards: Box<[Mutex<Shard>; SHARDS]>,
 }
 
 /// A caching allocator over one backend, with one set of pools per memory tier.
@@ -265,12 +267,31 @@ pub struct MemoryPool {
 }
 
 /// The shard the calling thread works in: threads are numbered as they first allocate.
+#[inline]
 fn thread_shard() -> usize {
     static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static SHARD: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        // A constant initialiser: no lazy-init check on every call.
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    SHARD.with(|shard| *shard)
+    SHARD.with(|shard| {
+        if shard.get() == usize::MAX {
+            shard.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+        }
+        shard.get()
+    })
+}
+
+/// Whether the allowance covers a change of `(count, bytes)` in inactive_split that first
+/// lowers and then raises it (so the highest value it passes is the end or the start).
+fn inactive_split_allowed(
+    allowance: &Counters,
+    stats: &MemoryStats,
+    kind: PoolKind,
+    (count, bytes): (i64, i64),
+) -> bool {
+    (count <= 0 || allowance.permits(stats, Counter::InactiveSplit, kind, count as u64))
+        && (bytes <= 0 || allowance.permits(stats, Counter::InactiveSplitBytes, kind, bytes as u64))
 }
 
 fn block_id(shard: usize, index: BlockId) -> BlockId {
@@ -409,7 +430,11 @@ impl MemoryPool {
         config.validate()?;
         let tier = || Tier {
             peaks: Mutex::default(),
-            shards: std::array::from_fn(|_| Mutex::default()),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::default())
+                .collect::<Box<[_]>>()
+                .try_into()
+                .expect("SHARDS shards"),
         };
         let recorder = config.record_trace.then(Recorder::new);
         Ok(MemoryPool {
@@ -454,7 +479,7 @@ impl MemoryPool {
                 alignment: alignment.bytes(),
             })?;
         let shard = thread_shard();
-        let (owner, block, address) = match self.allocate_recent(scope, shard, size, bytes) {
+        let (owner, block, address) = match self.allocate_fast(scope, shard, size, bytes) {
             Some(address) => (shard, address.0, address.1),
             None => self.allocate_slow(scope, shard, size, bytes)?,
         };
@@ -464,40 +489,83 @@ impl MemoryPool {
         })
     }
 
-    /// The fast path: a block of exactly `size` from the recent list of the thread's shard,
-    /// when the shard's allowance covers it. Returns the block and its address.
+    /// The fast path: a cached block of the thread's shard (from a recent list, else by
+    /// best fit), when the shard's allowance covers every counter the allocation can
+    /// raise. Returns the block and its address.
     #[inline]
-    fn allocate_recent(
+    fn allocate_fast(
         &self,
         scope: Scope,
         shard: usize,
         size: u64,
         requested: u64,
     ) -> Option<(BlockId, u64)> {
-        if !self.config.caching || size > self.config.small_size {
+        if !self.config.caching {
             return None;
         }
-        let mut guard = self.tiers[scope.index()].shards[shard].lock();
+        let mut guard = self.tiers[scope.index()].shards[shard % SHARDS].lock();
         let Shard {
             tier, allowance, ..
         } = &mut *guard;
-        let class = self.recent_class(size);
-        let &block = tier.recent.get(class)?.last()?;
-        let kind = tier.blocks[block as usize].kind;
+        let kind = self.kind_for(size);
+        if kind == PoolKind::Small {
+            let class = self.recent_class(size);
+            if let Some(&block) = tier.recent.get(class).and_then(|list| list.last()) {
+                // An exact fit: it only lowers inactive_split.
+                let stats = &tier.stats;
+                let allowed = allowance.permits(stats, Counter::Allocation, kind, 1)
+                    && allowance.permits(stats, Counter::AllocatedBytes, kind, size)
+                    && allowance.permits(stats, Counter::RequestedBytes, kind, requested);
+                if !allowed {
+                    return None;
+                }
+                tier.recent[class].pop();
+                tier.recent_count -= 1;
+                tier.take_cached(block);
+                tier.mark_allocated(block, requested);
+                return Some(self.placed(tier, scope, block, requested));
+            }
+        }
+        let block = self.best_fit_candidate(tier, kind, size)?;
+        let cached = tier.blocks[block as usize];
+        // inactive_split loses the cached block (if its segment is split), then gains the
+        // remainder split off it (if any): it never passes the larger of before and after.
+        let splits = self.splits(&cached, size);
+        let remainder = if splits { cached.size - size } else { 0 };
+        let lost = if cached.is_split() { cached.size } else { 0 };
+        let inactive_change = (
+            i64::from(splits) - i64::from(cached.is_split()),
+            remainder as i64 - lost as i64,
+        );
         let stats = &tier.stats;
         let allowed = allowance.permits(stats, Counter::Allocation, kind, 1)
-            && allowance.permits(stats, Counter::AllocatedBytes, kind, size)
-            && allowance.permits(stats, Counter::RequestedBytes, kind, requested);
+            && allowance.permits(
+                stats,
+                Counter::AllocatedBytes,
+                kind,
+                cached.size - remainder,
+            )
+            && allowance.permits(stats, Counter::RequestedBytes, kind, requested)
+            && inactive_split_allowed(allowance, stats, kind, inactive_change);
         if !allowed {
             return None;
         }
-        tier.recent[class].pop();
-        tier.recent_count -= 1;
-        tier.take_cached(block);
-        tier.mark_allocated(block, requested);
+        tier.remove_free(block);
+        self.split_and_mark(tier, block, size, requested);
+        Some(self.placed(tier, scope, block, requested))
+    }
+
+    /// Records a new allocation; returns its block and address.
+    fn placed(
+        &self,
+        tier: &TierState,
+        scope: Scope,
+        block: BlockId,
+        requested: u64,
+    ) -> (BlockId, u64) {
         let placed = tier.blocks[block as usize];
         self.record(TraceAction::Alloc, scope, &placed, requested);
-        Some((block, placed.address))
+        (block, placed.address)
     }
 
     /// Every other allocation, with the whole tier locked. Returns the shard that serves
@@ -608,53 +676,62 @@ impl MemoryPool {
     /// Returns a block to the pool (or to the backend when caching is off).
     pub(crate) fn release(&self, scope: Scope, id: BlockId) {
         let (shard, block) = shard_and_index(id);
-        if self.release_recent(scope, shard, block) {
+        if self.release_fast(scope, shard, block) {
             return;
         }
         let mut world = self.lock_world(scope, None);
         world.in_shard(shard, |tier, _| self.release_in(tier, scope, block));
     }
 
-    /// The fast path: a small block into its shard's recent list, when there is room and
-    /// the shard's allowance covers the `inactive_split` counters it raises.
+    /// The fast path: a block back into its shard's caches, when the shard's allowance
+    /// covers the inactive_split counters that this raises.
     #[inline]
-    fn release_recent(&self, scope: Scope, shard: usize, block: BlockId) -> bool {
+    fn release_fast(&self, scope: Scope, shard: usize, block: BlockId) -> bool {
         if !self.config.caching {
             return false;
         }
-        let mut guard = self.tiers[scope.index()].shards[shard].lock();
+        let mut guard = self.tiers[scope.index()].shards[shard % SHARDS].lock();
         let Shard {
             tier, allowance, ..
         } = &mut *guard;
         let freed = tier.blocks[block as usize];
-        let Some(class) = self.recent_class_for(tier, &freed) else {
-            return false;
-        };
-        let stats = &tier.stats;
-        if freed.is_split()
-            && !(allowance.permits(stats, Counter::InactiveSplit, freed.kind, 1)
-                && allowance.permits(stats, Counter::InactiveSplitBytes, freed.kind, freed.size))
-        {
+        let class = self.recent_class_for(tier, &freed);
+        let change = tier.inactive_split_change_on_free(block, class.is_some());
+        if !inactive_split_allowed(allowance, &tier.stats, freed.kind, change) {
             return false;
         }
-        tier.count_free(&freed);
-        self.record(TraceAction::Free, scope, &freed, freed.requested);
-        tier.push_recent(block, class);
+        self.cache_freed(tier, scope, block, class);
         true
     }
 
     /// Returns a block of one shard, the tier locked.
     fn release_in(&self, tier: &mut TierState, scope: Scope, block: BlockId) {
+        if self.config.caching {
+            let class = self.recent_class_for(tier, &tier.blocks[block as usize]);
+            self.cache_freed(tier, scope, block, class);
+            return;
+        }
+        let freed = tier.blocks[block as usize];
+        tier.count_free(&freed);
+        self.record(TraceAction::Free, scope, &freed, freed.requested);
+        tier.blocks[block as usize].state = State::Free;
+        self.release_segment(tier, scope, block);
+    }
+
+    /// Counts an allocated block freed and caches it: in recent list `class`, or
+    /// coalesced into the best-fit tree.
+    fn cache_freed(
+        &self,
+        tier: &mut TierState,
+        scope: Scope,
+        block: BlockId,
+        class: Option<usize>,
+    ) {
         let freed = tier.blocks[block as usize];
         debug_assert_eq!(freed.state, State::Allocated);
         tier.count_free(&freed);
         self.record(TraceAction::Free, scope, &freed, freed.requested);
-        if !self.config.caching {
-            tier.blocks[block as usize].state = State::Free;
-            self.release_segment(tier, scope, block);
-            return;
-        }
-        match self.recent_class_for(tier, &freed) {
+        match class {
             Some(class) => tier.push_recent(block, class),
             None => tier.insert_free(block),
         }
@@ -728,18 +805,21 @@ impl MemoryPool {
 
     /// The smallest cached block that fits, unless `max_split_size` forbids using it.
     fn best_fit(&self, tier: &mut TierState, kind: PoolKind, size: u64) -> Option<BlockId> {
-        let tree = tier.tree(kind);
-        let &key = tree.range((size, 0, 0)..).next()?;
+        let block = self.best_fit_candidate(tier, kind, size)?;
+        tier.remove_free(block);
+        Some(block)
+    }
+
+    /// The block [`MemoryPool::best_fit`] would take, left in the tree.
+    fn best_fit_candidate(&self, tier: &TierState, kind: PoolKind, size: u64) -> Option<BlockId> {
+        let &(block_size, _, block) = tier.tree_of(kind).range((size, 0, 0)..).next()?;
         if let Some(max_split) = self.config.max_split_size {
-            let block_size = key.0;
             let oversize = block_size >= max_split;
             if oversize && (size < max_split || block_size >= size + self.config.medium_segment) {
                 return None;
             }
         }
-        tree.remove(&key);
-        tier.take_cached(key.2);
-        Some(key.2)
+        Some(block)
     }
 
     fn segment_size(&self, size: u64, kind: PoolKind) -> u64 {
@@ -893,12 +973,10 @@ impl MemoryPool {
 
     /// Takes `size` bytes from the front of free block `block`, splitting off the rest when
     /// it is worth keeping, and counts the allocation.
-    fn split_and_mark(&self, tier: &mut TierState, block: BlockId, size: u64, requested: u64) {
-        // Allocated before the remainder goes into the tree, so that it is not merged back.
-        tier.blocks[block as usize].state = State::Allocated;
-        let original = tier.blocks[block as usize];
-        let remaining = original.size - size;
-        let worth_splitting = match original.kind {
+    /// Whether taking `size` bytes from cached block `block` splits off the rest.
+    fn splits(&self, block: &Block, size: u64) -> bool {
+        let remaining = block.size - size;
+        let worth_splitting = match block.kind {
             PoolKind::Small => remaining >= self.config.block_size,
             PoolKind::Large => {
                 remaining > self.config.small_size
@@ -908,7 +986,15 @@ impl MemoryPool {
                         .is_none_or(|max_split| size < max_split)
             }
         };
-        if self.config.caching && worth_splitting {
+        self.config.caching && worth_splitting
+    }
+
+    fn split_and_mark(&self, tier: &mut TierState, block: BlockId, size: u64, requested: u64) {
+        // Allocated before the remainder goes into the tree, so that it is not merged back.
+        tier.blocks[block as usize].state = State::Allocated;
+        let original = tier.blocks[block as usize];
+        let remaining = original.size - size;
+        if self.splits(&original, size) {
             let remainder = tier.new_block(Block {
                 address: original.address + size,
                 size: remaining,
@@ -1123,6 +1209,43 @@ impl TierState {
             self.stats
                 .inactive_split_bytes
                 .increase(block.kind, block.size);
+        }
+    }
+
+    /// How freeing allocated block `id` changes inactive_split `(count, bytes)`: waiting
+    /// uncoalesced, it is counted if its segment is split; coalesced, the free neighbours
+    /// it absorbs stop being counted first, and the merged block is counted if its segment
+    /// is still split.
+    fn inactive_split_change_on_free(&self, id: BlockId, waits: bool) -> (i64, i64) {
+        let block = self.blocks[id as usize];
+        if waits {
+            return match block.is_split() {
+                true => (1, block.size as i64),
+                false => (0, 0),
+            };
+        }
+        let free = |neighbour: BlockId| {
+            neighbour != NONE && self.blocks[neighbour as usize].state == State::Free
+        };
+        let (mut absorbed_count, mut absorbed_bytes) = (0, 0);
+        let mut beyond = |neighbour: BlockId, link: fn(&Block) -> BlockId| {
+            if !free(neighbour) {
+                return neighbour;
+            }
+            let absorbed = &self.blocks[neighbour as usize];
+            absorbed_count += 1;
+            absorbed_bytes += absorbed.size as i64;
+            link(absorbed)
+        };
+        // Both sides first: each counts what it absorbs.
+        let outer = [
+            beyond(block.prev, |b| b.prev),
+            beyond(block.next, |b| b.next),
+        ];
+        let still_split = outer != [NONE, NONE];
+        match still_split {
+            true => (1 - absorbed_count, block.size as i64),
+            false => (-absorbed_count, -absorbed_bytes),
         }
     }
 

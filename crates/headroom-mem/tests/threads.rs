@@ -217,11 +217,16 @@ fn on_new_thread<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 
 #[test]
 fn peaks_count_only_what_was_held_at_the_same_time() {
-    const BLOCK: u64 = 64 << 10;
+    // A small block comes back through a recent list, a large one through coalescing.
+    peaks_of_blocks_held_together(64 << 10, PoolKind::Small);
+    peaks_of_blocks_held_together(4 * MIB, PoolKind::Large);
+}
+
+fn peaks_of_blocks_held_together(bytes: u64, kind: PoolKind) {
     let pool = host_pool();
     let pairs = || {
         for _ in 0..100 {
-            drop(pool.allocate_bytes(BLOCK, Scope::Global, Alignment::DEFAULT));
+            drop(pool.allocate_bytes(bytes, Scope::Global, Alignment::DEFAULT));
         }
     };
     // The main thread and three workers step through the phases together.
@@ -241,25 +246,28 @@ fn peaks_count_only_what_was_held_at_the_same_time() {
                 step.wait();
                 // The same threads again, now each holding a block at the same moment.
                 // They reuse their cached blocks, so this runs on the fast path.
-                let block = pool.allocate_bytes(BLOCK, Scope::Global, Alignment::DEFAULT);
+                let held = pool.allocate_bytes(bytes, Scope::Global, Alignment::DEFAULT);
                 step.wait();
-                drop(block.unwrap());
+                drop(held.unwrap());
                 pairs();
             });
         }
         for _ in 0..4 {
             step.wait();
         }
-        assert_eq!(pool.memory_stats().allocated_bytes.all.peak, BLOCK);
+        assert_eq!(pool.memory_stats().allocated_bytes.all.peak, bytes);
         assert_eq!(pool.memory_stats().allocation.all.peak, 1);
         step.wait();
         step.wait();
     });
     let stats = pool.memory_stats();
-    assert_eq!(stats.allocated_bytes.all.peak, 3 * BLOCK);
+    assert_eq!(stats.allocated_bytes.all.peak, 3 * bytes);
     assert_eq!(stats.allocation.all.peak, 3);
-    assert_eq!(stats.allocation.small_pool.peak, 3);
-    assert_eq!(stats.allocated_bytes.large_pool.peak, 0);
+    let (used, unused) = match kind {
+        PoolKind::Small => (stats.allocation.small_pool, stats.allocation.large_pool),
+        PoolKind::Large => (stats.allocation.large_pool, stats.allocation.small_pool),
+    };
+    assert_eq!((used.peak, unused.peak), (3, 0));
     pool.check_invariants().unwrap();
     // After a reset the peak is what is held now, and it grows again only as far as the
     // live total does.
