@@ -10,43 +10,52 @@
 //! # Threads
 //!
 //! One lock per tier serialised every thread, and its cache line moving between cores made
-//! two threads slower than one. So each tier is split into [`SHARDS`] shards, each a whole
+//! two threads slower than one. So each tier is split into `SHARDS` (16) shards, each a whole
 //! pool of its own (block table, best-fit trees, recent lists, segments, statistics) behind
 //! its own lock. A thread works in the shard its thread number picks, so threads on
 //! different shards share no memory on the fast path. A block's id names its shard, so a
 //! buffer may be freed on any thread: it goes back to the shard it came from.
 //!
-//! The fast path is the recent lists: allocating a block of an exact size that waits there,
-//! and freeing a small block into them. It takes only its shard's lock. Everything else (best
-//! fit, splitting, coalescing, segments, out-of-memory retry) and every reader that walks the
-//! tables (`memory_stats`, `snapshot`, `fragmentation`, `empty_cache`, `check_invariants`)
-//! takes the tier's lock and then the lock of every shard in use, in index order, so it sees
-//! and may use every cached block of every shard: out-of-memory retry releases the cached
-//! segments of all shards and may then take a cached block from any of them. A thread never
-//! waits for the tier's lock while holding a shard's lock, so the order cannot deadlock.
+//! The fast path takes only the shard's lock: allocating a cached block of the thread's
+//! shard (from a recent list, else by best fit and splitting) and returning a block to its
+//! shard (into a recent list, else coalesced into the tree). Everything else (reserving
+//! and releasing segments, out-of-memory retry, no-cache mode) and every reader that walks
+//! the tables (`memory_stats`, `snapshot`, `fragmentation`, `empty_cache`,
+//! `check_invariants`) takes the tier's lock and then the lock of every shard in use, in
+//! index order, so it sees and may use every cached block of every shard: out-of-memory
+//! retry releases the cached segments of all shards and may then take a cached block from
+//! any of them. A thread never waits for the tier's lock while holding a shard's lock, so
+//! the order cannot deadlock.
 //!
-//! Blocks keep their state in their shard's table at all times: a block in a recent list is
-//! `Recent` there, with `requested` 0 and counted in `inactive_split` when its segment is
-//! split, exactly as with one lock. What a shard caches is bounded as before: at most
-//! `RECENT_DEPTH` blocks per size class, plus the free blocks of its own segments, and all
-//! of it is released by `empty_cache` and before an out-of-memory error. The price of
-//! shards is that a segment cached in one shard serves another shard only after that
-//! release; a pool used by one thread has one shard and behaves exactly as before.
+//! A block's state in its shard's table is the same as with one lock: a block in a recent
+//! list is `Recent`, with `requested` 0, and counted in `inactive_split` when its segment
+//! is split; an allocated block carries its `requested` size for snapshots. What a shard
+//! caches is bounded as before: at most `RECENT_DEPTH` blocks per size class, plus the
+//! free blocks of its own segments, and `empty_cache` and the retry before an
+//! out-of-memory error release all of it. The price of shards is that a segment cached in
+//! one shard serves another shard only after such a release (or at the limit, when no new
+//! segment fits); a pool used by one thread uses one shard and behaves exactly as before.
 //!
 //! # Exact statistics
 //!
-//! Current values and running totals are per shard and summed when read; they are exact.
-//! A peak is the maximum of a sum over shards, which no shard can see alone, so the tier
-//! keeps the peaks under its lock, and every shard has an *allowance* per counter, with
-//! this invariant: the allowances of a tier's shards sum to at most its peaks. The fast path
-//! raises a counter only while the shard's value stays within its allowance, so the tier's
-//! total (the sum of shard values) stays at most the peak: no fast operation can make a new
-//! peak, and the recorded peak is exact. Lowering a counter needs no bookkeeping (it leaves
-//! more room under the same allowance). An operation that would go past its allowance takes
-//! the slow path: under all the locks the tier's total is known, the peaks are raised to the
-//! highest total the operation passed through, and the shard's allowance becomes the
-//! peaks minus the other shards' allowances. In steady state a thread frees and allocates
-//! the same sizes, so it keeps running in its allowance.
+//! Current values and running totals are per shard and summed when read, so they are
+//! exact. A peak is the maximum of a sum over shards, which no shard sees alone, so the
+//! tier keeps the peaks under its lock, and each shard has an *allowance* per counter,
+//! with the invariant: the allowances of a tier's shards sum to at most its peaks. The fast
+//! path goes ahead only if every counter it raises stays within the shard's allowance (it
+//! computes the exact change first; lowering a counter needs nothing). Then the tier's
+//! total, the sum of shard values, stays at most the peak: no fast operation can make a
+//! new peak, so the recorded peaks are exact. Any other operation takes the slow path:
+//! under all the locks the tier's total is known, and the peaks are raised to the highest
+//! total the operation passed through.
+//!
+//! The slow path then shares the allowances out again. Each shard remembers the highest
+//! values its counters reached in slow operations (its high water: what it needs to run
+//! its usual cycle on the fast path). Other shards keep at most their high water, and the
+//! acting shard gets the rest; if that is below its own high water, the others keep only
+//! their current values and forget their high water, so a shard whose thread is gone
+//! cannot hold room for ever. In steady state threads free and allocate the same sizes,
+//! the peaks cover what they hold together, and every thread runs on its allowance.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -556,6 +565,7 @@ impl MemoryPool {
     }
 
     /// Records a new allocation; returns its block and address.
+    #[inline]
     fn placed(
         &self,
         tier: &TierState,
@@ -667,6 +677,7 @@ impl MemoryPool {
         World { peaks, shards }
     }
 
+    #[inline]
     fn record(&self, action: TraceAction, scope: Scope, block: &Block, requested: u64) {
         if let Some(recorder) = &self.recorder {
             recorder.record(action, scope, block.address, block.size, requested, None);
@@ -720,6 +731,7 @@ impl MemoryPool {
 
     /// Counts an allocated block freed and caches it: in recent list `class`, or
     /// coalesced into the best-fit tree.
+    #[inline]
     fn cache_freed(
         &self,
         tier: &mut TierState,
@@ -740,6 +752,7 @@ impl MemoryPool {
     /// The recent list a freed block may wait in, if it has room. A small segment may
     /// hold a larger block lent to a large request at the limit: it goes back to the
     /// best-fit tree, which takes any size.
+    #[inline]
     fn recent_class_for(&self, tier: &TierState, freed: &Block) -> Option<usize> {
         (freed.kind == PoolKind::Small && freed.size <= self.config.small_size)
             .then(|| self.recent_class(freed.size))
@@ -1177,6 +1190,7 @@ impl TierState {
     }
 
     /// Marks a block allocated for `requested` bytes and counts it.
+    #[inline]
     fn mark_allocated(&mut self, id: BlockId, requested: u64) {
         let block = &mut self.blocks[id as usize];
         block.state = State::Allocated;
@@ -1188,6 +1202,7 @@ impl TierState {
     }
 
     /// Counts an allocated block as freed.
+    #[inline]
     fn count_free(&mut self, freed: &Block) {
         self.stats.allocation.decrease(freed.kind, 1);
         self.stats.allocated_bytes.decrease(freed.kind, freed.size);
@@ -1197,6 +1212,7 @@ impl TierState {
     }
 
     /// Puts a freed block into the recent list `class`, uncoalesced.
+    #[inline]
     fn push_recent(&mut self, id: BlockId, class: usize) {
         let block = &mut self.blocks[id as usize];
         block.state = State::Recent;
@@ -1216,6 +1232,7 @@ impl TierState {
     /// uncoalesced, it is counted if its segment is split; coalesced, the free neighbours
     /// it absorbs stop being counted first, and the merged block is counted if its segment
     /// is still split.
+    #[inline]
     fn inactive_split_change_on_free(&self, id: BlockId, waits: bool) -> (i64, i64) {
         let block = self.blocks[id as usize];
         if waits {
@@ -1250,6 +1267,7 @@ impl TierState {
     }
 
     /// Bookkeeping for a free block leaving the caches to be allocated.
+    #[inline]
     fn take_cached(&mut self, id: BlockId) {
         let block = self.blocks[id as usize];
         if block.is_split() {
