@@ -310,7 +310,8 @@ impl Counters {
 
     /// Whether every counter is at most the one in `other`.
     pub(crate) fn within(&self, other: &Counters) -> bool {
-        self.zip(*other, |a, b| u64::from(a <= b)) == Counters([[1; 3]; 9])
+        let pairs = self.0.iter().flatten().zip(other.0.iter().flatten());
+        pairs.into_iter().all(|(value, limit)| value <= limit)
     }
 
     /// Whether raising `counter` by `amount` in `kind` (and so in `all`) keeps `stats`
@@ -356,6 +357,45 @@ mod tests {
         assert!(map.contains_key("inactive_split_bytes.all.current"));
         assert_eq!(stats.get("num_ooms"), Some(0));
         assert_eq!(map.len(), 9 * 3 * 4 + 4);
+    }
+
+    #[test]
+    fn allowances_limit_all_and_the_pool() {
+        let mut stats = MemoryStats::default();
+        stats.allocated_bytes.increase(PoolKind::Small, 4096);
+        let mut allowance = stats.currents();
+        // allocated_bytes: `all` and `small_pool` may reach 8 KiB.
+        let all = Counter::AllocatedBytes.index() * 3;
+        allowance.set(all, 8192);
+        allowance.set(all + 1, 8192);
+        let permits =
+            |amount| allowance.permits(&stats, Counter::AllocatedBytes, PoolKind::Small, amount);
+        assert!(permits(4096));
+        assert!(!permits(4097));
+        // The large pool has no room, however much `all` has.
+        assert!(!allowance.permits(&stats, Counter::AllocatedBytes, PoolKind::Large, 1));
+        assert!(stats.currents().within(&allowance));
+        assert!(!allowance.within(&stats.currents()));
+    }
+
+    #[test]
+    fn shard_counts_add_up_without_their_peaks() {
+        let mut shard = MemoryStats::default();
+        shard.requested_bytes.increase(PoolKind::Large, 100);
+        shard.requested_bytes.decrease(PoolKind::Large, 40);
+        shard.num_ooms = 1;
+        let mut total = MemoryStats::default();
+        total.add_counts(&shard);
+        total.add_counts(&shard);
+        let requested = total.requested_bytes.large_pool;
+        assert_eq!(
+            (requested.current, requested.allocated, requested.freed),
+            (120, 200, 80)
+        );
+        assert_eq!(requested.peak, 0);
+        assert_eq!(total.num_ooms, 2);
+        total.set_peaks(&total.currents());
+        assert_eq!(total.requested_bytes.all.peak, 120);
     }
 
     #[test]
