@@ -176,6 +176,51 @@ impl MemoryStats {
         self.to_map().get(key).copied()
     }
 
+    fn each(&self, field: impl Fn(&Stat) -> u64) -> Counters {
+        let mut counters = Counters::default();
+        for (row, (_, array)) in counters.0.iter_mut().zip(self.arrays()) {
+            *row = [
+                field(&array.all),
+                field(&array.small_pool),
+                field(&array.large_pool),
+            ];
+        }
+        counters
+    }
+
+    pub(crate) fn currents(&self) -> Counters {
+        self.each(|stat| stat.current)
+    }
+
+    pub(crate) fn peaks(&self) -> Counters {
+        self.each(|stat| stat.peak)
+    }
+
+    pub(crate) fn set_peaks(&mut self, peaks: &Counters) {
+        for (array, row) in self.arrays_mut().into_iter().zip(peaks.0) {
+            for (stat, peak) in array.stats_mut().into_iter().zip(row) {
+                stat.peak = peak;
+            }
+        }
+    }
+
+    /// Adds `other`'s current values, running totals and event counts, not its peaks: the
+    /// statistics of a tier whose blocks are divided among shards (peaks of a sum are not
+    /// sums of peaks, so the pool tracks those itself).
+    pub(crate) fn add_counts(&mut self, other: &MemoryStats) {
+        for (array, (_, other_array)) in self.arrays_mut().into_iter().zip(other.arrays()) {
+            for (stat, (_, other_stat)) in array.stats_mut().into_iter().zip(other_array.named()) {
+                stat.current += other_stat.current;
+                stat.allocated += other_stat.allocated;
+                stat.freed += other_stat.freed;
+            }
+        }
+        self.num_alloc_retries += other.num_alloc_retries;
+        self.num_ooms += other.num_ooms;
+        self.num_device_alloc += other.num_device_alloc;
+        self.num_device_free += other.num_device_free;
+    }
+
     /// Sets every peak to its current value (`torch.cuda.reset_peak_memory_stats`).
     pub fn reset_peak(&mut self) {
         for array in self.arrays_mut() {
@@ -200,6 +245,101 @@ impl MemoryStats {
     }
 }
 
+/// One of the arrays whose counters the pool raises without its tier-wide lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    Allocation,
+    InactiveSplit,
+    AllocatedBytes,
+    InactiveSplitBytes,
+    RequestedBytes,
+}
+
+impl Counter {
+    /// Position in [`MemoryStats::arrays`].
+    fn index(self) -> usize {
+        match self {
+            Counter::Allocation => 0,
+            Counter::InactiveSplit => 3,
+            Counter::AllocatedBytes => 4,
+            Counter::InactiveSplitBytes => 7,
+            Counter::RequestedBytes => 8,
+        }
+    }
+}
+
+/// One number per counter that has a peak (nine arrays of `all`, `small_pool`, `large_pool`):
+/// a tier's peaks, the sum of its shards' current values, or how far one shard may raise
+/// its own counters without the tier-wide lock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counters([[u64; 3]; 9]);
+
+impl Counters {
+    fn zip(self, other: Counters, f: impl Fn(u64, u64) -> u64) -> Counters {
+        let mut out = self;
+        for (row, other_row) in out.0.iter_mut().zip(other.0) {
+            for (value, other_value) in row.iter_mut().zip(other_row) {
+                *value = f(*value, other_value);
+            }
+        }
+        out
+    }
+
+    /// How many counters there are; [`Counters::get`] and [`Counters::set`] take `0..LEN`.
+    pub(crate) const LEN: usize = 27;
+
+    pub(crate) fn get(&self, counter: usize) -> u64 {
+        self.0[counter / 3][counter % 3]
+    }
+
+    pub(crate) fn set(&mut self, counter: usize, value: u64) {
+        self.0[counter / 3][counter % 3] = value;
+    }
+
+    pub(crate) fn plus(self, other: Counters) -> Counters {
+        self.zip(other, |a, b| a + b)
+    }
+
+    pub(crate) fn minus(self, other: Counters) -> Counters {
+        self.zip(other, |a, b| a - b)
+    }
+
+    pub(crate) fn max(self, other: Counters) -> Counters {
+        self.zip(other, u64::max)
+    }
+
+    /// Whether every counter is at most the one in `other`.
+    pub(crate) fn within(&self, other: &Counters) -> bool {
+        let pairs = self.0.iter().flatten().zip(other.0.iter().flatten());
+        pairs.into_iter().all(|(value, limit)| value <= limit)
+    }
+
+    /// Whether raising `counter` by `amount` in `kind` (and so in `all`) keeps `stats`
+    /// within these limits.
+    #[inline]
+    pub(crate) fn permits(
+        &self,
+        stats: &MemoryStats,
+        counter: Counter,
+        kind: PoolKind,
+        amount: u64,
+    ) -> bool {
+        let limits = &self.0[counter.index()];
+        let array = match counter {
+            Counter::Allocation => &stats.allocation,
+            Counter::InactiveSplit => &stats.inactive_split,
+            Counter::AllocatedBytes => &stats.allocated_bytes,
+            Counter::InactiveSplitBytes => &stats.inactive_split_bytes,
+            Counter::RequestedBytes => &stats.requested_bytes,
+        };
+        let (pool, pool_limit) = match kind {
+            PoolKind::Small => (&array.small_pool, limits[1]),
+            PoolKind::Large => (&array.large_pool, limits[2]),
+        };
+        array.all.current + amount <= limits[0] && pool.current + amount <= pool_limit
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +357,45 @@ mod tests {
         assert!(map.contains_key("inactive_split_bytes.all.current"));
         assert_eq!(stats.get("num_ooms"), Some(0));
         assert_eq!(map.len(), 9 * 3 * 4 + 4);
+    }
+
+    #[test]
+    fn allowances_limit_all_and_the_pool() {
+        let mut stats = MemoryStats::default();
+        stats.allocated_bytes.increase(PoolKind::Small, 4096);
+        let mut allowance = stats.currents();
+        // allocated_bytes: `all` and `small_pool` may reach 8 KiB.
+        let all = Counter::AllocatedBytes.index() * 3;
+        allowance.set(all, 8192);
+        allowance.set(all + 1, 8192);
+        let permits =
+            |amount| allowance.permits(&stats, Counter::AllocatedBytes, PoolKind::Small, amount);
+        assert!(permits(4096));
+        assert!(!permits(4097));
+        // The large pool has no room, however much `all` has.
+        assert!(!allowance.permits(&stats, Counter::AllocatedBytes, PoolKind::Large, 1));
+        assert!(stats.currents().within(&allowance));
+        assert!(!allowance.within(&stats.currents()));
+    }
+
+    #[test]
+    fn shard_counts_add_up_without_their_peaks() {
+        let mut shard = MemoryStats::default();
+        shard.requested_bytes.increase(PoolKind::Large, 100);
+        shard.requested_bytes.decrease(PoolKind::Large, 40);
+        shard.num_ooms = 1;
+        let mut total = MemoryStats::default();
+        total.add_counts(&shard);
+        total.add_counts(&shard);
+        let requested = total.requested_bytes.large_pool;
+        assert_eq!(
+            (requested.current, requested.allocated, requested.freed),
+            (120, 200, 80)
+        );
+        assert_eq!(requested.peak, 0);
+        assert_eq!(total.num_ooms, 2);
+        total.set_peaks(&total.currents());
+        assert_eq!(total.requested_bytes.all.peak, 120);
     }
 
     #[test]
