@@ -17,6 +17,8 @@ pub enum DeviceSpec {
     Host,
     Simulated(TierCapacities),
     Cuda(u32),
+    /// Pinned host memory registered with CUDA device N.
+    Pinned(u32),
 }
 
 /// Why a device string was refused.
@@ -30,7 +32,7 @@ pub enum DeviceError {
     #[cfg(feature = "cuda")]
     #[error("device {device:?} could not be opened: {reason}")]
     Unavailable { device: String, reason: String },
-    #[error("memory_limit applies to the \"host\" device only, not {device:?}; for a simulated device give its tiers (\"sim:global=SIZE\"), for any device max_size")]
+    #[error("memory_limit applies to the \"host\" and \"pinned\" devices only, not {device:?}; for a simulated device give its tiers (\"sim:global=SIZE\"), for any device max_size")]
     LimitNotHost { device: String },
 }
 
@@ -48,10 +50,16 @@ impl DeviceSpec {
         match (kind, argument) {
             ("host", None) => Ok(DeviceSpec::Host),
             ("cuda", None) => Ok(DeviceSpec::Cuda(0)),
-            ("cuda", Some(ordinal)) => ordinal
-                .parse()
-                .map(DeviceSpec::Cuda)
-                .map_err(|_| malformed(format!("the CUDA ordinal {ordinal:?} is not a number"))),
+            ("pinned", None) => Ok(DeviceSpec::Pinned(0)),
+            ("cuda" | "pinned", Some(ordinal)) => {
+                let ordinal = ordinal.parse().map_err(|_| {
+                    malformed(format!("the CUDA ordinal {ordinal:?} is not a number"))
+                })?;
+                Ok(match kind {
+                    "cuda" => DeviceSpec::Cuda(ordinal),
+                    _ => DeviceSpec::Pinned(ordinal),
+                })
+            }
             ("sim", Some("datacenter")) => {
                 Ok(DeviceSpec::Simulated(TierCapacities::DATACENTER_GPU))
             }
@@ -63,13 +71,13 @@ impl DeviceSpec {
         }
     }
 
-    /// Opens the backend. `memory_limit` caps a host device.
+    /// Opens the backend. `memory_limit` caps a host or pinned device.
     pub fn open(
         &self,
         device: &str,
         memory_limit: Option<u64>,
     ) -> Result<Arc<dyn Backend>, DeviceError> {
-        if memory_limit.is_some() && *self != DeviceSpec::Host {
+        if memory_limit.is_some() && !matches!(self, DeviceSpec::Host | DeviceSpec::Pinned(_)) {
             return Err(DeviceError::LimitNotHost {
                 device: device.to_string(),
             });
@@ -80,27 +88,95 @@ impl DeviceSpec {
                 None => HostMemory::new(),
             })),
             DeviceSpec::Simulated(tiers) => Ok(Arc::new(SimulatedDevice::new(*tiers))),
-            DeviceSpec::Cuda(ordinal) => open_cuda(device, *ordinal),
+            DeviceSpec::Cuda(ordinal) => cuda::open(device, *ordinal),
+            DeviceSpec::Pinned(ordinal) => cuda::open_pinned(device, *ordinal, memory_limit),
         }
     }
 }
 
+/// What PyTorch's allocator functions serve a device from: the device's memory, and host
+/// memory both the CPU and the device address, to offload into.
+pub struct TorchMemory {
+    pub device: Arc<dyn Backend>,
+    pub staging: Arc<dyn Backend>,
+}
+
+/// The CUDA backends, or for a build without the `cuda` feature, errors that say so.
 #[cfg(feature = "cuda")]
-fn open_cuda(device: &str, ordinal: u32) -> Result<Arc<dyn Backend>, DeviceError> {
-    match headroom_mem::CudaDevice::new(ordinal) {
-        Ok(cuda) => Ok(Arc::new(cuda)),
-        Err(error) => Err(DeviceError::Unavailable {
+pub mod cuda {
+    use std::sync::Arc;
+
+    use headroom_mem::{Backend, BackendError, CudaDevice, PinnedHostMemory};
+
+    use super::{DeviceError, TorchMemory};
+
+    fn unavailable(device: &str) -> impl FnOnce(BackendError) -> DeviceError + '_ {
+        move |error| DeviceError::Unavailable {
             device: device.to_string(),
             reason: error.to_string(),
-        }),
+        }
+    }
+
+    pub fn open(device: &str, ordinal: u32) -> Result<Arc<dyn Backend>, DeviceError> {
+        Ok(Arc::new(
+            CudaDevice::new(ordinal).map_err(unavailable(device))?,
+        ))
+    }
+
+    pub fn open_pinned(
+        device: &str,
+        ordinal: u32,
+        limit: Option<u64>,
+    ) -> Result<Arc<dyn Backend>, DeviceError> {
+        let cuda = Arc::new(CudaDevice::new(ordinal).map_err(unavailable(device))?);
+        Ok(Arc::new(PinnedHostMemory::with_limit(
+            cuda,
+            limit.unwrap_or(u64::MAX),
+        )))
+    }
+
+    /// What PyTorch's allocator functions serve device `ordinal` from: its memory, from the
+    /// virtual memory API so a tag can be offloaded, and pinned memory to offload into.
+    pub fn open_for_torch(device: &str, ordinal: u32) -> Result<TorchMemory, DeviceError> {
+        let cuda = Arc::new(CudaDevice::evictable(ordinal).map_err(unavailable(device))?);
+        let pinned = PinnedHostMemory::new(Arc::clone(&cuda));
+        Ok(TorchMemory {
+            device: cuda,
+            staging: Arc::new(pinned),
+        })
     }
 }
 
+/// The CUDA backends, or for a build without the `cuda` feature, errors that say so.
 #[cfg(not(feature = "cuda"))]
-fn open_cuda(device: &str, _ordinal: u32) -> Result<Arc<dyn Backend>, DeviceError> {
-    Err(DeviceError::CudaNotBuilt {
-        device: device.to_string(),
-    })
+pub mod cuda {
+    use std::sync::Arc;
+
+    use headroom_mem::Backend;
+
+    use super::{DeviceError, TorchMemory};
+
+    fn not_built(device: &str) -> DeviceError {
+        DeviceError::CudaNotBuilt {
+            device: device.to_string(),
+        }
+    }
+
+    pub fn open(device: &str, _ordinal: u32) -> Result<Arc<dyn Backend>, DeviceError> {
+        Err(not_built(device))
+    }
+
+    pub fn open_pinned(
+        device: &str,
+        _ordinal: u32,
+        _limit: Option<u64>,
+    ) -> Result<Arc<dyn Backend>, DeviceError> {
+        Err(not_built(device))
+    }
+
+    pub fn open_for_torch(device: &str, _ordinal: u32) -> Result<TorchMemory, DeviceError> {
+        Err(not_built(device))
+    }
 }
 
 /// `global=256M,shared=64K,local=0`; tiers left out take [`TierCapacities::DATACENTER_GPU`]'s.
@@ -125,6 +201,7 @@ fn parse_tiers(text: &str) -> Result<TierCapacities, String> {
 pub fn canonical_name(device: &str, backend: &dyn Backend) -> String {
     match backend.kind() {
         BackendKind::Cuda => format!("cuda:{}", backend.device_index()),
+        BackendKind::PinnedHost => format!("pinned:{}", backend.device_index()),
         BackendKind::Host | BackendKind::Simulated => device.to_string(),
     }
 }
@@ -138,6 +215,8 @@ mod tests {
         assert_eq!(DeviceSpec::parse("host"), Ok(DeviceSpec::Host));
         assert_eq!(DeviceSpec::parse("cuda"), Ok(DeviceSpec::Cuda(0)));
         assert_eq!(DeviceSpec::parse("cuda:3"), Ok(DeviceSpec::Cuda(3)));
+        assert_eq!(DeviceSpec::parse("pinned"), Ok(DeviceSpec::Pinned(0)));
+        assert_eq!(DeviceSpec::parse("pinned:1"), Ok(DeviceSpec::Pinned(1)));
         assert_eq!(
             DeviceSpec::parse("sim:datacenter"),
             Ok(DeviceSpec::Simulated(TierCapacities::DATACENTER_GPU))

@@ -177,7 +177,8 @@ fn data_type(dtype: DType) -> DLDataType {
 /// `(device_type, device_id)` of the memory behind `view`, as `__dlpack_device__` returns.
 pub fn device_of(view: &View) -> PyResult<(i32, i32)> {
     match view.backend_kind() {
-        BackendKind::Host => Ok((KDL_CPU, 0)),
+        // Pinned memory is host memory that CUDA also reaches: CPU consumers read it.
+        BackendKind::Host | BackendKind::PinnedHost => Ok((KDL_CPU, 0)),
         BackendKind::Cuda => Ok((KDL_CUDA, view.device_index() as i32)),
         BackendKind::Simulated => Err(PyBufferError::new_err(
             "a simulated device's buffers live at simulated addresses, which no DLPack consumer can read; \

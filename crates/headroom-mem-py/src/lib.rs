@@ -8,13 +8,16 @@
 //!   `copy` and host copies;
 //! - `dlpack.rs`: `__dlpack__` and `__dlpack_device__`;
 //! - `workspace.rs`: workspaces, their stages and trace stages;
-//! - `errors.rs`: Rust errors as Python exceptions.
+//! - `errors.rs`: Rust errors as Python exceptions;
+//! - `plug.rs`: the C functions PyTorch's `CUDAPluggableAllocator` calls, and their
+//!   configuration, tags, offloading and statistics (`headroom_mem.torch`).
 
 mod buffer;
 mod device;
 mod dlpack;
 mod dtype;
 mod errors;
+mod plug;
 mod pool;
 mod workspace;
 
@@ -29,6 +32,17 @@ fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<workspace::Stage>()?;
     module.add_class::<workspace::TraceStage>()?;
     module.add_function(wrap_pyfunction!(buffer::copy, module)?)?;
+    for function in [
+        wrap_pyfunction!(plug::plug_configure, module)?,
+        wrap_pyfunction!(plug::plug_set_tag, module)?,
+        wrap_pyfunction!(plug::plug_offload, module)?,
+        wrap_pyfunction!(plug::plug_restore, module)?,
+        wrap_pyfunction!(plug::plug_memory_stats, module)?,
+        wrap_pyfunction!(plug::plug_last_failure, module)?,
+        wrap_pyfunction!(plug::plug_empty_cache, module)?,
+    ] {
+        module.add_function(function)?;
+    }
     module.add(
         "OutOfMemoryError",
         py.get_type::<errors::OutOfMemoryError>(),

@@ -6,7 +6,7 @@ import headroom_mem
 from conftest import MIB
 
 
-@pytest.mark.parametrize("device", ["gpu", "cuda:x", "sim", "sim:texture=1M", "sim:global=lots", "host:1"])
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "pinned:x", "sim", "sim:texture=1M", "sim:global=lots", "host:1"])
 def test_bad_device_names_the_value_and_the_accepted_forms(device):
     with pytest.raises(ValueError) as caught:
         headroom_mem.MemoryPool(device)
@@ -14,20 +14,21 @@ def test_bad_device_names_the_value_and_the_accepted_forms(device):
     assert "sim:datacenter" in str(caught.value) and "cuda:N" in str(caught.value)
 
 
-def test_cuda_without_a_driver_raises_a_clear_error():
+@pytest.mark.parametrize("device", ["cuda:0", "pinned:0"])
+def test_cuda_without_a_driver_raises_a_clear_error(device):
     try:
-        pool = headroom_mem.MemoryPool("cuda:0")
+        pool = headroom_mem.MemoryPool(device)
     except (RuntimeError, ValueError) as error:
         message = str(error)
-        assert "cuda:0" in message
+        assert device in message
         assert "libcuda" in message or "without the `cuda` feature" in message or "driver" in message
     else:
         print("skipped the no-driver case: this machine has a CUDA device")
-        assert pool.device == "cuda:0"
+        assert pool.device == device
 
 
 def test_memory_limit_is_for_host_only():
-    with pytest.raises(ValueError, match="memory_limit applies to the \"host\" device only"):
+    with pytest.raises(ValueError, match="memory_limit applies to the \"host\" and \"pinned\" devices only"):
         headroom_mem.MemoryPool("sim:datacenter", memory_limit="1G")
     with pytest.raises(ValueError, match="invalid size `lots`"):
         headroom_mem.MemoryPool("host", max_size="lots")

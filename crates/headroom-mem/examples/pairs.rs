@@ -7,20 +7,25 @@
 //! The same number of pairs is split across the threads of a run.
 //!
 //! `cargo run --release -p headroom-mem --example pairs -- [--bytes 4096] [--pairs 4000000]
-//! [--reps 5] [--threads 1,2,4,8] [--json]`
+//! [--reps 5] [--threads 1,2,4,8] [--backend host|cuda] [--json]`
+//!
+//! `--backend cuda` (built with `--features cuda`) puts the pool on GPU 0; PyTorch's caching
+//! allocator is its baseline there (bench/mem/torch_pairs.py), and the system column stays
+//! the host's, for reference.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use headroom_mem::{Alignment, HostMemory, MemoryPool, Scope};
+use headroom_mem::{Alignment, Backend, HostMemory, MemoryPool, Scope};
 
 struct Options {
     bytes: u64,
     pairs: u64,
     reps: usize,
     threads: Vec<usize>,
+    backend: String,
     json: bool,
 }
 
@@ -30,6 +35,7 @@ fn parse_options() -> Result<Options, String> {
         pairs: 4_000_000,
         reps: 5,
         threads: vec![1, 2, 4, 8],
+        backend: "host".into(),
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -52,6 +58,7 @@ fn parse_options() -> Result<Options, String> {
             "--bytes" => options.bytes = number(&value)?,
             "--pairs" => options.pairs = number(&value)?,
             "--reps" => options.reps = number(&value)? as usize,
+            "--backend" => options.backend = value,
             "--threads" => {
                 options.threads = value
                     .split(',')
@@ -60,8 +67,8 @@ fn parse_options() -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown flag {flag}; use --bytes, --pairs, --reps, --threads or --json"
-                ))
+                "unknown flag {flag}; use --bytes, --pairs, --reps, --threads, --backend or --json"
+            ))
             }
         }
     }
@@ -89,6 +96,20 @@ fn pairs_per_second(threads: usize, pairs: u64, pair: &(dyn Fn() + Sync)) -> f64
     (per_thread * threads as u64) as f64 / elapsed.as_secs_f64() / 1e6
 }
 
+/// The memory the pool's pairs come from.
+fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
+    match name {
+        "host" => Ok(Arc::new(HostMemory::new())),
+        #[cfg(feature = "cuda")]
+        "cuda" => headroom_mem::CudaDevice::new(0)
+            .map(|device| Arc::new(device) as Arc<dyn Backend>)
+            .map_err(|error| format!("--backend cuda: {error}")),
+        other => Err(format!(
+            "--backend {other}: expected host, or cuda in a build with --features cuda"
+        )),
+    }
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -100,11 +121,14 @@ fn main() {
         std::process::exit(2);
     });
     let bytes = options.bytes;
-    let pool = MemoryPool::new(Arc::new(HostMemory::new()));
+    let pool = MemoryPool::new(backend(&options.backend).unwrap_or_else(|message| {
+        eprintln!("pairs: {message}");
+        std::process::exit(2);
+    }));
     let layout = Layout::from_size_align(bytes as usize, 512).expect("a valid layout");
     let pool_pair = || {
         let allocation = pool.allocate_bytes(bytes, Scope::Global, Alignment::DEFAULT);
-        black_box(allocation.expect("host memory").address());
+        black_box(allocation.expect("memory for one block").address());
     };
     let system_pair = || {
         // SAFETY: the layout has a non-zero size; the pointer is freed with the same layout.
@@ -150,8 +174,8 @@ fn main() {
         return;
     }
     println!(
-        "{bytes} B alloc/free pairs, total over threads, median of {} runs of {} pairs (M pairs/s)",
-        options.reps, options.pairs
+        "{bytes} B alloc/free pairs, total over threads, median of {} runs of {} pairs (M pairs/s); pool on {}",
+        options.reps, options.pairs, options.backend
     );
     println!("threads     pool   system  pool/system  pool/pool@1  system/system@1");
     for (t, threads) in options.threads.iter().enumerate() {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# headroom-mem on a GPU machine, as one script of a few minutes: the CUDA backend's tests
+# (pinned memory, eviction), the Python package on the GPU beside PyTorch (DLPack with torch
+# and cupy, copy bandwidth, a training loop in a headroom_mem.torch.MemPool, offload and
+# restore of a tag), and alloc/free pairs on 1-8 threads against PyTorch's caching allocator.
+#
+#   bash bench/mem/gpu.sh CARRY OUT     # CARRY from bench/mem/gpu-prepare.sh
+#
+# The machine needs python3 with torch (CUDA) and numpy, optionally cupy; nothing is
+# downloaded. Results go to OUT (gpu.json, pairs-*.txt) and to stdout.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+carry=${1:?usage: gpu.sh CARRY OUT}
+out=${2:?usage: gpu.sh CARRY OUT}
+mkdir -p "$out"
+status=0
+step() { echo; echo "== $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+echo "cpus: $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+
+step "Rust: the CUDA backend's tests"
+"$carry/cuda-tests" --nocapture --test-threads 1 || status=1
+
+step "Python: install the wheel into a venv that sees the machine's torch"
+python3 -m venv --system-site-packages "$out/venv" &&
+  "$out/venv/bin/python" -m pip install -q --no-index --no-deps "$carry"/headroom_mem-*.whl || status=1
+python="$out/venv/bin/python"
+
+step "Python: pytest of the package on this machine"
+"$python" -m pytest -q crates/headroom-mem-py/tests 2>&1 | tail -n 5 || status=1
+
+step "Python: CUDA backend, copies, training loop, offload"
+"$python" bench/mem/gpu_bench.py --json "$out/gpu.json" || status=1
+
+step "Alloc/free pairs on 1, 2, 4, 8 threads: headroom-mem's CUDA pool, then PyTorch's"
+"$carry/pairs" --backend cuda --reps 5 | tee "$out/pairs-headroom.txt" || status=1
+"$python" bench/mem/torch_pairs.py | tee "$out/pairs-torch.txt" || status=1
+
+echo
+echo "gpu.sh: $([ $status = 0 ] && echo OK || echo 'FAILED (see above)')"
+exit $status
