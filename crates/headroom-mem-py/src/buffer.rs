@@ -463,17 +463,3 @@ pub fn alias(base: &Buffer, shape: Shape, dtype: DType, byte_offset: u64) -> PyR
         .map_err(alias_error)?;
     Ok(Buffer::new(view, base.scope, base.device.clone()))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buffer_formats_map_to_dtypes() {
-        assert_eq!(format_dtype("<f", 4), Some(Some(DType::F32)));
-        assert_eq!(format_dtype("l", 8), Some(Some(DType::I64)));
-        assert_eq!(format_dtype("B", 1), Some(None));
-        assert_eq!(format_dtype("Zf", 8), None);
-        assert_eq!(format_dtype("H", 2), None);
-    }
-}

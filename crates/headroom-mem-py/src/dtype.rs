@@ -58,21 +58,3 @@ pub fn extract(value: &Bound<'_, PyAny>) -> PyResult<DType> {
         ))
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_round_trip() {
-        for (dtype, canonical, aliases) in NAMES {
-            assert_eq!(from_name(canonical), Some(dtype));
-            assert_eq!(name(dtype), canonical);
-            for alias in aliases {
-                assert_eq!(from_name(alias), Some(dtype));
-            }
-        }
-        assert_eq!(from_name("torch.bfloat16"), Some(DType::BF16));
-        assert_eq!(from_name("complex64"), None);
-    }
-}

@@ -113,3 +113,47 @@ def test_use_after_free_raises(host_pool):
     other = host_pool.alloc_buffer(4, "float32")
     with pytest.raises(RuntimeError, match="was freed"):
         headroom_mem.copy(other, buf)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:3", "pinned", "pinned:1"])
+def test_cuda_forms_are_understood_before_the_device_is_opened(device):
+    try:
+        headroom_mem.MemoryPool(device)
+    except (RuntimeError, ValueError) as error:
+        assert "not understood" not in str(error), error
+        assert device in str(error)
+
+
+def test_simulated_tiers_left_out_take_the_datacenter_figures():
+    pool = headroom_mem.MemoryPool("sim:global=256M,local=0")
+    held = pool.alloc_buffer((200 << 20,), "uint8")
+    with pytest.raises(headroom_mem.OutOfMemoryError):
+        pool.alloc_buffer((100 << 20,), "uint8")
+    assert held.nbytes == 200 << 20
+    pool.alloc_buffer((16 << 10,), "uint8", "shared")  # the datacenter shared tier
+    with pytest.raises(headroom_mem.OutOfMemoryError):
+        pool.alloc_buffer((8,), "uint8", "local")
+
+
+@pytest.mark.parametrize(
+    "alias, canonical",
+    [("bool_", "bool"), ("u8", "uint8"), ("i8", "int8"), ("short", "int16"), ("int", "int32"),
+     ("long", "int64"), ("half", "float16"), ("bf16", "bfloat16"), ("float", "float32"),
+     ("double", "float64"), ("torch.bfloat16", "bfloat16")],
+)
+def test_dtype_aliases(host_pool, alias, canonical):
+    assert host_pool.alloc_buffer((2,), alias).dtype == canonical
+
+
+def test_buffer_protocol_formats_map_to_dtypes(host_pool):
+    import array
+
+    buf = host_pool.alloc_buffer((3,), "int64")
+    buf.copy_from_host(array.array("q", [1, -2, 3]))
+    assert list(buf.to_host()) == [1, -2, 3]
+    buf.copy_from_host(bytes(24))  # raw bytes fit any dtype
+    assert list(buf.to_host()) == [0, 0, 0]
+    with pytest.raises((TypeError, ValueError)):
+        buf.copy_from_host(array.array("d", [1.0, 2.0, 3.0]))  # float64 into int64
+    with pytest.raises((TypeError, ValueError)):
+        host_pool.alloc_buffer((3,), "int16").copy_from_host(array.array("H", [1, 2, 3]))
