@@ -2,12 +2,13 @@
 //!
 //! headroom-mem's `Workspace` hands out views that borrow a stage that borrows the
 //! workspace, which Python cannot hold across calls. Here a workspace is one pool buffer,
-//! and a stage carves aliases of it with the same bump rule (bounds checked by
-//! headroom-mem's alias); when the stage ends its buffers become unusable, as the Rust
-//! borrows make them, and the next stage starts from the beginning again.
+//! and a stage carves aliases of it with headroom-mem's bump rule (`workspace::carve`);
+//! when the stage ends its buffers become unusable, as the Rust borrows make them, and the
+//! next stage starts from the beginning again.
 
 use std::sync::Arc;
 
+use headroom_mem::workspace::carve;
 use headroom_mem::{Alignment, DType, Scope, Shape, StageGuard, WorkspaceError};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyRuntimeError;
@@ -232,23 +233,19 @@ impl Stage {
                 dtype,
             }));
         };
-        let base = memory.address();
-        let end = (base + state.used)
-            .checked_next_multiple_of(alignment.bytes())
-            .and_then(|start| start.checked_add(bytes as u64))
-            .map(|end| end - base)
-            .unwrap_or(u64::MAX);
-        if end > workspace.capacity {
-            return Err(workspace_error(WorkspaceError::Exhausted {
-                stage: self.name.clone(),
-                needed: end,
-                capacity: workspace.capacity,
-            }));
-        }
+        let carved = carve(
+            &self.name,
+            memory.address(),
+            state.used,
+            bytes as u64,
+            alignment,
+            workspace.capacity,
+        )
+        .map_err(workspace_error)?;
         let view = memory
-            .alias(shape, dtype, end - bytes as u64)
+            .alias(shape, dtype, carved.start)
             .map_err(alias_error)?;
-        state.used = end;
+        state.used = carved.end;
         let buffer = Py::new(
             py,
             Buffer::new(

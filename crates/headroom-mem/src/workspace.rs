@@ -94,20 +94,16 @@ impl Stage<'_, '_> {
             return Err(WorkspaceError::ShapeTooLarge { shape, dtype });
         };
         let base = self.workspace.memory.address();
-        let end = (base + self.used.get())
-            .checked_next_multiple_of(alignment.bytes())
-            .and_then(|start| start.checked_add(layout.size_bytes()))
-            .map(|end| end - base)
-            .unwrap_or(u64::MAX);
-        let start = end - layout.size_bytes();
-        if end > self.workspace.capacity() {
-            return Err(WorkspaceError::Exhausted {
-                stage: self.name.clone(),
-                needed: end,
-                capacity: self.workspace.capacity(),
-            });
-        }
-        self.used.set(end);
+        let carved = carve(
+            &self.name,
+            base,
+            self.used.get(),
+            layout.size_bytes(),
+            alignment,
+            self.workspace.capacity(),
+        )?;
+        self.used.set(carved.end);
+        let start = carved.start;
         let backend = self.workspace.pool.backend();
         // Each call hands out bytes after every earlier one, so views never overlap.
         Ok(BufferViewMut::new_unique(
@@ -122,6 +118,33 @@ impl Stage<'_, '_> {
     pub fn used(&self) -> u64 {
         self.used.get()
     }
+}
+
+/// The bump rule of a stage: where its next buffer of `bytes` goes, after the `used` bytes
+/// already carved from a workspace that starts at device address `base` and holds
+/// `capacity` bytes, at a multiple of `alignment`. Returns the buffer's byte range as offsets
+/// into the workspace; its end is the stage's new `used`.
+pub fn carve(
+    stage: &str,
+    base: u64,
+    used: u64,
+    bytes: u64,
+    alignment: Alignment,
+    capacity: u64,
+) -> Result<std::ops::Range<u64>, WorkspaceError> {
+    let end = (base + used)
+        .checked_next_multiple_of(alignment.bytes())
+        .and_then(|start| start.checked_add(bytes))
+        .map(|end| end - base)
+        .unwrap_or(u64::MAX);
+    if end > capacity {
+        return Err(WorkspaceError::Exhausted {
+            stage: stage.to_string(),
+            needed: end,
+            capacity,
+        });
+    }
+    Ok(end - bytes..end)
 }
 
 impl Drop for Stage<'_, '_> {
