@@ -55,19 +55,23 @@ fn byte_size(shape: &Shape, dtype: DType) -> u64 {
 const CHECKED: &str = "a view's bounds are checked when it is made";
 
 impl View {
-    /// Allocates a new buffer of `shape` and `dtype` in `scope`.
+    /// Allocates a new buffer of `dtype` in `scope` with the first of `shapes` that fits
+    /// (headroom-mem's `alloc_buffer_with_fallback`; one shape is the plain case).
     pub fn allocate(
         pool: &Arc<headroom_mem::MemoryPool>,
-        shape: Shape,
+        shapes: &[Shape],
         dtype: DType,
         scope: Scope,
         alignment: headroom_mem::Alignment,
     ) -> Result<View, headroom_mem::AllocError> {
         let storage = Storage::try_new(pool.clone(), |pool| {
-            pool.alloc_buffer(shape.clone(), dtype, scope, alignment)
+            pool.alloc_buffer_with_fallback(shapes.iter().cloned(), dtype, scope, alignment)
                 .map(Mutex::new)
         })?;
-        let address = storage.with_dependent(|_, buffer| buffer.lock().address());
+        let (address, shape) = storage.with_dependent(|_, buffer| {
+            let buffer = buffer.lock();
+            (buffer.address(), buffer.shape().clone())
+        });
         Ok(View {
             storage: Arc::new(storage),
             offset: 0,

@@ -265,7 +265,7 @@ pub fn export<'py>(
         let pool = view.pool().clone();
         let fresh = View::allocate(
             &pool,
-            view.shape().clone(),
+            std::slice::from_ref(view.shape()),
             view.dtype(),
             scope,
             Alignment::DEFAULT,

@@ -82,16 +82,17 @@ impl MemoryPool {
         &self.device
     }
 
-    /// Allocates a buffer handle, raising `OutOfMemoryError` with the pool's figures.
+    /// Allocates a buffer handle with the first of `shapes` that fits, raising
+    /// `OutOfMemoryError` with the pool's figures when none does.
     pub fn new_buffer(
         &self,
         py: Python<'_>,
-        shape: Shape,
+        shapes: &[Shape],
         dtype: DType,
         scope: Scope,
         alignment: Alignment,
     ) -> PyResult<Buffer> {
-        let view = View::allocate(&self.pool, shape, dtype, scope, alignment)
+        let view = View::allocate(&self.pool, shapes, dtype, scope, alignment)
             .map_err(|error| alloc_error(py, &self.pool, error))?;
         Ok(Buffer::new(view, scope, self.device.clone()))
     }
@@ -156,7 +157,29 @@ impl MemoryPool {
     ) -> PyResult<Buffer> {
         self.new_buffer(
             py,
-            shape_argument(shape)?,
+            &[shape_argument(shape)?],
+            dtype::extract(dtype)?,
+            scope_argument(scope)?,
+            alignment_argument(alignment)?,
+        )
+    }
+
+    /// The recovery path for out-of-memory: a buffer with the first of `shapes` that fits
+    /// (largest first, e.g. halving a batch), trying the next only when the previous ran out
+    /// of memory. Raises the last `OutOfMemoryError` when none fits.
+    #[pyo3(signature = (shapes, dtype, scope="global", *, alignment=512))]
+    fn alloc_buffer_with_fallback(
+        &self,
+        py: Python<'_>,
+        shapes: Vec<Bound<'_, PyAny>>,
+        dtype: &Bound<'_, PyAny>,
+        scope: &str,
+        alignment: u64,
+    ) -> PyResult<Buffer> {
+        let shapes: Vec<Shape> = shapes.iter().map(shape_argument).collect::<PyResult<_>>()?;
+        self.new_buffer(
+            py,
+            &shapes,
             dtype::extract(dtype)?,
             scope_argument(scope)?,
             alignment_argument(alignment)?,

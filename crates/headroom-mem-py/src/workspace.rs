@@ -81,7 +81,7 @@ impl Workspace {
         let length = usize::try_from(capacity).unwrap_or(usize::MAX);
         let memory = pool.new_buffer(
             py,
-            Shape::from([length]),
+            &[Shape::from([length])],
             DType::U8,
             scope,
             Alignment::DEFAULT,

@@ -157,3 +157,15 @@ def test_buffer_protocol_formats_map_to_dtypes(host_pool):
         buf.copy_from_host(array.array("d", [1.0, 2.0, 3.0]))  # float64 into int64
     with pytest.raises((TypeError, ValueError)):
         host_pool.alloc_buffer((3,), "int16").copy_from_host(array.array("H", [1, 2, 3]))
+
+
+def test_out_of_memory_falls_back_to_the_first_shape_that_fits(sim_pool):
+    held = sim_pool.alloc_buffer((40 << 20,), "uint8")
+    buf = sim_pool.alloc_buffer_with_fallback([(64, 1 << 20), (32, 1 << 20), (16, 1 << 20)], "uint8")
+    assert buf.shape == (16, 1 << 20), "64 MiB and 32 MiB do not fit beside 40 MiB in 64 MiB"
+    with pytest.raises(headroom_mem.OutOfMemoryError) as caught:
+        sim_pool.alloc_buffer_with_fallback([(64 << 20,), (32 << 20,)], "uint8")
+    assert caught.value.requested == 32 << 20, "the last shape's error is raised"
+    with pytest.raises(ValueError, match="at least one shape"):
+        sim_pool.alloc_buffer_with_fallback([], "uint8")
+    assert held.nbytes == 40 << 20

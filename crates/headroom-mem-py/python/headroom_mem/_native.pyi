@@ -107,6 +107,9 @@ class MemoryPool:
     def allocate(
         self, shape: Shape, dtype: DTypeLike, scope: str = "global", *, alignment: int = 512
     ) -> Buffer: ...
+    def alloc_buffer_with_fallback(
+        self, shapes: Sequence[Shape], dtype: DTypeLike, scope: str = "global", *, alignment: int = 512
+    ) -> Buffer: ...
     def free(self, buffer: Buffer) -> None: ...
     def alias(
         self, buffer: Buffer, shape: Shape, dtype: Optional[DTypeLike] = None, *, offset: int = 0
