@@ -275,17 +275,38 @@ pub struct MemoryPool {
     recorder: Option<Recorder>,
 }
 
-/// The shard the calling thread works in: threads are numbered as they first allocate.
+/// How many live threads work in each shard.
+static SHARD_HOLDERS: [AtomicUsize; SHARDS] = [const { AtomicUsize::new(0) }; SHARDS];
+
+/// A thread's claim on its shard, given back when the thread exits, so threads that come
+/// and go one after another keep using one shard (and its cached blocks) rather than
+/// spreading cached memory over every shard.
+struct ShardLease(usize);
+
+impl Drop for ShardLease {
+    fn drop(&mut self) {
+        SHARD_HOLDERS[self.0].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The shard the calling thread works in: on its first allocation, the shard with the
+/// fewest live threads (the lowest such). The choice only balances load: a block records
+/// its shard, so any thread may free it.
 #[inline]
 fn thread_shard() -> usize {
-    static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         // A constant initialiser: no lazy-init check on every call.
         static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+        static LEASE: Cell<Option<ShardLease>> = const { Cell::new(None) };
     }
     SHARD.with(|shard| {
         if shard.get() == usize::MAX {
-            shard.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            let least_held = (0..SHARDS)
+                .min_by_key(|&index| SHARD_HOLDERS[index].load(Ordering::Relaxed))
+                .unwrap_or(0);
+            SHARD_HOLDERS[least_held].fetch_add(1, Ordering::Relaxed);
+            LEASE.with(|lease| lease.set(Some(ShardLease(least_held))));
+            shard.set(least_held);
         }
         shard.get()
     })

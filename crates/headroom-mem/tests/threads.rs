@@ -355,3 +355,21 @@ fn snapshots_and_fragmentation_see_blocks_cached_by_every_thread() {
     drop(held);
     pool.check_invariants().unwrap();
 }
+
+#[test]
+fn threads_that_come_and_go_reuse_one_shard_and_its_cache() {
+    let pool = host_pool();
+    for _ in 0..40 {
+        on_new_thread(|| drop(pool.allocate_bytes(4096, Scope::Global, Alignment::DEFAULT)));
+    }
+    // Each thread takes the shard with the fewest live threads, so one after another they
+    // share a shard and reuse its cached block. Numbering threads as they start spread them
+    // over all 16 shards, each reserving a segment of its own. (Other tests' threads in this
+    // process may hold a shard meanwhile, hence a bound rather than exactly one.)
+    let segments = pool.memory_stats().segment.all.current;
+    assert!(
+        segments <= 4,
+        "{segments} segments for 40 threads that never overlapped"
+    );
+    pool.check_invariants().unwrap();
+}
