@@ -26,7 +26,7 @@ use headroom_probe::cpu_weights::CpuWeights;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_sched::{
     Action, AfterAttempt, Driver, Ended, Farm, Finished, Job, JobId, JobState, Limits, Offer,
-    OutsideAction, Reading, SessionId,
+    OutsideAction, Reading, SessionId, WarmStart,
 };
 use headroom_store::known::KnownPeaks;
 use headroom_store::recorder::{Ending, Recorder, Unwritten};
@@ -507,12 +507,12 @@ pub fn driver_for(config: &GovernorConfig, past: &Past) -> Driver {
 /// Tells `driver` what `past` builds showed: how far jobs strayed between runs, and which
 /// came together.
 fn learn_from(driver: &mut Driver, past: &Past) {
-    driver.note_reruns(
+    driver.warm_start(WarmStart::from_reruns(
         past.reruns
             .iter()
             .map(|(earlier, later)| ((earlier.ran, earlier.peak), (later.ran, later.peak))),
-    );
-    driver.set_bursts(past.bursts.clone());
+        past.bursts.clone(),
+    ));
 }
 
 impl Governor {

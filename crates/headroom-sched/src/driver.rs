@@ -15,6 +15,7 @@ use crate::farm::{Farm, NodeId};
 use crate::policy::{self, Action, Estimate, Limits, OutsideAction, Scheduler};
 use crate::predict::{PastRun, PredictionSource, Predictor};
 use crate::profile::{Profile, ProfileRecorder, Ran};
+use crate::warm::WarmStart;
 use crate::{JobId, SessionId};
 
 /// What a job sent to a farm node is taken to need on this machine (the engine's client and
@@ -254,38 +255,12 @@ impl Driver {
         self.farm.as_ref()
     }
 
-    /// Notes how jobs ran in their two newest earlier runs, as `(earlier, later)` pairs of
-    /// what they ran and peaked at, oldest later run first: the timing slack and the margin on
-    /// peaks start from what this machine showed.
-    pub fn note_reruns(&mut self, reruns: impl IntoIterator<Item = ((Ran, u64), (Ran, u64))>) {
-        let reruns: Vec<_> = reruns.into_iter().collect();
-        self.scheduler.note_reruns(
-            reruns
-                .iter()
-                .map(|&((earlier, _), (later, _))| (earlier, later)),
-        );
-        self.predictor.note_peak_reruns(
-            reruns
-                .iter()
-                .map(|&((_, earlier), (_, later))| (earlier, later)),
-        );
-    }
-
-    /// Notes how far jobs' peaks moved between two earlier runs, for jobs whose timing is not
-    /// known (see [`Driver::note_reruns`]).
-    pub fn note_peak_reruns(&mut self, peaks: impl IntoIterator<Item = (u64, u64)>) {
-        self.predictor.note_peak_reruns(peaks);
-    }
-
-    /// Notes how far jobs strayed in time between two earlier runs (see
-    /// [`Driver::note_reruns`]).
-    pub fn note_time_reruns(&mut self, reruns: impl IntoIterator<Item = (Ran, Ran)>) {
-        self.scheduler.note_reruns(reruns);
-    }
-
-    /// Which jobs the newest build offered together.
-    pub fn set_bursts(&mut self, bursts: Bursts) {
-        self.bursts = bursts;
+    /// Takes what earlier builds showed: the timing slack and the margin on peaks start from
+    /// how far jobs strayed between two runs on this machine, and bursts from the newest.
+    pub fn warm_start(&mut self, warm: WarmStart) {
+        self.scheduler.note_reruns(warm.time_reruns);
+        self.predictor.note_peak_reruns(warm.peak_reruns);
+        self.bursts = warm.bursts;
     }
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -1237,7 +1212,10 @@ mod tests {
             end_ms: 10_000,
             path,
         };
-        driver.set_bursts(Bursts::new([burst("short.o", 1.0), burst("long.o", 9.0)]));
+        driver.warm_start(WarmStart {
+            bursts: Bursts::new([burst("short.o", 1.0), burst("long.o", 9.0)]),
+            ..WarmStart::default()
+        });
         assert!(
             !driver.offer(offer("short.o", 1)).1,
             "the long one is coming"

@@ -14,12 +14,14 @@ pub mod predict;
 pub mod profile;
 mod slack;
 mod strays;
+pub mod warm;
 
 pub use driver::{AfterAttempt, Driver, Ended, Finished, Job, JobState, Offer, Reading};
 pub use farm::{Farm, NodeId, NodeSpec};
 pub use policy::{Action, Estimate, Limits, OutsideAction, Scheduler, Thresholds};
 pub use predict::{PastRun, Prediction, PredictionSource, Predictor};
 pub use profile::{Profile, ProfileRecorder, Ran};
+pub use warm::WarmStart;
 
 /// Identifies one job for as long as it is queued or running.
 pub type JobId = u64;

@@ -14,10 +14,11 @@
 
 use std::collections::HashMap;
 
+use headroom_sched::bursts::Bursts;
 use headroom_sched::chain::{self, Finished};
 use headroom_sched::{
     Action, AfterAttempt, Driver, Ended, Farm, JobId, Limits, NodeId, NodeSpec, Offer, PastRun,
-    Profile, Ran, Reading,
+    Profile, Ran, Reading, WarmStart,
 };
 
 use crate::engine::{Policy, View};
@@ -66,19 +67,25 @@ impl Headroom {
             chain::waiting_seconds(&last_build)
         });
         if warm {
-            driver.note_peak_reruns(
-                workload
+            driver.warm_start(WarmStart {
+                peak_reruns: workload
                     .jobs
                     .iter()
-                    .map(|job| (job.earlier_peak, job.history_peak)),
-            );
-            driver.note_time_reruns(workload.jobs.iter().filter_map(|job| {
-                let earlier = Ran {
-                    cpu_seconds: job.earlier_duration * job.threads,
-                    wall_seconds: job.earlier_duration,
-                };
-                Some((earlier, job.history_profile.as_ref()?.ran()))
-            }));
+                    .map(|job| (job.earlier_peak, job.history_peak))
+                    .collect(),
+                time_reruns: workload
+                    .jobs
+                    .iter()
+                    .filter_map(|job| {
+                        let earlier = Ran {
+                            cpu_seconds: job.earlier_duration * job.threads,
+                            wall_seconds: job.earlier_duration,
+                        };
+                        Some((earlier, job.history_profile.as_ref()?.ran()))
+                    })
+                    .collect(),
+                bursts: Bursts::default(),
+            });
         }
         Headroom {
             driver,
