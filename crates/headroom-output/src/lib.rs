@@ -97,6 +97,22 @@ pub fn print(contents: &[u8]) -> io::Result<()> {
     }
 }
 
+/// Prints `value` on stdout as JSON when `json` (for scripts), else the text `human` makes
+/// (for people). A reader that has gone (`| head`) is no error.
+pub fn print_json_or<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce() -> String,
+) -> Result<()> {
+    let text = if json {
+        serde_json::to_string_pretty(value)? + "\n"
+    } else {
+        human()
+    };
+    print(text.as_bytes())?;
+    Ok(())
+}
+
 /// The directory a file at `path` goes to.
 fn dir_of(path: &Path) -> &Path {
     path.parent()

@@ -74,7 +74,7 @@ pub fn main(args: DiagnoseArgs) -> Result<u8> {
     // that order and puts, say, one file's kernel kill before another's killed compiler.
     findings.sort_by_key(|entry| entry.rank);
     let report = Report::new(files, findings);
-    crate::output::print(args.json, &report, || render(&report))?;
+    headroom_output::print_json_or(args.json, &report, || render(&report))?;
     Ok(report.summary.exit_code)
 }
 
@@ -635,7 +635,7 @@ struct KernelKill {
 fn kernel_log_main(json: bool) -> Result<u8> {
     let log = kernel_log::read()?;
     let report = kernel_report(&log);
-    crate::output::print(json, &report, || render_kernel(&report, now_unix()))?;
+    headroom_output::print_json_or(json, &report, || render_kernel(&report, now_unix()))?;
     Ok(if report.kills.is_empty() {
         EXIT_NOTHING
     } else {

@@ -71,7 +71,7 @@ pub fn main(args: HistoryArgs) -> anyhow::Result<u8> {
             if let Some(why) = &summary.replaced {
                 headroom_output::say!("headroom: warning: replaced what could not be read: {why}");
             }
-            crate::output::print(
+            headroom_output::print_json_or(
                 args.json,
                 &serde_json::json!({ "store": store.shown(), "project": project, "summary": summary }),
                 || {
@@ -115,7 +115,7 @@ pub fn main(args: HistoryArgs) -> anyhow::Result<u8> {
                 headroom_output::say!("headroom: warning: ignoring the entry `{key}` in {shown}: not a believable measurement");
             }
             let taken = &summary.taken;
-            crate::output::print(
+            headroom_output::print_json_or(
                 args.json,
                 &serde_json::json!({ "store": shown, "project": project, "summary": summary }),
                 || {

@@ -8,7 +8,6 @@ mod build;
 mod diagnose;
 mod history;
 mod kernels;
-mod output;
 mod report;
 mod sim;
 mod status;

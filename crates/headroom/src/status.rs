@@ -31,7 +31,7 @@ pub fn main(args: StatusArgs, verbose: bool) -> Result<u8> {
         .iter()
         .filter_map(|socket| governor_status(socket, ANSWER_WITHIN))
         .collect();
-    crate::output::print(args.json, &governors, || describe(&governors, verbose))?;
+    headroom_output::print_json_or(args.json, &governors, || describe(&governors, verbose))?;
     Ok(0)
 }
 

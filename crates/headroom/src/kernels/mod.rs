@@ -219,13 +219,13 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
         }
         KernelsCommand::Ls => {
             let entries = open_cache()?.entries()?;
-            crate::output::print(args.json, &entries, || render::entries(&entries))?;
+            headroom_output::print_json_or(args.json, &entries, || render::entries(&entries))?;
             Ok(0)
         }
         KernelsCommand::Gc(gc_args) => {
             let max = parse_size_flag(&gc_args.max_size)?;
             let report = open_cache()?.gc(max)?;
-            crate::output::print(args.json, &report, || render::gc(&report))?;
+            headroom_output::print_json_or(args.json, &report, || render::gc(&report))?;
             Ok(0)
         }
         KernelsCommand::Export(export_args) => {
@@ -234,7 +234,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
             let builds = builds_to_ship(&cache, &args.manifest, export_args.kernels)?;
             let summary = bundle::export(&cache, &export_args.file, &builds)
                 .with_context(|| format!("exporting to {}", export_args.file.display()))?;
-            crate::output::print(args.json, &summary, || {
+            headroom_output::print_json_or(args.json, &summary, || {
                 format!(
                     "exported {} artifacts ({} bytes) to {}\n",
                     summary.artifacts,
@@ -247,7 +247,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
         KernelsCommand::Import(import_args) => {
             let summary = bundle::import(&open_cache()?, &import_args.file)
                 .with_context(|| format!("importing {}", import_args.file.display()))?;
-            crate::output::print(args.json, &summary, || {
+            headroom_output::print_json_or(args.json, &summary, || {
                 format!(
                     "imported {} artifacts ({} bytes) into {}\n",
                     summary.artifacts,
@@ -269,7 +269,7 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
                     |(kind, toolchain)| serde_json::json!({ "kind": kind, "toolchain": toolchain }),
                 )
                 .collect();
-            crate::output::print(args.json, &json, || render::toolchains(&found))?;
+            headroom_output::print_json_or(args.json, &json, || render::toolchains(&found))?;
             Ok(0)
         }
     }
@@ -324,7 +324,7 @@ fn run_build(
         .session
         .finish(Some(if succeeded { 0 } else { 1 }), false);
     let report = built?;
-    crate::output::print(json, &report, || render::build(&report, started.elapsed()))?;
+    headroom_output::print_json_or(json, &report, || render::build(&report, started.elapsed()))?;
     Ok(if succeeded { 0 } else { EXIT_INCOMPLETE })
 }
 

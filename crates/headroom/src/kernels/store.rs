@@ -84,7 +84,7 @@ pub fn push(
 ) -> anyhow::Result<u8> {
     let summary = remote::push(store, cache, kernels)
         .with_context(|| format!("pushing to the kernel store {}", store.shown()))?;
-    crate::output::print(
+    headroom_output::print_json_or(
         json,
         &serde_json::json!({ "store": store.shown(), "summary": summary }),
         || {
@@ -139,7 +139,7 @@ pub fn pull(
         .iter()
         .map(|entry| serde_json::json!({ "kernel": entry.kernel, "target": entry.target, "format": entry.record.format, "artifact": artifact(entry) }))
         .collect();
-    crate::output::print(
+    headroom_output::print_json_or(
         json,
         &serde_json::json!({ "store": shown, "fetched": fetched, "cached": summary.cached, "bytes": summary.bytes, "corrupt": summary.corrupt, "refused": summary.refused, "unreachable": summary.unreachable, "lacking": lacking }),
         || {
