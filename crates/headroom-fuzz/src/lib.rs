@@ -194,8 +194,8 @@ pub fn report_json(data: &[u8]) {
     let Ok(report) = serde_json::from_slice::<BuildReport>(data) else {
         return;
     };
-    headroom_store::summary::render(&report);
-    headroom_store::chart::render_html(&headroom_store::build_page::timeline(&report));
+    headroom_report::summary::render(&report);
+    headroom_report::chart::render_html(&headroom_report::build_page::timeline(&report));
     headroom_report::chrome_trace::build_trace(&report);
     let options = ImportOptions {
         name: "fuzz".to_string(),

@@ -8,11 +8,11 @@ use headroom_sched::{PastRun, Profile, Ran};
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
-use crate::model::{
+use crate::recorder::Batch;
+use headroom_report::{
     BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, OutsideProcess, Room, Sample,
     REPORT_SCHEMA,
 };
-use crate::recorder::Batch;
 
 /// Layout version, kept in `PRAGMA user_version`. Version 2 added the profile of each job's
 /// last clean run to `peaks`, version 3 the niceness each job ran at to `jobs`, version 4 the
