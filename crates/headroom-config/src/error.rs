@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use headroom_govern::budget::BudgetError;
+use headroom_sched::budget::BudgetSpecError;
 
 use crate::origin::Origin;
 
@@ -24,12 +24,10 @@ pub enum SettingsError {
 
 /// What is wrong with a budget, in words that hold wherever it was written (the parser's own
 /// messages name `--budget`).
-pub(crate) fn budget_problem(err: &BudgetError) -> &'static str {
+pub(crate) fn budget_problem(err: &BudgetSpecError) -> &'static str {
     match err {
-        BudgetError::Percent(_) => "a percentage must be above 0 and at most 100",
-        BudgetError::Zero(_) => "no job fits in no memory",
-        BudgetError::Invalid(_) | BudgetError::Unreadable(_) => {
-            "it is neither a size, a percentage nor `auto`"
-        }
+        BudgetSpecError::Percent(_) => "a percentage must be above 0 and at most 100",
+        BudgetSpecError::Zero(_) => "no job fits in no memory",
+        BudgetSpecError::Invalid(_) => "it is neither a size, a percentage nor `auto`",
     }
 }

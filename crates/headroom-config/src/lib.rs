@@ -17,9 +17,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use headroom_farm::{EngineKind, Node};
-use headroom_govern::budget::{parse_budget, resolve, Budget, BudgetSpec, MemoryFacts};
+use headroom_govern::budget::{resolve, Budget, MemoryFacts};
 use headroom_govern::ladder::{default_ladder, Rung};
 use headroom_paths::{ConfigFile, CONFIG_VARIABLE};
+use headroom_sched::budget::BudgetSpec;
 
 pub use error::SettingsError;
 pub use governed::{start_session, Governed};
@@ -396,7 +397,7 @@ fn budget(
     let Some((text, origin)) = given else {
         return Ok((BudgetSpec::Auto, Origin::Default));
     };
-    match parse_budget(text) {
+    match text.parse::<BudgetSpec>() {
         Ok(spec) => Ok((spec, origin)),
         Err(err) => Err(SettingsError::Budget {
             value: text.to_string(),

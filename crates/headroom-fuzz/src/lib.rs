@@ -194,8 +194,8 @@ pub fn report_json(data: &[u8]) {
     let Ok(report) = serde_json::from_slice::<BuildReport>(data) else {
         return;
     };
-    headroom_store::summary::render(&report);
-    headroom_store::chart::render_html(&headroom_store::build_page::timeline(&report));
+    headroom_report::summary::render(&report);
+    headroom_report::chart::render_html(&headroom_report::build_page::timeline(&report));
     headroom_report::chrome_trace::build_trace(&report);
     let options = ImportOptions {
         name: "fuzz".to_string(),
@@ -215,7 +215,7 @@ pub fn sizes(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = headroom_govern::budget::parse_budget(text);
+    let _ = text.parse::<headroom_govern::budget::BudgetSpec>();
     if let Ok(bytes) = headroom_size::parse_size(text) {
         let printed = headroom_size::format_size(bytes);
         let again = headroom_size::parse_size(&printed)

@@ -1,10 +1,19 @@
 //! What a build leaves behind: the build, its jobs, its memory samples and the processes that ran
 //! outside admission. These types are both the rows of the history and the `--report` JSON, so
 //! the two can never disagree.
+//!
+//! Everything drawn from a report lives here too, so that reading a report needs no SQLite:
+//! the terminal summary ([`summary`]), the page `headroom report --html` writes
+//! ([`build_page`]) around the timeline chart `headroom run --html` shares ([`chart`], with its
+//! tables and facts in [`html`]), and Chrome's trace format ([`chrome_trace`]).
 
 use serde::{Deserialize, Serialize};
 
+pub mod build_page;
+pub mod chart;
 pub mod chrome_trace;
+pub mod html;
+pub mod summary;
 
 /// Version of the JSON report layout; bumped on incompatible changes.
 pub const REPORT_SCHEMA: u32 = 1;

@@ -374,7 +374,7 @@ fn write_outputs(args: &RunArgs, report: &Report) -> anyhow::Result<()> {
         output::write("--json", path, json.as_bytes())?;
     }
     if let Some(path) = &args.html {
-        let html = headroom_store::chart::render_html(&report::timeline(report));
+        let html = headroom_report::chart::render_html(&report::timeline(report));
         output::write("--html", path, html.as_bytes())?;
     }
     if let Some(path) = &args.mprof {

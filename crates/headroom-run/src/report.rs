@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 
 use headroom_diagnose::Diagnosis;
+use headroom_report::chart::{Band, Event, Level, Limit, Series, Timeline};
+use headroom_report::html::{self, escape, Cell, Table};
+use headroom_report::BuildReport;
 use headroom_size::format_size;
-use headroom_store::chart::{Band, Event, Level, Limit, Series, Timeline};
-use headroom_store::html::{self, escape, Cell, Table};
-use headroom_store::BuildReport;
 use serde::Serialize;
 
 use super::pools::PoolSizes;
@@ -710,7 +710,7 @@ pub fn render_mprof(report: &Report) -> String {
 pub(crate) mod tests {
     use super::*;
     use headroom_diagnose::{classify, ExitInfo};
-    use headroom_store::{BuildRecord, JobRecord};
+    use headroom_report::{BuildRecord, JobRecord};
 
     const MIB: u64 = 1 << 20;
 
@@ -957,7 +957,7 @@ pub(crate) mod tests {
 
     #[test]
     fn html_snapshot() {
-        insta::assert_snapshot!(headroom_store::chart::render_html(&timeline(&ladder())));
+        insta::assert_snapshot!(headroom_report::chart::render_html(&timeline(&ladder())));
     }
 
     #[test]
@@ -980,7 +980,7 @@ pub(crate) mod tests {
         );
         let levels: Vec<u64> = timeline.levels.iter().map(|level| level.bytes).collect();
         assert_eq!(levels, [930 * MIB, 520 * MIB]);
-        let html = headroom_store::chart::render_html(&timeline);
+        let html = headroom_report::chart::render_html(&timeline);
         for text in [
             "rung 0 · compiler process killed (out of memory)</text>",
             "rung 0 · cgroup peak (kernel) 930.0 MiB</text>",

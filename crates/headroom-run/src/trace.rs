@@ -7,7 +7,7 @@
 //! tracks of their own below ("jobs 1", "jobs 2", …: jobs that overlap go to different tracks).
 //! Times are microseconds from the first rung's start.
 
-use headroom_store::model::chrome_trace::{lanes, Trace};
+use headroom_report::chrome_trace::{lanes, Trace};
 use serde_json::{json, Value};
 
 use super::report::{GovernedJob, Report, RungReport};

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::Parser;
-use headroom_store::model::chrome_trace::build_trace;
-use headroom_store::model::{
+use headroom_report::chrome_trace::build_trace;
+use headroom_report::{
     BuildRecord, BuildReport, JobEvent, JobEventKind, JobRecord, Room, Sample, REPORT_SCHEMA,
 };
 use serde_json::{json, Value};

@@ -1,6 +1,12 @@
 //! How much memory a build may use out of the room a machine has: one rule for the live
 //! governor, which measures the room (MemAvailable, cgroup room), and the simulator, whose
-//! machines are that room.
+//! machines are that room. What the user asks for (`--budget`, `HEADROOM_BUDGET`, `budget =`
+//! in a settings file) is read here too, as [`BudgetSpec`]'s `FromStr`, so every place a budget
+//! is written accepts the same forms.
+
+use std::str::FromStr;
+
+use headroom_size::parse_size;
 
 /// The smallest and largest reserve kept back from the automatic budget.
 const RESERVE_MIN: u64 = 256 << 20;
@@ -29,6 +35,44 @@ impl BudgetSpec {
     }
 }
 
+/// Why a text is not a budget; each message names the text and the forms that are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetSpecError {
+    #[error("invalid --budget `{0}`: valid forms are `auto`, a size such as `6G`, `1.5GiB`, `800M`, or a percentage of available memory such as `70%`")]
+    Invalid(String),
+    #[error("invalid --budget `{0}`: the percentage must be above 0 and at most 100")]
+    Percent(String),
+    #[error("invalid --budget `{0}`: no job fits in no memory; give a size such as `6G`, or leave --budget out to use what is available")]
+    Zero(String),
+}
+
+impl FromStr for BudgetSpec {
+    type Err = BudgetSpecError;
+
+    /// `auto`, a size (`6G`, `1.5GiB`) or a percentage of the room (`70%`).
+    fn from_str(text: &str) -> Result<BudgetSpec, BudgetSpecError> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("auto") {
+            return Ok(BudgetSpec::Auto);
+        }
+        if let Some(number) = text.strip_suffix('%') {
+            let percent: f64 = number
+                .trim()
+                .parse()
+                .map_err(|_| BudgetSpecError::Invalid(text.into()))?;
+            if !(percent > 0.0 && percent <= 100.0) {
+                return Err(BudgetSpecError::Percent(text.into()));
+            }
+            return Ok(BudgetSpec::Percent(percent));
+        }
+        match parse_size(text) {
+            Ok(0) => Err(BudgetSpecError::Zero(text.into())),
+            Ok(bytes) => Ok(BudgetSpec::Bytes(bytes)),
+            Err(_) => Err(BudgetSpecError::Invalid(text.into())),
+        }
+    }
+}
+
 /// The reserve kept back from `room`: 10%, at least 256 MiB, at most 2 GiB.
 pub fn reserve_for(room: u64) -> u64 {
     (room / 10).clamp(RESERVE_MIN, RESERVE_MAX)
@@ -46,6 +90,31 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn parses_sizes_percentages_and_auto() {
+        assert_eq!("6G".parse(), Ok(BudgetSpec::Bytes(6 * GIB)));
+        assert_eq!(" 1.5GiB ".parse(), Ok(BudgetSpec::Bytes(3 * GIB / 2)));
+        assert_eq!("70%".parse(), Ok(BudgetSpec::Percent(70.0)));
+        assert_eq!("100%".parse(), Ok(BudgetSpec::Percent(100.0)));
+        assert_eq!("AUTO".parse(), Ok(BudgetSpec::Auto));
+        for bad in ["six", "0", "150%", "-3%", "0%", "%", "6Q", ""] {
+            let err = bad.parse::<BudgetSpec>().unwrap_err().to_string();
+            assert!(err.contains("--budget") && err.contains(bad), "{err}");
+        }
+        assert_eq!(
+            "0M".parse::<BudgetSpec>(),
+            Err(BudgetSpecError::Zero("0M".into()))
+        );
+        assert_eq!(
+            "150%".parse::<BudgetSpec>(),
+            Err(BudgetSpecError::Percent("150%".into()))
+        );
+        assert_eq!(
+            "six".parse::<BudgetSpec>(),
+            Err(BudgetSpecError::Invalid("six".into()))
+        );
+    }
 
     #[test]
     fn auto_keeps_a_tenth_back_between_256_mib_and_2_gib() {

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use headroom_report::html::escape;
 use headroom_sched::Profile;
 use headroom_size::format_size;
 
@@ -178,13 +179,6 @@ pub fn sessions_table(comparisons: &[SessionsComparison]) -> String {
         text.push('\n');
     }
     text
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 const BAR_HEIGHT: f64 = 18.0;

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use headroom_sched::PastRun;
 
-use crate::history::{measured_of, newer_of, History, Measured, StoreError, PEAK_COLUMNS};
+use crate::history::peaks::{measured_of, newer_of, Measured, PEAK_COLUMNS};
+use crate::history::{History, StoreError};
 
 /// Every measured peak, this machine's and shared, and every farmed job's local share.
 #[derive(Debug, Default)]
@@ -87,7 +88,7 @@ mod tests {
             cpu_ms: None,
             wall_ms: None,
             profile: None,
-            measured_unix_ms: crate::history::unix_ms_now() + 60_000,
+            measured_unix_ms: crate::history::peaks::unix_ms_now() + 60_000,
             waiting_ms: None,
         };
         history

@@ -98,7 +98,7 @@ pub fn project_peaks(history: &History) -> Result<Vec<ProjectPeak>, StoreError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{BuildRecord, JobRecord, OutsideProcess};
+    use headroom_report::{BuildRecord, JobRecord, OutsideProcess};
 
     const GIB: u64 = 1 << 30;
 

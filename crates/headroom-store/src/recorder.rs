@@ -12,7 +12,7 @@ use std::time::Duration;
 use headroom_sched::Profile;
 
 use crate::history::{History, StoreError};
-use crate::model::{JobEvent, JobRecord, OutsideProcess, Room, Sample};
+use headroom_report::{JobEvent, JobRecord, OutsideProcess, Room, Sample};
 
 /// How long the recorder waits before trying again what it could not write.
 const RETRY_INTERVAL: Duration = Duration::from_millis(250);

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use crate::history::{profile_of, History, StoreError};
+use crate::history::peaks::profile_of;
+use crate::history::{History, StoreError};
 
 /// A peak larger than this is no compiler's: an entry claiming one is refused.
 const LARGEST_BELIEVABLE_PEAK: u64 = 1 << 44;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use headroom_govern::session::{make_takes_jobs, Ending, Session, SessionError, TORCH_WRAPPER_ENV};
 use headroom_probe::procs;
-use headroom_store::{summary, BuildReport};
+use headroom_report::{summary, BuildReport};
 
 use headroom_config::{start_session, BuildOverrides};
 use headroom_output as output;
@@ -329,7 +329,7 @@ fn report(report: &BuildReport, json: Option<&Path>, trace: Option<&Path>) -> Re
 
 /// Writes a build as a Chrome trace, given with `flag`.
 pub fn write_trace(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
-    let trace = headroom_store::model::chrome_trace::build_trace(report);
+    let trace = headroom_report::chrome_trace::build_trace(report);
     output::write(flag, path, serde_json::to_string(&trace)?.as_bytes())
 }
 

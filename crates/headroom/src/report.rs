@@ -6,9 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use headroom_report::chart::Timeline;
+use headroom_report::summary;
 use headroom_size::Size;
-use headroom_store::chart::Timeline;
-use headroom_store::{summary, BuildRecord, BuildReport, History, Listed};
+use headroom_store::{BuildRecord, BuildReport, History, Listed};
 use serde::Serialize;
 
 use crate::build::{write_json_report, write_trace};
@@ -70,7 +71,7 @@ pub fn main(args: ReportArgs) -> Result<u8> {
         write_trace(&report, "--trace", path)?;
     }
     if let Some(path) = &args.html {
-        let html = headroom_store::chart::render_html(&timeline(&report));
+        let html = headroom_report::chart::render_html(&timeline(&report));
         output::write("--html", path, html.as_bytes())?;
         if !output::is_stdout(path) {
             headroom_output::say!("headroom: wrote {}", path.display());
@@ -287,9 +288,9 @@ fn last_real_build(history: &History) -> Result<i64> {
 }
 
 /// The page: the build's facts, a stacked series per job against the budget, the job table
-/// (`headroom_store::build_page`, beside the summary whose figures it prints).
+/// (`headroom_report::build_page`, beside the summary whose figures it prints).
 fn timeline(report: &BuildReport) -> Timeline {
-    headroom_store::build_page::timeline(report)
+    headroom_report::build_page::timeline(report)
 }
 
 #[cfg(test)]
@@ -329,7 +330,7 @@ mod tests {
         assert_eq!(report.build.parallelism_set, ["MAX_JOBS=4"]);
         assert_eq!(report.ungoverned_compilers().count(), 1);
         assert!(summary::render(&report).contains("ran outside admission"));
-        let html = headroom_store::chart::render_html(&timeline(&report));
+        let html = headroom_report::chart::render_html(&timeline(&report));
         assert!(html.contains("app"), "{html}");
 
         let again = dir.path().join("again.json");

@@ -5,12 +5,11 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use headroom_govern::budget::{parse_budget, BudgetSpec};
 use headroom_sim::generate::{generate, SYNTHETIC_TRACES};
 use headroom_sim::import::{trace_from_report, ImportOptions};
 use headroom_sim::{
-    compare, compare_sessions, report, site_name, FarmSpec, Machine, PolicySpec, SimConfig, Trace,
-    Workload, ALL_POLICIES, FARM_POLICIES,
+    compare, compare_sessions, report, site_name, BudgetSpec, FarmSpec, Machine, PolicySpec,
+    SimConfig, Trace, Workload, ALL_POLICIES, FARM_POLICIES,
 };
 use headroom_size::Size;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -64,7 +63,7 @@ pub struct SimArgs {
     /// headroom's memory budget on each machine, as `headroom build --budget` takes it: `auto`
     /// (the machine's memory less the governor's reserve of 10%, 256 MiB to 2 GiB), a size
     /// such as `28G`, or a percentage of the machine's memory such as `100%`.
-    #[arg(long, value_name = "SIZE|PERCENT", default_value = "auto", value_parser = parse_budget)]
+    #[arg(long, value_name = "SIZE|PERCENT", default_value = "auto")]
     budget: BudgetSpec,
     /// Simulate N builds at once on each machine, as sessions: the traces given, in turn
     /// (`--sessions 4 a.json b.json` runs a, b, a and b), under one governor that every session

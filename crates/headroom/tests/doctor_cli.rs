@@ -3,8 +3,8 @@
 
 use std::process::Command;
 
-use headroom_store::model::{BuildRecord, JobRecord};
 use headroom_store::History;
+use headroom_store::{BuildRecord, JobRecord};
 
 const TIB: u64 = 1 << 40;
 

@@ -9,7 +9,7 @@ use headroom_size::format_size;
 
 use crate::chart::{Limit, Series, Timeline};
 use crate::html::{Cell, Table};
-use crate::model::{BuildReport, JobRecord};
+use crate::{BuildReport, JobRecord};
 
 /// The page of `report`: one stacked series per job (a job too short to be sampled has none,
 /// but keeps its place in the legend and the table), with the budget as the limit.
@@ -222,7 +222,7 @@ fn outside_table(report: &BuildReport) -> Table {
 mod tests {
     use super::*;
     use crate::chart::render_html;
-    use crate::model::{BuildRecord, OutsideProcess, Sample, REPORT_SCHEMA};
+    use crate::{BuildRecord, OutsideProcess, Sample, REPORT_SCHEMA};
 
     const MIB: u64 = 1 << 20;
 

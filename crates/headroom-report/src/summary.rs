@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use headroom_size::Size;
 
-use crate::model::{BuildReport, OutsideProcess};
+use crate::{BuildReport, OutsideProcess};
 
 /// How many of the largest jobs, or of the largest processes outside admission, the summary
 /// lists.
@@ -291,7 +291,7 @@ fn list_outside(out: &mut String, mut processes: Vec<&OutsideProcess>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{BuildRecord, JobRecord, REPORT_SCHEMA};
+    use crate::{BuildRecord, JobRecord, REPORT_SCHEMA};
 
     const MIB: u64 = 1 << 20;
     const STATIC_DRIVER: &str = "started by a statically linked build driver, which headroom's \
