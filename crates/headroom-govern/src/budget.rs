@@ -5,44 +5,14 @@
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::meminfo::read_meminfo;
-use headroom_size::{parse_size, Size};
+use headroom_size::Size;
 
 pub use headroom_sched::budget::{default_job_peak, reserve_for, BudgetSpec};
 
+/// This machine's memory could not be read, so no budget can be derived from it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum BudgetError {
-    #[error("invalid --budget `{0}`: valid forms are `auto`, a size such as `6G`, `1.5GiB`, `800M`, or a percentage of available memory such as `70%`")]
-    Invalid(String),
-    #[error("invalid --budget `{0}`: the percentage must be above 0 and at most 100")]
-    Percent(String),
-    #[error("invalid --budget `{0}`: no job fits in no memory; give a size such as `6G`, or leave --budget out to use what is available")]
-    Zero(String),
-    #[error("cannot read this machine's memory ({0}); pass --budget SIZE")]
-    Unreadable(String),
-}
-
-/// Parses `--budget`.
-pub fn parse_budget(text: &str) -> Result<BudgetSpec, BudgetError> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("auto") {
-        return Ok(BudgetSpec::Auto);
-    }
-    if let Some(number) = text.strip_suffix('%') {
-        let percent: f64 = number
-            .trim()
-            .parse()
-            .map_err(|_| BudgetError::Invalid(text.into()))?;
-        if !(percent > 0.0 && percent <= 100.0) {
-            return Err(BudgetError::Percent(text.into()));
-        }
-        return Ok(BudgetSpec::Percent(percent));
-    }
-    match parse_size(text) {
-        Ok(0) => Err(BudgetError::Zero(text.into())),
-        Ok(bytes) => Ok(BudgetSpec::Bytes(bytes)),
-        Err(_) => Err(BudgetError::Invalid(text.into())),
-    }
-}
+#[error("cannot read this machine's memory ({0}); pass --budget SIZE")]
+pub struct Unreadable(String);
 
 /// Memory facts the budget is derived from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,15 +24,15 @@ pub struct MemoryFacts {
 
 impl MemoryFacts {
     /// Reads the facts for this process, finding its cgroup first.
-    pub fn read() -> Result<MemoryFacts, BudgetError> {
+    pub fn read() -> Result<MemoryFacts, Unreadable> {
         Self::read_in(Cgroup::of_self().ok().flatten().as_ref())
     }
 
     /// Reads the facts with this process's cgroup already found: what a sampler calls every
     /// tick, so it does not parse `/proc/self/mountinfo` again each time.
-    pub fn read_in(cgroup: Option<&Cgroup>) -> Result<MemoryFacts, BudgetError> {
+    pub fn read_in(cgroup: Option<&Cgroup>) -> Result<MemoryFacts, Unreadable> {
         let mem_available = read_meminfo()
-            .map_err(|e| BudgetError::Unreadable(e.to_string()))?
+            .map_err(|e| Unreadable(e.to_string()))?
             .available;
         let cgroup = cgroup.and_then(|cgroup| {
             let limit = cgroup.effective_limit()?;
@@ -123,18 +93,6 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
-
-    #[test]
-    fn parses_sizes_percentages_and_auto() {
-        assert_eq!(parse_budget("6G"), Ok(BudgetSpec::Bytes(6 * GIB)));
-        assert_eq!(parse_budget("70%"), Ok(BudgetSpec::Percent(70.0)));
-        assert_eq!(parse_budget("auto"), Ok(BudgetSpec::Auto));
-        for bad in ["six", "0", "150%", "-3%", "%", "6Q"] {
-            let err = parse_budget(bad).unwrap_err().to_string();
-            assert!(err.contains("--budget") && err.contains(bad), "{err}");
-        }
-        assert_eq!(parse_budget("0M"), Err(BudgetError::Zero("0M".into())));
-    }
 
     #[test]
     fn auto_takes_the_tighter_of_system_and_cgroup_minus_a_reserve() {
