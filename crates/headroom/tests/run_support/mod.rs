@@ -52,7 +52,12 @@ impl Scratch {
 
     /// `headroom ARGS…` in the scratch directory, ready to run.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        self.command_of(Path::new(env!("CARGO_BIN_EXE_headroom")), args)
+    }
+
+    /// `BINARY ARGS…`, a copy of headroom, in the scratch directory, ready to run.
+    pub fn command_of(&self, binary: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(binary);
         // The run's governor keeps its history and socket in the scratch directory.
         command
             .args(args)
