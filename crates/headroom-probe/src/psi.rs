@@ -98,9 +98,9 @@ mod tests {
     fn reads_this_machine_or_explains() {
         let path = Path::new("/proc/pressure/memory");
         let Ok(before) = std::fs::read_to_string(path) else {
-            eprintln!(
-                "skipping: no PSI on this kernel ({} is missing)",
-                path.display()
+            headroom_testkit::skip(
+                "psi",
+                format!("no PSI on this kernel ({} is missing)", path.display()),
             );
             return;
         };

@@ -96,7 +96,7 @@ fn have_distcc() -> bool {
         .iter()
         .all(|tool| Command::new(tool).arg("--version").output().is_ok());
     if !found {
-        eprintln!("skipping: distcc is not installed (apt-get install distcc)");
+        headroom_testkit::skip("distcc", "distcc is not installed (apt-get install distcc)");
     }
     found
 }

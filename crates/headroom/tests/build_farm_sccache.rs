@@ -186,7 +186,7 @@ fn here_and_two_nodes(
     let sccache = match have_sccache_dist() {
         Ok(dir) => dir,
         Err(why) => {
-            eprintln!("skipping: {why}");
+            headroom_testkit::skip("sccache-dist", why);
             return None;
         }
     };

@@ -86,9 +86,10 @@ fn a_memory_limit_that_cannot_be_made_is_a_clear_error() {
     } else if unsafe { libc::geteuid() } == 0 {
         headroom_as_nobody(&scratch, &args)
     } else {
-        eprintln!(
-            "skipping: this user may make cgroups and cannot become one who may not, so the \
-             failure path cannot be reached"
+        headroom_testkit::skip(
+            "root",
+            "this user may make cgroups and cannot become one who may not, so the failure \
+             path cannot be reached",
         );
         return;
     };

@@ -31,7 +31,10 @@ pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
     match Cgroup::create_under_self(&name, Some(limit)) {
         Ok(cgroup) => Some(cgroup),
         Err(err) => {
-            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
+            headroom_testkit::skip(
+                "cgroup",
+                format!("cannot make a memory-limited cgroup here: {err}"),
+            );
             None
         }
     }

@@ -96,7 +96,7 @@ pub fn have_python() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: python3 is not installed");
+        headroom_testkit::skip("python3", "python3 is not installed");
     }
     ok
 }
@@ -107,7 +107,7 @@ pub fn can_make_cgroups() -> bool {
     match headroom_probe::cgroup::Cgroup::create_under_self(&name, Some(64 * MIB)) {
         Ok(cgroup) => cgroup.remove().is_ok(),
         Err(e) => {
-            eprintln!("skipping: cannot create a memory cgroup here: {e}");
+            headroom_testkit::skip("cgroup", format!("cannot create a memory cgroup here: {e}"));
             false
         }
     }
