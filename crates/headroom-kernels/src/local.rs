@@ -92,7 +92,9 @@ mod tests {
     #[test]
     fn without_a_gpu_the_error_says_to_name_the_device() {
         match local_device() {
-            Ok(device) => eprintln!("skipping: this machine has a GPU ({device})"),
+            Ok(device) => {
+                headroom_testkit::skip("no-gpu", format!("this machine has a GPU ({device})"))
+            }
             Err(err) => {
                 let message = err.to_string();
                 assert!(

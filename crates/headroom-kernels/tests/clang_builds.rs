@@ -48,7 +48,10 @@ fn have_clang() -> bool {
         .flatten()
         .is_some();
     if !found {
-        eprintln!("skipping: no clang on PATH (install clang-19 or set HEADROOM_CLANG)");
+        headroom_testkit::skip(
+            "clang",
+            "no clang on PATH (install clang-19 or set HEADROOM_CLANG)",
+        );
     }
     found
 }

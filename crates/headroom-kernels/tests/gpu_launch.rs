@@ -88,14 +88,14 @@ fn a_resolved_ptx_artifact_loads_and_runs_on_the_gpu() {
     let driver = match Driver::load() {
         Ok(driver) => driver,
         Err(reason) => {
-            eprintln!("skipping: no NVIDIA driver ({reason})");
+            headroom_testkit::skip("gpu", format!("no NVIDIA driver ({reason})"));
             return;
         }
     };
     // SAFETY: plain driver API calls with valid out-pointers.
     let (device, major, minor) = unsafe {
         if (driver.init)(0) != 0 {
-            eprintln!("skipping: cuInit failed (no usable NVIDIA GPU)");
+            headroom_testkit::skip("gpu", "cuInit failed (no usable NVIDIA GPU)");
             return;
         }
         let mut device = 0;
@@ -125,7 +125,7 @@ fn a_resolved_ptx_artifact_loads_and_runs_on_the_gpu() {
         .flatten()
         .is_none()
     {
-        eprintln!("skipping: no clang on PATH to build the PTX");
+        headroom_testkit::skip("clang", "no clang on PATH to build the PTX");
         return;
     }
 

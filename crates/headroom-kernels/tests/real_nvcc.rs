@@ -43,16 +43,19 @@ fn cuda_home() -> Option<PathBuf> {
             std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/headroom-ci"))
         });
     let Some(dir) = dir else {
-        eprintln!("skipping: neither HEADROOM_CUDA_ENV nor HOME is set (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)");
+        headroom_testkit::skip("nvcc", "neither HEADROOM_CUDA_ENV nor HOME is set (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)");
         return None;
     };
     let home = dir.join("cuda-home");
     if home.join("bin/nvcc").exists() {
         Some(home)
     } else {
-        eprintln!(
-            "skipping: no nvcc in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
-            home.join("bin").display()
+        headroom_testkit::skip(
+            "nvcc",
+            format!(
+                "no nvcc in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
+                home.join("bin").display()
+            ),
         );
         None
     }

@@ -11,7 +11,7 @@ fn pool_round_trips_bytes_through_gpu_memory() {
     let device = match CudaDevice::new(0) {
         Ok(device) => Arc::new(device),
         Err(error) => {
-            eprintln!("skipping: no usable CUDA device ({error})");
+            headroom_testkit::skip("gpu", format!("no usable CUDA device ({error})"));
             return;
         }
     };
@@ -50,7 +50,7 @@ fn device_or_skip(open: fn(u32) -> Result<CudaDevice, BackendError>) -> Option<A
     match open(0) {
         Ok(device) => Some(Arc::new(device)),
         Err(error) => {
-            eprintln!("skipping: no usable CUDA device ({error})");
+            headroom_testkit::skip("gpu", format!("no usable CUDA device ({error})"));
             None
         }
     }

@@ -106,7 +106,10 @@ fn snapshot_pickle_has_pytorch_structure() {
     {
         Ok(output) => output,
         Err(error) => {
-            eprintln!("skipping: python3 is not available to load the pickle ({error})");
+            headroom_testkit::skip(
+                "python3",
+                format!("python3 is not available to load the pickle ({error})"),
+            );
             return;
         }
     };

@@ -247,7 +247,10 @@ mod tests {
         match CpuWeights::create(slots) {
             Ok(weights) => Some(weights),
             Err(err) => {
-                eprintln!("skipped: no cpu cgroup can be made here: {err}");
+                headroom_testkit::skip(
+                    "cgroup-cpu",
+                    format!("no cpu cgroup can be made here: {err}"),
+                );
                 None
             }
         }

@@ -203,7 +203,7 @@ mod tests {
             Err(e) => {
                 let message = e.to_string();
                 assert!(message.contains("libnvidia-ml.so.1"), "{message}");
-                eprintln!("skipping: {message}");
+                headroom_testkit::skip("gpu", message);
             }
         }
     }

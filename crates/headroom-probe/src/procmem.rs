@@ -107,7 +107,9 @@ mod tests {
         assert!(peak > 0);
         match pss(me) {
             Ok(pss) => assert!(pss > 0 && pss <= peak * 2),
-            Err(e) => eprintln!("skipping PSS: {e} (smaps_rollup needs Linux 4.14)"),
+            Err(e) => {
+                headroom_testkit::skip("smaps-rollup", format!("PSS: {e} (it needs Linux 4.14)"))
+            }
         }
     }
 
@@ -115,7 +117,7 @@ mod tests {
     fn a_fresh_reading_is_carried_forward_with_the_growth_of_rss() {
         let me = std::process::id() as i32;
         let Ok(first) = pss(me) else {
-            eprintln!("skipping: no smaps_rollup (it needs Linux 4.14)");
+            headroom_testkit::skip("smaps-rollup", "no smaps_rollup (it needs Linux 4.14)");
             return;
         };
         let rss = peak_rss(me).unwrap();

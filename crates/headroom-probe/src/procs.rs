@@ -284,7 +284,7 @@ time.sleep(60)
             .stdout(std::process::Stdio::piped())
             .spawn()
         else {
-            eprintln!("skipped: python3 is not installed");
+            headroom_testkit::skip("python3", "python3 is not installed");
             return;
         };
         let mut line = String::new();

@@ -84,11 +84,43 @@ mod tests {
         assert_eq!(parse("some avg10=x"), None);
     }
 
+    /// The `total=` of the `kind` line of a PSI file's text, found without the reader.
+    fn raw_total(text: &str, kind: &str) -> u64 {
+        let line = text
+            .lines()
+            .find(|line| line.starts_with(kind))
+            .unwrap_or_else(|| panic!("no {kind} line in {text:?}"));
+        let (_, total) = line.rsplit_once("total=").expect("a total field");
+        total.trim().parse().expect("a total in microseconds")
+    }
+
     #[test]
     fn reads_this_machine_or_explains() {
-        match system_memory_pressure() {
-            Ok(pressure) => assert!(pressure.some.avg10 >= 0.0),
-            Err(e) => eprintln!("skipping: no PSI on this kernel ({e})"),
+        let path = Path::new("/proc/pressure/memory");
+        let Ok(before) = std::fs::read_to_string(path) else {
+            headroom_testkit::skip(
+                "psi",
+                format!("no PSI on this kernel ({} is missing)", path.display()),
+            );
+            return;
+        };
+        let pressure = system_memory_pressure().expect("the file was just read");
+        let after = std::fs::read_to_string(path).unwrap();
+        // Totals only grow: the reader's lie between two raw reads of the same file, each in
+        // its own line, so a reader of another file, of swapped lines or of nothing fails.
+        for (kind, read) in [("some", pressure.some), ("full", pressure.full)] {
+            let range = raw_total(&before, kind)..=raw_total(&after, kind);
+            assert!(
+                range.contains(&read.total_us),
+                "{kind}: {read:?} outside {range:?}"
+            );
+            for avg in [read.avg10, read.avg60, read.avg300] {
+                assert!((0.0..=100.0).contains(&avg), "{kind}: {read:?}");
+            }
         }
+        assert!(
+            pressure.full.total_us <= pressure.some.total_us,
+            "{pressure:?}"
+        );
     }
 }

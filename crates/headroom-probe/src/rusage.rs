@@ -35,16 +35,54 @@ pub fn self_cpu_seconds() -> f64 {
 mod tests {
     use super::*;
 
+    const MIB: u64 = 1 << 20;
+
     #[test]
-    fn sees_a_waited_child_peak() {
-        let status = std::process::Command::new("sh")
-            .args(["-c", "head -c 33554432 /dev/zero | tail -c 1 >/dev/null"])
+    fn sees_a_waited_child_peak_in_bytes() {
+        // dd reads 64 MiB from /dev/zero into one buffer, so its resident peak is at least that.
+        let status = std::process::Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                "of=/dev/null",
+                "bs=64M",
+                "count=1",
+                "status=none",
+            ])
             .status()
             .unwrap();
         assert!(status.success());
-        // `tail -c 1` keeps only a small buffer; `sh` and `head` are small too. The point is that
-        // the kernel reported something for the waited children.
-        assert!(children_max_rss() > 0);
-        assert!(self_cpu_seconds() >= 0.0);
+        // A reader that forgot KiB -> bytes would see 64 KiB; one of this process, a few MiB.
+        let peak = children_max_rss();
+        assert!(peak >= 64 * MIB, "{peak} bytes");
+        assert!(peak < 64 * 1024 * MIB, "{peak} bytes");
+    }
+
+    /// This process's CPU time from a clock independent of getrusage.
+    fn process_cpu_seconds() -> f64 {
+        // SAFETY: clock_gettime only writes into the zeroed struct we pass.
+        let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) },
+            0
+        );
+        now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
+    }
+
+    #[test]
+    fn own_cpu_time_agrees_with_the_process_clock() {
+        // Burn a fifth of a CPU second, however long a loaded machine makes that take.
+        let start = process_cpu_seconds();
+        while process_cpu_seconds() - start < 0.2 {
+            std::hint::black_box(0u64.wrapping_add(1));
+        }
+        let low = process_cpu_seconds();
+        let read = self_cpu_seconds();
+        let high = process_cpu_seconds();
+        // getrusage and the clock count the same time: microseconds misread as milliseconds,
+        // a missing system part or the children's time instead would leave this window.
+        assert!(
+            read >= low - 0.05 && read <= high + 0.05,
+            "getrusage says {read} s, the clock {low}..{high} s"
+        );
     }
 }

@@ -215,7 +215,10 @@ mod tests {
     #[test]
     fn follows_a_double_forked_daemon_through_children_lists() {
         if children_of(std::process::id() as i32).is_none() {
-            eprintln!("skipping: this kernel has no /proc/PID/task/TID/children lists");
+            headroom_testkit::skip(
+                "task-children",
+                "this kernel has no /proc/PID/task/TID/children lists",
+            );
             return;
         }
         let (pid, members) = sample_a_double_fork(true);

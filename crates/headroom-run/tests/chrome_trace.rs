@@ -39,9 +39,12 @@ fn read_back(trace: &Path) -> Option<Value> {
         .into_iter()
         .find(|package| !dir.join("node_modules").join(package).is_dir());
     if let Some(package) = missing {
-        eprintln!(
-            "skipped: no {package} in {}; run .ci/trace-consumer.sh to install the trace readers",
-            dir.display()
+        headroom_testkit::skip(
+            "node-trace",
+            format!(
+                "no {package} in {}; run .ci/trace-consumer.sh to install the trace readers",
+                dir.display()
+            ),
         );
         return None;
     }
@@ -54,7 +57,10 @@ fn read_back(trace: &Path) -> Option<Value> {
     {
         Ok(output) => output,
         Err(error) => {
-            eprintln!("skipped: cannot run node ({error}); the trace readers need it");
+            headroom_testkit::skip(
+                "node-trace",
+                format!("cannot run node ({error}); the trace readers need it"),
+            );
             return None;
         }
     };

@@ -966,42 +966,62 @@ mod tests {
 
     #[test]
     fn a_job_runs_from_offer_to_its_record_with_stopped_time_left_out() {
-        let mut driver = driver(4 * GIB, 2);
-        let (id, decide_now) = driver.offer(offer("a.o", 1));
+        let mut driver = driver(2 * GIB, 2);
+        let (old, decide_now) = driver.offer(with_history("old.o", GIB));
         assert!(decide_now, "no earlier build: nothing to wait for");
-        assert_eq!(started(&driver.decide(None, 0.05)), vec![id]);
+        let (young, _) = driver.offer(with_history("young.o", GIB / 2));
+        assert_eq!(started(&driver.decide(None, 0.05)), vec![old, young]);
         assert_eq!(
-            driver.job(id).unwrap().state,
+            driver.job(young).unwrap().state,
             JobState::Admitted { suspended: false }
         );
-        assert!(driver.begin_attempt(id).is_some());
-        assert!(driver.begin_attempt(id).is_none(), "begins once");
-        let reading = |bytes| Reading {
+        assert!(driver.begin_attempt(old).is_some());
+        assert!(driver.begin_attempt(young).is_some());
+        assert!(driver.begin_attempt(young).is_none(), "begins once");
+        let reading = |id, bytes| Reading {
             id,
             bytes,
             cpu_seconds: 0.1,
         };
-        // Counted from its start (0.05), not from the build's start.
-        driver.sample(&[reading(GIB)], 0, 0.1);
-        // Past the budget's suspend line: stopped from 0.2 to 0.4.
-        driver.sample(&[reading(4 * GIB)], 0, 0.2);
-        let (other, _) = driver.offer(offer("b.o", 2));
-        let actions = driver.decide(None, 0.2);
-        assert!(started(&actions).is_empty(), "{actions:?}");
-        driver.sample(&[reading(GIB)], 0, 0.4);
-        let (after, decide_now) = driver.attempt_ended(id, succeeded(0.3, 2 * GIB), 0.45);
+        // Counted from its start (0.05), not from the build's start: 0.05 seconds active.
+        driver.sample(&[reading(old, GIB), reading(young, GIB / 8)], 0, 0.1);
+        assert!(driver.decide(None, 0.1).is_empty());
+        // The old job grows past the budget's suspend line: the young one is stopped at 0.2.
+        driver.sample(
+            &[reading(old, 2 * GIB - GIB / 4), reading(young, GIB / 8)],
+            0,
+            0.2,
+        );
+        assert_eq!(driver.decide(None, 0.2), vec![Action::Suspend(young)]);
+        let (other, _) = driver.offer(offer("c.o", 2));
+        // Stopped from 0.2 until the old job shrinks back and it is resumed at 0.4.
+        driver.sample(
+            &[reading(old, 2 * GIB - GIB / 4), reading(young, GIB / 8)],
+            0,
+            0.3,
+        );
+        assert!(driver.decide(None, 0.3).is_empty());
+        driver.sample(&[reading(old, GIB / 4), reading(young, GIB / 8)], 0, 0.4);
+        assert_eq!(driver.decide(None, 0.4), vec![Action::Resume(young)]);
+        driver.sample(&[reading(young, GIB / 2)], 0, 0.5);
+        let (after, decide_now) = driver.attempt_ended(young, succeeded(0.3, GIB / 2), 0.55);
         assert!(decide_now);
         let AfterAttempt::Done(finished) = after else {
             panic!("a job that succeeded is done");
         };
+        // Active 0.05..0.2 and 0.4..0.55: 0.3 of the 0.5 seconds since its start.
         assert!(
-            (finished.ran.wall_seconds - 0.4).abs() < 1e-9,
+            (finished.ran.wall_seconds - 0.3).abs() < 1e-9,
             "{:?}",
             finished.ran
         );
-        assert_eq!(finished.job.peak, 4 * GIB);
+        assert_eq!(finished.job.suspends, 1);
+        assert_eq!(finished.job.peak, GIB / 2);
         assert_eq!(finished.job.first_start, Some(0.05));
-        assert_eq!(started(&driver.decide(None, 0.45)), vec![other]);
+        // The job offered while one was stopped starts once the old one, seen near the
+        // budget, has ended too.
+        driver.attempt_ended(old, succeeded(0.5, 2 * GIB - GIB / 4), 0.55);
+        assert_eq!(started(&driver.decide(None, 0.55)), vec![other]);
     }
 
     #[test]

@@ -271,7 +271,10 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
 #[test]
 fn where_a_cpu_cgroup_can_be_made_nicer_jobs_weigh_less_in_it_at_the_users_niceness() {
     if let Err(why) = headroom_probe::cpu_weights::CpuWeights::create(1).map(|w| w.remove()) {
-        eprintln!("skipped: no cpu cgroup can be made here: {why}");
+        headroom_testkit::skip(
+            "cgroup-cpu",
+            format!("no cpu cgroup can be made here: {why}"),
+        );
         return;
     }
     let project = long_link_project();
@@ -649,7 +652,7 @@ fn two_builds_at_once_in_one_directory_share_an_intact_history() {
 #[test]
 fn a_real_make_and_gpp_build_compiles_and_runs() {
     if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: g++ is not installed");
+        headroom_testkit::skip("g++", "g++ is not installed");
         return;
     }
     let project = Project::new();
@@ -688,7 +691,7 @@ fn a_real_make_and_gpp_build_compiles_and_runs() {
 #[test]
 fn a_response_files_flags_make_the_job() {
     if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: g++ is not installed");
+        headroom_testkit::skip("g++", "g++ is not installed");
         return;
     }
     let project = Project::new();
@@ -1140,9 +1143,12 @@ fn a_compiler_the_interceptor_cannot_see_is_counted_and_named() {
         .output()
         .unwrap();
     if !built.status.success() {
-        eprintln!(
-            "skipping: cannot link a static program here ({}); install libc6-dev",
-            String::from_utf8_lossy(&built.stderr).trim()
+        headroom_testkit::skip(
+            "libc-static",
+            format!(
+                "cannot link a static program here ({}); install libc6-dev",
+                String::from_utf8_lossy(&built.stderr).trim()
+            ),
         );
         return;
     }
@@ -1216,7 +1222,10 @@ fn a_cargo_build_script_compiling_c_through_the_cc_crate_is_governed() {
     let text = stderr(&output);
     if text.contains("no matching package named `cc` found") || text.contains("failed to get `cc`")
     {
-        eprintln!("skipping: the cc crate is not in this machine's cargo registry cache");
+        headroom_testkit::skip(
+            "cargo-cc",
+            "the cc crate is not in this machine's cargo registry cache",
+        );
         return;
     }
     assert!(output.status.success(), "{text}");

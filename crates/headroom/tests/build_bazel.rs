@@ -30,8 +30,9 @@ impl Workspace {
         if Command::new("bazel").arg("--version").output().is_err()
             || !Path::new(PLATFORMS).is_dir()
         {
-            eprintln!(
-                "skipping: Debian's bazel (apt-get install bazel-bootstrap) is not installed"
+            headroom_testkit::skip(
+                "bazel",
+                "Debian's bazel (apt-get install bazel-bootstrap) is not installed",
             );
             return None;
         }

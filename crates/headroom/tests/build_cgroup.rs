@@ -87,7 +87,10 @@ const UNITS: [&str; 5] = [
 fn have(tool: &str) -> bool {
     let found = Command::new(tool).arg("--version").output().is_ok();
     if !found {
-        eprintln!("skipping: `{tool}` is not installed (apt-get install cmake ninja-build)");
+        headroom_testkit::skip(
+            tool,
+            format!("`{tool}` is not installed (apt-get install cmake ninja-build)"),
+        );
     }
     found
 }

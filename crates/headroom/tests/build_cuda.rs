@@ -30,9 +30,12 @@ fn cuda() -> Option<Cuda> {
     if cuda.home.join("bin/nvcc").exists() && cuda.venv.join("bin/python").exists() {
         Some(cuda)
     } else {
-        eprintln!(
-            "skipping: no nvcc and torch in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
-            dir.display()
+        headroom_testkit::skip(
+            "nvcc",
+            format!(
+                "no nvcc and torch in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
+                dir.display()
+            ),
         );
         None
     }
@@ -216,7 +219,10 @@ fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_ninja_and_s
             match &sccache_bin {
                 Ok(dir) => path.push(dir.clone()),
                 Err(why) => {
-                    eprintln!("skipping the case with sccache on PATH: {why}");
+                    headroom_testkit::skip(
+                        "sccache-dist",
+                        format!("the case with sccache on PATH: {why}"),
+                    );
                     continue;
                 }
             }

@@ -283,7 +283,7 @@ fn an_unreadable_file_is_named_with_the_reason() {
     let secret = scratch.write("secret.log", "MemoryError\n");
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     if std::fs::File::open(&secret).is_ok() {
-        eprintln!("skipping the permission check: this user (root?) reads a mode-000 file");
+        headroom_testkit::skip("unprivileged", "this user (root?) reads a mode-000 file");
         return;
     }
     let output = scratch.headroom(&["diagnose", "secret.log"]);
@@ -412,7 +412,10 @@ fn kernel_log_lists_a_kill_written_to_kmsg() {
     };
     let output = scratch.headroom(&["diagnose", "--kernel-log", "--json"]);
     if let Err(e) = written {
-        eprintln!("skipping the kill check: cannot write /dev/kmsg ({e}); writing needs root");
+        headroom_testkit::skip(
+            "root",
+            format!("the kill check: cannot write /dev/kmsg ({e}); writing needs root"),
+        );
         match output.status.code() {
             Some(0 | 3) => {
                 json(&output);

@@ -21,7 +21,7 @@ impl Tmpfs {
     fn mount(path: &Path, size: &str) -> Option<Tmpfs> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: mounting a small tmpfs needs root");
+            headroom_testkit::skip("root", "mounting a small tmpfs needs root");
             return None;
         }
         std::fs::create_dir_all(path).unwrap();
@@ -34,14 +34,17 @@ impl Tmpfs {
                 path: path.to_path_buf(),
             }),
             Ok(output) => {
-                eprintln!(
-                    "skipping: cannot mount a tmpfs: {}",
-                    String::from_utf8_lossy(&output.stderr)
+                headroom_testkit::skip(
+                    "root",
+                    format!(
+                        "cannot mount a tmpfs: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    ),
                 );
                 None
             }
             Err(err) => {
-                eprintln!("skipping: cannot run mount: {err}");
+                headroom_testkit::skip("root", format!("cannot run mount: {err}"));
                 None
             }
         }

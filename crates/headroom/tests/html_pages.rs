@@ -23,7 +23,10 @@ fn have_chromium() -> bool {
         .output()
         .is_ok_and(|output| output.status.success());
     if !ok {
-        eprintln!("skipping: chromium is not installed (bash .ci/chromium.sh installs it)");
+        headroom_testkit::skip(
+            "chromium",
+            "chromium is not installed (bash .ci/chromium.sh installs it)",
+        );
     }
     ok
 }

@@ -36,7 +36,7 @@ fn have_clang() -> bool {
                 .is_ok_and(|output| output.status.success())
         });
     if !found {
-        eprintln!("skipping: no clang on PATH (install clang-19)");
+        headroom_testkit::skip("clang", "no clang on PATH (install clang-19)");
     }
     found
 }
@@ -534,7 +534,7 @@ fn an_unknown_kernel_is_named_with_the_kernels_that_exist() {
 #[test]
 fn a_metal_kernel_off_macos_is_skipped_and_a_missing_nvcc_still_fails() {
     if cfg!(target_os = "macos") {
-        eprintln!("skipping: Metal can be built on macOS");
+        headroom_testkit::skip("linux", "Metal can be built on macOS");
         return;
     }
     let project = Project::new(
@@ -707,7 +707,10 @@ fn the_real_nvcc_builds_through_cuda_home() {
     let home = match real_cuda_home() {
         Ok(home) => home,
         Err(why) => {
-            eprintln!("skipping: {why} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)");
+            headroom_testkit::skip(
+                "nvcc",
+                format!("{why} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)"),
+            );
             return;
         }
     };
@@ -934,7 +937,10 @@ fn fake_cuda_dir(dir: &Path) -> Option<PathBuf> {
         .status()
         .is_ok_and(|status| status.success());
     if !built {
-        eprintln!("skipping: no C compiler (`cc`) to build the stand-in CUDA driver");
+        headroom_testkit::skip(
+            "cc",
+            "no C compiler (`cc`) to build the stand-in CUDA driver",
+        );
     }
     built.then_some(lib)
 }
@@ -1002,7 +1008,7 @@ fn have_cuda_driver() -> bool {
 #[test]
 fn without_a_gpu_local_says_to_name_the_device() {
     if have_cuda_driver() {
-        eprintln!("skipping: this machine has a CUDA driver");
+        headroom_testkit::skip("no-gpu", "this machine has a CUDA driver");
         return;
     }
     let project = Project::new(MANIFEST);

@@ -216,7 +216,7 @@ fn an_output_that_fails_otherwise_does_not_end_cmd() {
     // had an error and gone on: 8 MB is more than the pipe holds, so CMD writes on after
     // headroom's writes have failed, and must end by itself.
     let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
-        eprintln!("skipping: no /dev/full to make writes fail");
+        headroom_testkit::skip("dev-full", "no /dev/full to make writes fail");
         return;
     };
     let scratch = Scratch::new();
@@ -308,7 +308,10 @@ fn a_kill_headroom_sends_is_not_called_out_of_memory() {
 #[test]
 fn a_terminal_gets_a_live_status_line() {
     if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipping: `script` (util-linux) is not installed to provide a terminal");
+        headroom_testkit::skip(
+            "script",
+            "`script` (util-linux) is not installed to provide a terminal",
+        );
         return;
     }
     let scratch = Scratch::new();

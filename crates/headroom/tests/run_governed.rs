@@ -27,7 +27,7 @@ if __name__ == "__main__":
 fn python3_missing() -> bool {
     let missing = Command::new("python3").arg("--version").output().is_err();
     if missing {
-        eprintln!("skipped: python3 is not installed");
+        headroom_testkit::skip("python3", "python3 is not installed");
     }
     missing
 }

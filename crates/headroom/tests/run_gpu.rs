@@ -18,7 +18,7 @@ fn build_fake_nvml(scratch: &Scratch) -> bool {
         .status();
     let built = compiled.is_ok_and(|s| s.success());
     if !built {
-        eprintln!("skipping: no C compiler (`cc`) to build the stand-in NVML");
+        headroom_testkit::skip("cc", "no C compiler (`cc`) to build the stand-in NVML");
     }
     built
 }
@@ -111,7 +111,7 @@ fn without_nvml_a_note_says_gpu_memory_is_not_recorded() {
     assert!(output.status.success(), "{}", stderr(&output));
     let report = scratch.json("r.json");
     if report["rungs"][0]["peak"]["gpu"].is_u64() {
-        eprintln!("skipping: this machine has a real NVML");
+        headroom_testkit::skip("no-gpu", "this machine has a real NVML");
         return;
     }
     let notes = report["rungs"][0]["notes"].to_string();

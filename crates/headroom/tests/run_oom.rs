@@ -1,5 +1,6 @@
 //! An OOM kill inside a `--memory-limit` cgroup is classified as the kernel's OOM kill, in the
-//! stage where it happened.
+//! stage where it happened; a `--memory-limit` whose cgroup cannot be made is a clear error,
+//! reached as `nobody` where root may make cgroups.
 
 mod run_support;
 
@@ -53,15 +54,46 @@ fn oom_kill_in_a_limited_cgroup_is_named_with_its_stage() {
     );
 }
 
+/// The user `nobody` (uid and gid 65534), who may not make cgroups where root made them.
+const NOBODY: u32 = 65534;
+
+/// `headroom ARGS…` as `nobody`, from a copy of the binary in a scratch directory `nobody`
+/// owns: the failure path where this machine lets root make cgroups.
+fn headroom_as_nobody(scratch: &Scratch, args: &[&str]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    // The build's own binary may sit where `nobody` cannot reach it (under /root, say).
+    let binary = scratch.path("headroom");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_headroom"), &binary).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_headroom"), &binary).expect("copy the binary");
+    }
+    std::os::unix::fs::chown(scratch.dir.path(), Some(NOBODY), Some(NOBODY)).expect("chown");
+    scratch
+        .command_of(&binary, args)
+        .env("HOME", scratch.dir.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .expect("run headroom as nobody")
+}
+
 #[test]
 fn a_memory_limit_that_cannot_be_made_is_a_clear_error() {
-    if can_make_cgroups() {
-        eprintln!("skipping: cgroups can be made here, so the failure path cannot be reached");
-        return;
-    }
     let scratch = Scratch::new();
-    let output = scratch.headroom(&["run", "--memory-limit", "64M", "--", "true"]);
-    assert_eq!(output.status.code(), Some(2));
+    let args = ["run", "--memory-limit", "64M", "--", "true"];
+    let output = if !can_make_cgroups() {
+        scratch.headroom(&args)
+    } else if unsafe { libc::geteuid() } == 0 {
+        headroom_as_nobody(&scratch, &args)
+    } else {
+        headroom_testkit::skip(
+            "root",
+            "this user may make cgroups and cannot become one who may not, so the failure \
+             path cannot be reached",
+        );
+        return;
+    };
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("--memory-limit"),
         "{}",

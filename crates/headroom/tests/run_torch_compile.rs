@@ -41,9 +41,12 @@ fn torch_python() -> Option<PathBuf> {
     if has_torch {
         Some(python)
     } else {
-        eprintln!(
-            "skipping: no torch in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
-            dir.join("venv").display()
+        headroom_testkit::skip(
+            "torch",
+            format!(
+                "no torch in {} (run `bash .ci/cuda.sh`, or set HEADROOM_CUDA_ENV)",
+                dir.join("venv").display()
+            ),
         );
         None
     }

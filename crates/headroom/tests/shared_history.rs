@@ -157,8 +157,12 @@ fn tools_missing() -> bool {
                 .map_or(true, |o| !o.status.success())
         })
         .collect();
-    if !missing.is_empty() {
-        eprintln!("skipping: {missing:?} not installed (apt-get install cmake ninja-build g++)");
+    for tool in &missing {
+        let requirement = tool.trim_start_matches("/usr/bin/");
+        headroom_testkit::skip(
+            requirement,
+            format!("{tool} is not installed (apt-get install cmake ninja-build g++)"),
+        );
     }
     !missing.is_empty()
 }

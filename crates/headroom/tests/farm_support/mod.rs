@@ -31,7 +31,10 @@ pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
     match Cgroup::create_under_self(&name, Some(limit)) {
         Ok(cgroup) => Some(cgroup),
         Err(err) => {
-            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
+            headroom_testkit::skip(
+                "cgroup",
+                format!("cannot make a memory-limited cgroup here: {err}"),
+            );
             None
         }
     }
@@ -56,15 +59,14 @@ pub fn remove(cgroup: &Cgroup) {
 }
 
 /// Runs `headroom` (`command`, set up to run `build --report report.json ARGS -- BUILD` in
-/// `dir`) inside `cgroup`, this machine's cap. Returns how it ended, how long it took and
-/// its report.
+/// `dir`) inside `cgroup`, this machine's cap. Returns how it ended and its report.
 pub fn headroom_build(
     mut command: Command,
     dir: &Path,
     cgroup: &Cgroup,
     args: &[String],
     build: &[&str],
-) -> (Output, f64, BuildReport) {
+) -> (Output, BuildReport) {
     command
         .env_remove("HEADROOM_FARM")
         .env_remove("HEADROOM_FARM_ENGINE")
@@ -74,35 +76,45 @@ pub fn headroom_build(
         .arg("--")
         .args(build);
     cgroup.attach(&mut command);
-    let start = Instant::now();
     let output = command.output().unwrap();
-    let seconds = start.elapsed().as_secs_f64();
     let report = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap())
         .expect("the build wrote its report");
-    (output, seconds, report)
+    (output, report)
 }
 
-/// What a farm must show against this machine alone: the build succeeded in under 0.8 of the
-/// time, with no OOM kill here (`here`) or on either node, and both nodes compiled. Returns
-/// the build's log.
-pub fn assert_faster_with_no_oom_kill(
+/// What a farm must show: the build succeeded with no OOM kill here (`here`) or on either
+/// node, both nodes compiled, and more units ran at once than this machine alone fits (one).
+/// How much sooner that ends is a benchmark's question (bench/build/farm.sh), not this test's.
+/// Returns the build's log.
+pub fn assert_side_by_side_with_no_oom_kill(
     farmed: &Output,
-    farm_seconds: f64,
-    alone_seconds: f64,
     here: &Cgroup,
     nodes: [&Cgroup; 2],
     report: &BuildReport,
 ) -> String {
     let log = stderr(farmed);
     assert!(farmed.status.success(), "{log}");
-    assert!(
-        farm_seconds < 0.8 * alone_seconds,
-        "with the farm {farm_seconds:.1} s, alone {alone_seconds:.1} s: {log}"
-    );
     assert_eq!(here.oom_kills(), 0, "{log}");
     assert_eq!(nodes.map(Cgroup::oom_kills), [0, 0], "{log}");
     assert_eq!(report.nodes().len(), 2, "both nodes compiled: {log}");
+    assert!(most_at_once(report) >= 2, "{:?}: {log}", report.jobs);
     log
+}
+
+/// The most jobs of `report` that ran at one instant.
+fn most_at_once(report: &BuildReport) -> usize {
+    report
+        .jobs
+        .iter()
+        .map(|job| {
+            report
+                .jobs
+                .iter()
+                .filter(|other| other.start_ms <= job.start_ms && job.start_ms < other.end_ms)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 pub fn stderr(output: &Output) -> String {

@@ -39,7 +39,7 @@ const SETTLE: Duration = Duration::from_secs(60);
 pub fn have(tools: &[&str]) -> bool {
     for tool in tools {
         if which(tool).is_none() {
-            eprintln!("skipping: `{tool}` is not on PATH");
+            headroom_testkit::skip(tool, format!("`{tool}` is not on PATH"));
             return false;
         }
     }
@@ -380,7 +380,10 @@ pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
     match Cgroup::create_under_self(&name, Some(limit)) {
         Ok(cgroup) => Some(cgroup),
         Err(err) => {
-            eprintln!("skipping: cannot make a memory-limited cgroup here: {err}");
+            headroom_testkit::skip(
+                "cgroup",
+                format!("cannot make a memory-limited cgroup here: {err}"),
+            );
             None
         }
     }

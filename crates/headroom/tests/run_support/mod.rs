@@ -52,7 +52,12 @@ impl Scratch {
 
     /// `headroom ARGS…` in the scratch directory, ready to run.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        self.command_of(Path::new(env!("CARGO_BIN_EXE_headroom")), args)
+    }
+
+    /// `BINARY ARGS…`, a copy of headroom, in the scratch directory, ready to run.
+    pub fn command_of(&self, binary: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(binary);
         // The run's governor keeps its history and socket in the scratch directory.
         command
             .args(args)
@@ -91,7 +96,7 @@ pub fn have_python() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: python3 is not installed");
+        headroom_testkit::skip("python3", "python3 is not installed");
     }
     ok
 }
@@ -102,7 +107,7 @@ pub fn can_make_cgroups() -> bool {
     match headroom_probe::cgroup::Cgroup::create_under_self(&name, Some(64 * MIB)) {
         Ok(cgroup) => cgroup.remove().is_ok(),
         Err(e) => {
-            eprintln!("skipping: cannot create a memory cgroup here: {e}");
+            headroom_testkit::skip("cgroup", format!("cannot create a memory cgroup here: {e}"));
             false
         }
     }

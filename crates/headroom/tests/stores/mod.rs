@@ -160,7 +160,15 @@ impl Server {
             }
         };
         let Some(program) = program(program_name) else {
-            eprintln!("skipping: {program_name} is not installed (bash .ci/stores.sh installs it)");
+            let requirement = match program_name {
+                "redis-server" => "redis",
+                "moto_server" => "s3",
+                other => other,
+            };
+            headroom_testkit::skip(
+                requirement,
+                format!("{program_name} is not installed (bash .ci/stores.sh installs it)"),
+            );
             return None;
         };
         // `moto_server` is found to say whether moto is installed; its Python runs it.
