@@ -1,13 +1,14 @@
 //! Builds the interceptor (`intercept/intercept.c`) into the shared library that
 //! `headroom build` preloads into the build's processes, and the rules it shares with the
-//! Rust code (`intercept/compiler_names.c`, `intercept/preload.c`) into a static library,
-//! so each rule exists once. The shared library is embedded in the binary
+//! Rust code (`intercept/compiler_names.c`, `intercept/preload.c`) into a static library:
+//! the Rust code calls `preload.c`'s rule, and its tests hold `compiler_names.c` to the
+//! compiler families (`src/compiler/`). The shared library is embedded in the binary
 //! (`intercept::LIBRARY`): one `cargo install` carries everything.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The rules both the interceptor and the Rust code use.
+/// The rules both the interceptor and the Rust code (or its tests) use.
 const SHARED_RULES: [&str; 2] = ["intercept/compiler_names.c", "intercept/preload.c"];
 
 fn main() {

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{find_on_path, is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
+use crate::{
+    find_on_path, one_source_compiled, FarmStyle, Farming, Node, RemoteLaunch, RemoteOutcome,
+};
 
 /// The distcc client headroom sends jobs through.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,11 +32,12 @@ impl Distcc {
         find_on_path("distcc").map(|client| Distcc { client })
     }
 
-    /// Whether distcc would compile a call with these gcc-style arguments on a node. Anything
-    /// else (a link, `-E`, `-march=native`, a response file) its client runs here, which a
-    /// farmed job's small local reservation would not cover: such jobs stay local jobs.
-    pub fn would_distribute(args: &[String]) -> bool {
-        one_source_compiled(args, is_gcc_source)
+    /// Whether distcc would compile this call of a family that farms so (`farming`) on a node:
+    /// one source of a gcc-style compiler compiled to an object. Anything else (nvcc, a link,
+    /// `-E`, `-march=native`, a response file) its client runs here, which a farmed job's small
+    /// local reservation would not cover: such jobs stay local jobs.
+    pub fn would_distribute(farming: &Farming, args: &[String]) -> bool {
+        farming.style == FarmStyle::Gcc && one_source_compiled(args, farming.is_source)
     }
 
     /// How the shim runs an attempt on `node`, with distcc's state (its host backoff) kept in
@@ -82,6 +85,7 @@ impl Distcc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::{GCC_STYLE, NVCC_STYLE};
 
     fn args(text: &str) -> Vec<String> {
         text.split_whitespace().map(String::from).collect()
@@ -94,7 +98,10 @@ mod tests {
             "-c src/x.cc -MD -MF x.d -o x.o",
             "-std=c++17 -I/include -c /abs/unit.cxx",
         ] {
-            assert!(Distcc::would_distribute(&args(remote)), "{remote}");
+            assert!(
+                Distcc::would_distribute(&GCC_STYLE, &args(remote)),
+                "{remote}"
+            );
         }
         for local in [
             "a.o b.o -o app",
@@ -106,8 +113,15 @@ mod tests {
             "-shared a.o -o lib.so",
             "-c kernel.cu -o kernel.o",
         ] {
-            assert!(!Distcc::would_distribute(&args(local)), "{local}");
+            assert!(
+                !Distcc::would_distribute(&GCC_STYLE, &args(local)),
+                "{local}"
+            );
         }
+        assert!(
+            !Distcc::would_distribute(&NVCC_STYLE, &args("-c k.cu -o k.o")),
+            "distcc carries no nvcc"
+        );
     }
 
     #[test]

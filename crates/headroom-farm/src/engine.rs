@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Distcc, Node, RemoteLaunch, RemoteOutcome, SccacheDist};
+use crate::{Distcc, Farming, Node, RemoteLaunch, RemoteOutcome, SccacheDist};
 
 /// The engines headroom can send jobs through, as `[build.farm] engine` names them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,13 +73,13 @@ impl Engine {
         }
     }
 
-    /// Whether the engine would compile this call of `compiler` (`gcc_style` when it is a
-    /// gcc or clang) on a node; anything else stays a local job.
-    pub fn would_distribute(&self, compiler: &Path, gcc_style: bool, args: &[String]) -> bool {
-        match self {
-            Engine::Distcc(_) => gcc_style && Distcc::would_distribute(args),
-            Engine::SccacheDist(_) => SccacheDist::would_distribute(compiler, gcc_style, args),
-        }
+    /// Whether the engine would compile this call on a node, `farming` being how its
+    /// compiler's family farms (`None`: it does not); anything else stays a local job.
+    pub fn would_distribute(&self, farming: Option<&Farming>, args: &[String]) -> bool {
+        farming.is_some_and(|farming| match self {
+            Engine::Distcc(_) => Distcc::would_distribute(farming, args),
+            Engine::SccacheDist(_) => SccacheDist::would_distribute(farming, args),
+        })
     }
 
     /// How the shim runs an attempt on `node`, the engine's state kept in `state_dir` (one

@@ -150,6 +150,26 @@ pub enum RemoteOutcome {
     OutOfMemory,
 }
 
+/// How a compiler family's compiles can go to a node, as its family module says
+/// (`headroom_govern::compiler`): the engines that carry them, and which of its arguments are
+/// sources. A family without one stays on this machine.
+#[derive(Debug, Clone, Copy)]
+pub struct Farming {
+    pub style: FarmStyle,
+    /// Whether an argument is a source the family compiles (`a.cpp`, `k.cu`).
+    pub is_source: fn(&str) -> bool,
+}
+
+/// Which engines can carry a family's compiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FarmStyle {
+    /// gcc-style calls, which every engine carries: the node runs the same compiler by name.
+    Gcc,
+    /// nvcc's calls, which only sccache-dist carries (it splits them into cicc, ptxas and the
+    /// host compile).
+    Nvcc,
+}
+
 /// Whether `args` compile exactly one source (`is_source`) to an object, with none of the
 /// flags that make an engine's client run the call here (`-E`, `-M`, `-march=native`, a
 /// response file, nvcc's `--dryrun` or `-ptx`), so that the job's work goes to the node.
@@ -194,23 +214,20 @@ pub fn find_on_path(program: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn extension(arg: &str) -> Option<&str> {
-    std::path::Path::new(arg)
-        .extension()
-        .and_then(|e| e.to_str())
-}
-
-/// A C or C++ source (or its preprocessed form) as gcc and clang take it.
-fn is_gcc_source(arg: &str) -> bool {
-    matches!(
-        extension(arg),
-        Some("c" | "cc" | "cp" | "cpp" | "cxx" | "c++" | "C" | "CPP" | "i" | "ii")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gcc-style family whose sources are `.cpp` files, and nvcc's, whose are `.cu` files,
+    /// for the engines' tests (the real ones are the families' own).
+    pub const GCC_STYLE: Farming = Farming {
+        style: FarmStyle::Gcc,
+        is_source: |arg| arg.ends_with(".cpp") || arg.ends_with(".cc") || arg.ends_with(".cxx"),
+    };
+    pub const NVCC_STYLE: Farming = Farming {
+        style: FarmStyle::Nvcc,
+        is_source: |arg| arg.ends_with(".cu"),
+    };
 
     #[test]
     fn nodes_parse_and_bad_ones_say_what_to_write() {

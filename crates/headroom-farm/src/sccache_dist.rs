@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{find_on_path, is_gcc_source, one_source_compiled, Node, RemoteLaunch, RemoteOutcome};
+use crate::{find_on_path, one_source_compiled, Farming, Node, RemoteLaunch, RemoteOutcome};
 
 /// The sccache client headroom sends jobs through, and the token its schedulers take.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,13 +95,12 @@ impl SccacheDist {
         })
     }
 
-    /// Whether sccache would send this call to a node: one source compiled to an object, by
-    /// nvcc (`.cu`) or by a gcc-style compiler (`gcc_style`). Anything else its client runs
-    /// here, which a farmed job's local reservation would not cover.
-    pub fn would_distribute(compiler: &Path, gcc_style: bool, args: &[String]) -> bool {
-        let nvcc = compiler.file_name().is_some_and(|name| name == "nvcc");
-        (nvcc && one_source_compiled(args, is_cuda_source))
-            || (gcc_style && one_source_compiled(args, is_gcc_source))
+    /// Whether sccache would send this call of a family that farms so (`farming`: nvcc or a
+    /// gcc-style compiler) to a node: one of the family's sources compiled to an object.
+    /// Anything else its client runs here, which a farmed job's local reservation would not
+    /// cover.
+    pub fn would_distribute(farming: &Farming, args: &[String]) -> bool {
+        one_source_compiled(args, farming.is_source)
     }
 
     /// How the shim runs an attempt on `node`: through the launch script, with a client
@@ -167,13 +166,10 @@ impl SccacheDist {
 }
 
 /// A source nvcc compiles.
-fn is_cuda_source(arg: &str) -> bool {
-    matches!(crate::extension(arg), Some("cu"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::{GCC_STYLE, NVCC_STYLE};
     use std::process::Command;
 
     fn args(text: &str) -> Vec<String> {
@@ -182,35 +178,31 @@ mod tests {
 
     #[test]
     fn nvcc_and_gcc_style_single_compiles_are_distributed() {
-        let nvcc = Path::new("/usr/local/cuda/bin/nvcc");
-        let gxx = Path::new("/usr/bin/g++");
-        for (compiler, gcc_style, call) in [
+        for (farming, call) in [
             (
-                nvcc,
-                false,
+                NVCC_STYLE,
                 "-c flash_fwd.cu -o flash_fwd.o --threads 4 -gencode arch=compute_80,code=sm_80",
             ),
-            (nvcc, false, "--compile k.cu -o k.o"),
-            (gxx, true, "-O2 -c a.cpp -o a.o"),
+            (NVCC_STYLE, "--compile k.cu -o k.o"),
+            (GCC_STYLE, "-O2 -c a.cpp -o a.o"),
         ] {
             assert!(
-                SccacheDist::would_distribute(compiler, gcc_style, &args(call)),
+                SccacheDist::would_distribute(&farming, &args(call)),
                 "{call}"
             );
         }
-        for (compiler, gcc_style, call) in [
-            (nvcc, false, "k.o -o app"),
-            (nvcc, false, "-E k.cu"),
-            (nvcc, false, "--dryrun -c k.cu"),
-            (nvcc, false, "-ptx k.cu"),
-            (nvcc, false, "-c a.cu b.cu"),
-            (nvcc, false, "-c a.cpp"),
-            (gxx, true, "-c k.cu"),
-            (gxx, true, "a.o -o app"),
-            (Path::new("/usr/bin/ld"), false, "-c a.cpp"),
+        for (farming, call) in [
+            (NVCC_STYLE, "k.o -o app"),
+            (NVCC_STYLE, "-E k.cu"),
+            (NVCC_STYLE, "--dryrun -c k.cu"),
+            (NVCC_STYLE, "-ptx k.cu"),
+            (NVCC_STYLE, "-c a.cu b.cu"),
+            (NVCC_STYLE, "-c a.cpp"),
+            (GCC_STYLE, "-c k.cu"),
+            (GCC_STYLE, "a.o -o app"),
         ] {
             assert!(
-                !SccacheDist::would_distribute(compiler, gcc_style, &args(call)),
+                !SccacheDist::would_distribute(&farming, &args(call)),
                 "{call}"
             );
         }

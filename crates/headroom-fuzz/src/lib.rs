@@ -12,10 +12,10 @@ use std::path::Path;
 
 use headroom_config::{BuildOverrides, BuildSettings, FileConfig};
 use headroom_diagnose::ExitInfo;
+use headroom_govern::compiler::expand_response_files;
 use headroom_govern::job::JobIdentity;
 use headroom_govern::portable::Places;
 use headroom_govern::protocol::{read_frame, write_frame, Reply, Request};
-use headroom_govern::response::expand_response_files;
 use headroom_kernels::cache::{hash_bytes, Cache};
 use headroom_kernels::manifest::Manifest;
 use headroom_kernels::resolve::{explain, Device, ResolveOptions};
@@ -281,7 +281,7 @@ pub fn compiler_argv(data: &[u8]) {
             .expect("writing a response file into the scratch directory");
     }
     let cwd = dir.path().to_string_lossy();
-    let expanded = expand_response_files(&args, dir.path());
+    let expanded = expand_response_files("/usr/bin/g++", &args, dir.path());
     let identity = JobIdentity::new("/usr/bin/g++", &expanded, &cwd);
     identity.portable_key("g++ 12.2.0", &cwd, &Places::new(&cwd, Some("/home/fuzz")));
 }

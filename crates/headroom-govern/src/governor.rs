@@ -37,8 +37,9 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::MemoryFacts;
+use crate::compiler;
 use crate::job::JobIdentity;
-use crate::ladder::{speaks_gcc_flags, Rung};
+use crate::ladder::Rung;
 use crate::last_build;
 use crate::ledger::{Elsewhere, ReservationLedger};
 use crate::liveness::{silence_bound, HEARTBEAT};
@@ -49,7 +50,6 @@ use crate::protocol::{
     read_frame, write_frame, Attempt, BuildStatus, GovernorStatus, LiveJob, Reply, Request,
     SessionStatus, Waiting,
 };
-use crate::response::expand_response_files;
 
 /// How long a session's end waits for the reports of its jobs that ended just before its build.
 const REPORT_GRACE: Duration = Duration::from_secs(2);
@@ -777,8 +777,9 @@ impl Governor {
         args: &[String],
         cwd: String,
     ) -> Option<JobId> {
+        let family = compiler::family_of(&compiler);
         // The flags inside `@file`s make the job what it is; the file's name does not.
-        let args = expand_response_files(args, Path::new(&cwd));
+        let args = compiler::expand_response_files(&compiler, args, Path::new(&cwd));
         let identity = JobIdentity::new(&compiler, &args, &cwd);
         let compiler_id = self.compiler_id(&compiler);
         let mut state = self.lock();
@@ -789,11 +790,8 @@ impl Governor {
         let portable_key = identity.portable_key(&compiler_id, &cwd, &own.places);
         let past = own.known.past_run(&identity.key, &portable_key);
         let farmable = own.config.farm.as_ref().is_some_and(|farm| {
-            farm.engine.would_distribute(
-                compiler.as_ref(),
-                speaks_gcc_flags(compiler.as_ref()),
-                &args,
-            )
+            farm.engine
+                .would_distribute(family.and_then(|f| f.farming.as_ref()), &args)
         });
         let local_share = farmable
             .then(|| own.known.local_share(&identity.key))
@@ -810,7 +808,7 @@ impl Governor {
                 .or_else(|| own.shared_waiting_seconds.get(&portable_key))
                 .copied()
                 .unwrap_or(0.0),
-            lower_rungs: if speaks_gcc_flags(compiler.as_ref()) {
+            lower_rungs: if family.is_some_and(|f| f.gcc_flags) {
                 own.config.ladder.len()
             } else {
                 0

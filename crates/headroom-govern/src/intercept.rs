@@ -7,7 +7,7 @@
 //! `$CUDA_HOME/bin/nvcc`. Any other program starts untouched. The library is embedded in
 //! this crate and written to the state directory under a name that changes with its content.
 
-use std::ffi::{c_char, c_int, OsStr, OsString};
+use std::ffi::{c_char, OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -24,19 +24,11 @@ pub const LAUNCHER_ENV: &str = "HEADROOM_LAUNCHER";
 const PRELOAD_ENV: &str = "LD_PRELOAD";
 
 extern "C" {
-    fn headroom_is_compiler_name(name: *const c_char, len: usize) -> c_int;
     fn headroom_preload_without_interceptor(
         value: *const c_char,
         len: usize,
         out: *mut c_char,
     ) -> usize;
-}
-
-/// Whether `name` (a file name) is a compiler, linker or driver that headroom governs: the
-/// rule the interceptor applies, from the same C code.
-pub fn is_compiler_name(name: &str) -> bool {
-    // SAFETY: the C function reads exactly `len` bytes of `name` and keeps no pointer.
-    unsafe { headroom_is_compiler_name(name.as_ptr().cast(), name.len()) != 0 }
 }
 
 /// Writes the interceptor into `dir` (once per version; each file appears by an atomic rename)
@@ -111,50 +103,6 @@ pub fn job_preload() -> Option<Option<OsString>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn compiler_names_are_recognised_by_the_c_rule() {
-        for name in [
-            "gcc",
-            "g++-12",
-            "clang++-19",
-            "x86_64-linux-gnu-g++-12",
-            "cc",
-            "c++",
-            "aarch64-linux-gnu-gcc",
-            "nvcc",
-            "hipcc",
-            "rustc",
-            "ld",
-            "ld.gold",
-            "ld.lld",
-            "x86_64-linux-gnu-ld.bfd",
-            "mold",
-            "ptxas",
-            "neuronx-cc",
-        ] {
-            assert!(is_compiler_name(name), "{name}");
-        }
-        for name in [
-            "c++filt",
-            "clang-tidy",
-            "gcc-ar",
-            "ccache",
-            "gccgo",
-            "g++-wrapper",
-            "lcc",
-            "make",
-            "ninja",
-            "ldd",
-            "ld.so",
-            "cicc",
-            "cc1plus",
-            "true",
-            "",
-        ] {
-            assert!(!is_compiler_name(name), "{name}");
-        }
-    }
 
     #[test]
     fn preload_keeps_the_users_libraries_and_jobs_lose_only_ours() {

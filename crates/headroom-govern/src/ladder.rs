@@ -5,7 +5,7 @@
 //! `PATTERN=REPLACEMENT` replaces every argument matching PATTERN (exact, or a prefix ending
 //! in `*`); an empty REPLACEMENT removes it; `+FLAG` appends FLAG.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +87,8 @@ fn matches(pattern: &str, arg: &str) -> bool {
     }
 }
 
-/// The default ladder for gcc and clang: drop debug info, then optimise less, then the
+/// The default ladder, in gcc's flags (for the families whose `gcc_flags` is set, see
+/// [`crate::compiler`]): drop debug info, then optimise less, then the
 /// low-memory settings install guides recommend.
 pub fn default_ladder() -> Vec<Rung> {
     let rung = |edits: &[&str]| Rung {
@@ -105,26 +106,6 @@ pub fn default_ladder() -> Vec<Rung> {
         "+ggc-min-heapsize=32768",
     ];
     vec![rung(&no_debug), rung(&less_opt), rung(&minimal)]
-}
-
-/// Whether a compiler understands gcc-style flags, so the ladder may edit them.
-pub fn speaks_gcc_flags(compiler: &OsStr) -> bool {
-    let name = std::path::Path::new(compiler)
-        .file_name()
-        .and_then(OsStr::to_str)
-        .unwrap_or("");
-    ["cc", "c++", "gcc", "g++", "clang", "clang++"]
-        .iter()
-        .any(|family| name.strip_prefix(family).is_some_and(is_version_suffix))
-}
-
-/// `""`, or a version such as `-12` or `-19.1` that packages append to compiler names.
-pub fn is_version_suffix(suffix: &str) -> bool {
-    suffix.is_empty()
-        || suffix.strip_prefix('-').is_some_and(|v| {
-            v.starts_with(|c: char| c.is_ascii_digit())
-                && v.chars().all(|c| c.is_ascii_digit() || c == '.')
-        })
 }
 
 #[cfg(test)]
@@ -161,15 +142,5 @@ mod tests {
         assert_eq!(rung.apply(&args("-flto -c")), args("-c"));
         assert!(Rung::parse(&["nonsense".into()]).is_err());
         assert!(Rung::parse(&["+".into()]).is_err());
-    }
-
-    #[test]
-    fn knows_gcc_style_compilers() {
-        for name in ["/usr/bin/g++", "gcc-12", "clang++-19", "cc"] {
-            assert!(speaks_gcc_flags(OsStr::new(name)), "{name}");
-        }
-        for name in ["nvcc", "rustc", "gccgo", "clang-tidy", "g++-wrapper"] {
-            assert!(!speaks_gcc_flags(OsStr::new(name)), "{name}");
-        }
     }
 }

@@ -11,6 +11,7 @@
 //! writes the history.
 
 pub mod budget;
+pub mod compiler;
 pub mod governor;
 pub mod governor_log;
 pub mod intercept;
@@ -23,7 +24,6 @@ pub mod oom;
 pub mod outside;
 pub mod portable;
 pub mod protocol;
-pub mod response;
 pub mod session;
 pub mod shim;
 pub mod shimdir;

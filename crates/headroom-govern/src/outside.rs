@@ -9,25 +9,8 @@ use headroom_probe::procs::ProcStat;
 use headroom_store::OutsideProcess;
 use rustix::process::{kill_process, Pid, Signal};
 
-use crate::intercept;
+use crate::compiler::is_compiler_like;
 
-/// Inner tools of compiler drivers, which run below a driver and are never called by a build
-/// directly: seen outside a job, they mean their driver was not governed.
-const INNER_TOOLS: [&str; 13] = [
-    "cc1",
-    "cc1plus",
-    "cc1obj",
-    "f951",
-    "lto1",
-    "lto-wrapper",
-    "collect2",
-    "as",
-    "cicc",
-    "cudafe++",
-    "ptxas",
-    "fatbinary",
-    "nvlink",
-];
 /// Processes that are not compilers count against the budget, and are kept in the report,
 /// only from this size up: the build system's own small processes (make, ninja, sh, the
 /// shims) are what the budget's reserve is for, and counting them too would keep two jobs
@@ -37,11 +20,6 @@ const HEAVY: u64 = 64 << 20;
 /// milliseconds up: a probe (`nvcc --version`, which the shim lets through) is neither.
 const NOTABLE_COMPILER: u64 = 16 << 20;
 const NOTABLE_COMPILER_MS: u64 = 1000;
-
-/// Whether the kernel's command name `comm` is a compiler, linker or one of their tools.
-pub fn is_compiler_like(comm: &str) -> bool {
-    INNER_TOOLS.contains(&comm) || intercept::is_compiler_name(comm)
-}
 
 /// Whether `process` is a shim (`headroom-shim`, or `headroom` itself where the small shim
 /// binary is missing): the process groups it starts are job attempts.
@@ -233,17 +211,5 @@ mod tests {
             ["cc1plus"],
             "a small compiler that ran long still is"
         );
-    }
-
-    #[test]
-    fn compilers_and_their_inner_tools_are_compiler_like() {
-        for name in [
-            "cc1plus", "cicc", "ptxas", "g++", "clang-19", "ld.gold", "nvcc",
-        ] {
-            assert!(is_compiler_like(name), "{name}");
-        }
-        for name in ["make", "ninja", "sh", "python3", "cmake", "headroom-shim"] {
-            assert!(!is_compiler_like(name), "{name}");
-        }
     }
 }

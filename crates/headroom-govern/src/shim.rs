@@ -61,7 +61,7 @@ pub fn is_shim(argv0: &OsStr) -> bool {
         .file_name()
         .and_then(OsStr::to_str)
         .unwrap_or("");
-    name == LAUNCHER_NAME || crate::intercept::is_compiler_name(name)
+    name == LAUNCHER_NAME || crate::compiler::is_governed(name)
 }
 
 /// Runs the shim; never returns.
@@ -101,7 +101,7 @@ pub fn main(argv: Vec<OsString>) -> ! {
     let Some(socket) = socket.map(PathBuf::from) else {
         become_compiler(command)
     };
-    if is_probe(&args) {
+    if crate::compiler::is_probe(&compiler, &args) {
         run_probe(command)
     }
     let session = std::env::var(SESSION_ENV)
@@ -141,30 +141,6 @@ fn run_probe(mut command: Command) -> ! {
         fail(127, &format!("cannot run `{program}`: {err}"))
     });
     std::process::exit(exit_code(status))
-}
-
-/// Whether a call only asks the compiler about itself (`--version`, `-v`, `-dumpmachine`,
-/// `-print-*`, rustc's `-vV` and `--print`): build tools run such probes with short
-/// timeouts (pip gives `rustc --version` half a second), so they never wait for admission.
-pub fn is_probe(args: &[OsString]) -> bool {
-    let probe_flag = |arg: &[u8]| {
-        matches!(
-            arg,
-            b"--version"
-                | b"-dumpversion"
-                | b"-dumpfullversion"
-                | b"-dumpmachine"
-                | b"-dumpspecs"
-                | b"-###"
-                | b"--help"
-                | b"-V"
-                | b"-vV"
-                | b"--print"
-        ) || [b"-print-".as_slice(), b"--print-", b"--print=", b"--help="]
-            .iter()
-            .any(|prefix| arg.starts_with(prefix))
-    };
-    args.iter().any(|arg| probe_flag(arg.as_bytes())) || args == [OsString::from("-v")]
 }
 
 /// The exit code the build system sees for a compiler that ended so: its own, or
@@ -562,38 +538,4 @@ fn forward(group: i32, signal: i32) {
 
 fn tail(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(STDERR_TAIL)..]).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(text: &str) -> Vec<OsString> {
-        text.split_whitespace().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn probes_are_told_from_compiles() {
-        for probe in [
-            "--version",
-            "-v",
-            "-dumpversion",
-            "-dumpmachine",
-            "-print-file-name=libstdc++.so",
-            "-print-search-dirs",
-            "-vV",
-            "- --crate-name ___ --print=file-names --crate-type bin",
-            "-E -x c++ - -### -o /dev/null",
-        ] {
-            assert!(is_probe(&args(probe)), "{probe}");
-        }
-        for compile in [
-            "-c a.cpp -o a.o",
-            "-v -c a.cpp",
-            "-O2 a.o b.o -o app",
-            "-E a.c",
-        ] {
-            assert!(!is_probe(&args(compile)), "{compile}");
-        }
-    }
 }

@@ -1,6 +1,6 @@
-//! `@file` arguments, read as gcc, clang and nvcc read them (libiberty's `expandargv`):
-//! build systems pass long command lines through response files, and a job's identity must
-//! key on the flags inside them, not on the name of a file that changes every build.
+//! `@file` arguments, read as each family reads them: build systems pass long command lines
+//! through response files, and a job's identity must key on the flags inside them, not on the
+//! name of a file that changes every build.
 
 use std::fs::File;
 use std::io::Read;
@@ -12,11 +12,33 @@ const MAX_FILES: usize = 2000;
 /// Bytes of response files read for one command line at most.
 const MAX_BYTES: u64 = 64 << 20;
 
+/// How a family reads an `@file` argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFiles {
+    /// As gcc, clang, nvcc and GNU ld read them (libiberty's `expandargv`): arguments split
+    /// at whitespace, with quotes and backslashes, and `@file`s inside read too.
+    Libiberty,
+    /// As rustc reads them: one argument per line, taken as written, and no `@file` inside.
+    Lines,
+}
+
+impl ResponseFiles {
+    /// `args` with their `@file`s read so; relative names are taken from `cwd`, the
+    /// compiler's working directory. An argument whose file is not a readable regular file
+    /// stays as it is.
+    pub fn expand(self, args: &[String], cwd: &Path) -> Vec<String> {
+        match self {
+            ResponseFiles::Libiberty => expand_like_libiberty(args, cwd),
+            ResponseFiles::Lines => expand_lines(args, cwd),
+        }
+    }
+}
+
 /// `args` with every `@file` argument replaced by the arguments written in `file`, nested
 /// `@file`s too; relative names are taken from `cwd`, the compiler's working directory. An
 /// argument whose file is not a readable regular file stays as it is, as do the `@file`s
 /// left once [`MAX_FILES`] files or [`MAX_BYTES`] bytes have been read.
-pub fn expand_response_files(args: &[String], cwd: &Path) -> Vec<String> {
+pub fn expand_like_libiberty(args: &[String], cwd: &Path) -> Vec<String> {
     let mut expanded = Vec::with_capacity(args.len());
     // The arguments still to look at, the next one last.
     let mut pending: Vec<String> = args.iter().rev().cloned().collect();
@@ -33,6 +55,26 @@ pub fn expand_response_files(args: &[String], cwd: &Path) -> Vec<String> {
                 pending.extend(split_arguments(&contents).into_iter().rev());
             }
             None => expanded.push(arg),
+        }
+    }
+    expanded
+}
+
+/// `args` with every `@file` argument replaced by the lines of `file` (rustc's `@path`), up
+/// to [`MAX_BYTES`] bytes of files in all.
+fn expand_lines(args: &[String], cwd: &Path) -> Vec<String> {
+    let mut bytes = 0;
+    let mut expanded = Vec::with_capacity(args.len());
+    for arg in args {
+        let contents = arg
+            .strip_prefix('@')
+            .and_then(|name| read_regular_file(&cwd.join(name), MAX_BYTES - bytes));
+        match contents {
+            Some(contents) => {
+                bytes += contents.len() as u64;
+                expanded.extend(contents.lines().map(String::from));
+            }
+            None => expanded.push(arg.clone()),
         }
     }
     expanded
@@ -107,7 +149,7 @@ mod tests {
         std::fs::write(dir.path().join("sub/more.rsp"), "'-DX=1 2'").unwrap();
         let args = strings(&["-g", "@flags.rsp", "a.cpp", "-o", "a.o"]);
         assert_eq!(
-            expand_response_files(&args, dir.path()),
+            expand_like_libiberty(&args, dir.path()),
             strings(&["-g", "-O2", "-DX=1 2", "-c", "a.cpp", "-o", "a.o"])
         );
     }
@@ -117,16 +159,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("directory")).unwrap();
         let args = strings(&["@missing.rsp", "@directory", "@", "@/dev/zero", "x@y"]);
-        assert_eq!(expand_response_files(&args, dir.path()), args);
+        assert_eq!(expand_like_libiberty(&args, dir.path()), args);
     }
 
     #[test]
     fn a_file_that_names_itself_ends() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("loop.rsp"), "-x @loop.rsp").unwrap();
-        let expanded = expand_response_files(&strings(&["@loop.rsp"]), dir.path());
+        let expanded = expand_like_libiberty(&strings(&["@loop.rsp"]), dir.path());
         assert_eq!(expanded.len(), MAX_FILES + 1);
         assert_eq!(expanded.last().map(String::as_str), Some("@loop.rsp"));
+    }
+
+    #[test]
+    fn rustc_reads_one_argument_per_line_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("args"),
+            "--cfg\nfeature=\"std\"\n--crate-name\nmy crate\n@inner\n",
+        )
+        .unwrap();
+        let args = strings(&["@args", "src/lib.rs", "@missing"]);
+        assert_eq!(
+            ResponseFiles::Lines.expand(&args, dir.path()),
+            strings(&[
+                "--cfg",
+                "feature=\"std\"",
+                "--crate-name",
+                "my crate",
+                "@inner",
+                "src/lib.rs",
+                "@missing"
+            ])
+        );
+        assert_eq!(
+            ResponseFiles::Libiberty.expand(&args, dir.path())[..4],
+            strings(&["--cfg", "feature=std", "--crate-name", "my"]),
+            "libiberty's reading, which rustc's is not"
+        );
     }
 
     #[test]
@@ -134,7 +204,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = |flags: &str| {
             std::fs::write(dir.path().join("a.rsp"), flags).unwrap();
-            let args = expand_response_files(&strings(&["@a.rsp", "-c", "a.cpp"]), dir.path());
+            let args = expand_like_libiberty(&strings(&["@a.rsp", "-c", "a.cpp"]), dir.path());
             crate::job::JobIdentity::new("/usr/bin/g++", &args, "/src").key
         };
         assert_ne!(key("-O2"), key("-O3"));
