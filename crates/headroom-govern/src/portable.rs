@@ -163,7 +163,7 @@ mod tests {
             .into_iter()
             .find(|p| Path::new(p).exists())
         else {
-            eprintln!("skipped: no C compiler at /usr/bin/cc or /usr/bin/gcc");
+            headroom_testkit::skip("cc", "no C compiler at /usr/bin/cc or /usr/bin/gcc");
             return;
         };
         let id = compiler_id(cc);
