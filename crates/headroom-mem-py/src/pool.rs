@@ -96,6 +96,25 @@ impl MemoryPool {
             .map_err(|error| alloc_error(py, &self.pool, error))?;
         Ok(Buffer::new(view, scope, self.device.clone()))
     }
+
+    /// [`MemoryPool::new_buffer`] from Python's arguments: dtype, scope and alignment as
+    /// `alloc_buffer` and its siblings take them.
+    fn buffer_from_arguments(
+        &self,
+        py: Python<'_>,
+        shapes: &[Shape],
+        dtype: &Bound<'_, PyAny>,
+        scope: &str,
+        alignment: u64,
+    ) -> PyResult<Buffer> {
+        self.new_buffer(
+            py,
+            shapes,
+            dtype::extract(dtype)?,
+            scope_argument(scope)?,
+            alignment_argument(alignment)?,
+        )
+    }
 }
 
 #[pymethods]
@@ -155,13 +174,7 @@ impl MemoryPool {
         scope: &str,
         alignment: u64,
     ) -> PyResult<Buffer> {
-        self.new_buffer(
-            py,
-            &[shape_argument(shape)?],
-            dtype::extract(dtype)?,
-            scope_argument(scope)?,
-            alignment_argument(alignment)?,
-        )
+        self.buffer_from_arguments(py, &[shape_argument(shape)?], dtype, scope, alignment)
     }
 
     /// The recovery path for out-of-memory: a buffer with the first of `shapes` that fits
@@ -177,13 +190,7 @@ impl MemoryPool {
         alignment: u64,
     ) -> PyResult<Buffer> {
         let shapes: Vec<Shape> = shapes.iter().map(shape_argument).collect::<PyResult<_>>()?;
-        self.new_buffer(
-            py,
-            &shapes,
-            dtype::extract(dtype)?,
-            scope_argument(scope)?,
-            alignment_argument(alignment)?,
-        )
+        self.buffer_from_arguments(py, &shapes, dtype, scope, alignment)
     }
 
     /// `alloc_buffer` for `with pool.allocate(shape, dtype) as buf:`, which frees at exit.
