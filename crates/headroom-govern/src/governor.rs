@@ -20,7 +20,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use headroom_farm::{FarmSettings, RemoteLaunch, RemoteOutcome};
+use headroom_farm::{RemoteLaunch, RemoteOutcome};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::cpu_weights::CpuWeights;
 use headroom_probe::procs::{walk_build, Usage};
@@ -34,12 +34,10 @@ use headroom_store::{
     BuildRecord, BuildReport, History, JobEvent, JobEventKind, JobRecord, Room, Sample,
 };
 use rustix::process::{kill_process_group, Pid, Signal};
-use serde::{Deserialize, Serialize};
 
 use crate::budget::MemoryFacts;
 use crate::compiler;
 use crate::job::JobIdentity;
-use crate::ladder::Rung;
 use crate::last_build;
 use crate::ledger::{Elsewhere, ReservationLedger};
 use crate::liveness::{silence_bound, HEARTBEAT};
@@ -47,8 +45,8 @@ use crate::oom::ran_out_of_memory;
 use crate::outside::OutsideTracker;
 use crate::portable::{self, Places};
 use crate::protocol::{
-    read_frame, write_frame, Attempt, BuildStatus, GovernorStatus, LiveJob, Reply, Request,
-    SessionStatus, Waiting,
+    read_frame, write_frame, Attempt, BuildStatus, GovernorConfig, GovernorStatus, LiveJob, Reply,
+    Request, SessionStatus, Waiting,
 };
 
 /// How long a session's end waits for the reports of its jobs that ended just before its build.
@@ -65,39 +63,6 @@ const FIRST_JOIN_BOUNDS: u32 = 3;
 /// How long a session's end waits for the history to take the rest of its build: past it,
 /// the session's CLI hears what the history did not get.
 const HISTORY_GRACE: Duration = Duration::from_secs(3);
-
-/// Everything the governor needs to know of a session, passed from its CLI. The first
-/// session's also sets what is the governor's own: how often it samples, and the CPU cgroup's
-/// levels.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct GovernorConfig {
-    pub budget: u64,
-    pub budget_source: String,
-    pub slots: usize,
-    /// Where the history lives; `None` runs without one.
-    pub history: Option<PathBuf>,
-    pub command: String,
-    pub cwd: String,
-    pub started_unix_ms: i64,
-    /// Lower-memory rungs for jobs that run out of memory alone; empty when not opted in.
-    pub ladder: Vec<Rung>,
-    pub sample_interval_ms: u64,
-    /// Whether jobs start at the niceness the scheduler chose; otherwise all at 0.
-    pub priorities: bool,
-    /// The variables headroom set for the build (`MAX_JOBS=4`, `TORCH_NO_COMPILER_WRAPPER=1`;
-    /// see [`crate::session::build_variables`]), for the report.
-    pub parallelism_set: Vec<String>,
-    /// The project's root, which portable keys name `$ROOT` ([`crate::portable`]).
-    pub project_root: String,
-    /// The build farm, with the nodes that answered when the build began; `None` builds here
-    /// only.
-    pub farm: Option<FarmSettings>,
-    /// The id the session's compilers must know it by from one build to the next, when it
-    /// is free (Bazel's actions: their environment is part of their cache keys); else the
-    /// session's id is its CLI's process id.
-    #[serde(default)]
-    pub session_id: Option<SessionId>,
-}
 
 /// What the governor keeps of a job beside the driver's record: what its I/O needs.
 struct JobIo {
@@ -146,6 +111,9 @@ struct SessionState {
     places: Places,
     /// Writes the build into the history, when there is one.
     recorder: Option<Recorder>,
+    /// The directory of a temporary history standing in for one that cannot be opened: it
+    /// lasts as long as the session.
+    _temporary_history: Option<tempfile::TempDir>,
     /// What the history knew of every job when the session began.
     known: KnownPeaks,
     /// The build as the summary, `--report` and `--trace` show it: every finished job and
@@ -400,6 +368,9 @@ pub struct Past {
     reruns: Vec<(last_build::CleanRun, last_build::CleanRun)>,
     /// Which jobs the newest build offered together.
     bursts: headroom_sched::bursts::Bursts,
+    /// The temporary directory of a history that stands in for one that cannot be opened,
+    /// removed when the session ends.
+    temporary_history: Option<tempfile::TempDir>,
 }
 
 /// Opens the history and begins this session's build in it, with what recent builds say
@@ -408,10 +379,9 @@ fn open_history(config: &GovernorConfig, warnings: &mut Vec<String>) -> Past {
     let Some(path) = &config.history else {
         return Past::default();
     };
-    let opened = History::open_or_recover(path);
-    warnings.extend(opened.warnings.iter().cloned());
-    let Some(history) = opened.history else {
-        return Past::default();
+    let (history, temporary_history) = match open_or_replace(path, warnings) {
+        Some(opened) => opened,
+        None => return Past::default(),
     };
     let (waiting_seconds, reruns, bursts) =
         match history.recent_builds_jobs(last_build::BUILDS_TO_READ) {
@@ -450,12 +420,43 @@ fn open_history(config: &GovernorConfig, warnings: &mut Vec<String>) -> Past {
             shared_waiting_seconds,
             reruns,
             bursts,
+            temporary_history,
         },
         Err(err) => {
             warnings.push(format!("{err}; this build runs without history"));
             Past::default()
         }
     }
+}
+
+/// The history at `path`, set aside and begun anew when corrupt; one that cannot be opened at
+/// all (a read-only or blocked state directory) is replaced, for this build only, by a
+/// temporary one, whose directory comes with it, so the summary and `--report` still come.
+/// `None` only when not even that can be made: the build then runs without history.
+fn open_or_replace(
+    path: &Path,
+    warnings: &mut Vec<String>,
+) -> Option<(History, Option<tempfile::TempDir>)> {
+    let opened = History::open_or_recover(path);
+    if let Some(history) = opened.history {
+        warnings.extend(opened.warnings);
+        return Some((history, None));
+    }
+    let temporary = tempfile::Builder::new()
+        .prefix("headroom-history-")
+        .tempdir()
+        .ok()
+        .and_then(|dir| Some((History::open(&dir.path().join("history.sqlite")).ok()?, dir)));
+    let Some((history, dir)) = temporary else {
+        warnings.extend(opened.warnings);
+        return None;
+    };
+    warnings.push(format!(
+        "{}; this build records into a temporary history, so its summary and report still \
+         come, but the next build will not learn from it",
+        opened.warnings.join("; ")
+    ));
+    Some((history, Some(dir)))
 }
 
 /// The moment `unix_ms` (the CLI's start of the build, which the build's row records) on this
@@ -1431,6 +1432,7 @@ fn new_session(config: GovernorConfig, root: i32, past: Past) -> SessionState {
             ..build_record(&config)
         }),
         recorder: past.recorder,
+        _temporary_history: past.temporary_history,
         known: past.known,
         waiting_seconds: past.waiting_seconds,
         shared_waiting_seconds: past.shared_waiting_seconds,
@@ -1671,6 +1673,37 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_history_that_cannot_be_opened_is_replaced_for_this_build() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the history file should be: SQLite cannot open it, and it is not
+        // corruption that moving the file aside would cure.
+        let blocked = dir.path().join("history.sqlite");
+        std::fs::create_dir(&blocked).unwrap();
+        let mut warnings = Vec::new();
+        let (history, temporary) = open_or_replace(&blocked, &mut warnings).unwrap();
+        let temporary = temporary.expect("a temporary history stands in");
+        assert_eq!(history.path(), temporary.path().join("history.sqlite"));
+        assert!(
+            matches!(&warnings[..], [warning] if warning.contains("temporary history")),
+            "{warnings:?}"
+        );
+        let kept = temporary.path().to_path_buf();
+        drop((history, temporary));
+        assert!(!kept.exists(), "removed with the session");
+    }
+
+    #[test]
+    fn a_history_that_opens_is_used_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.sqlite");
+        let mut warnings = Vec::new();
+        let (history, temporary) = open_or_replace(&path, &mut warnings).unwrap();
+        assert_eq!(history.path(), path);
+        assert!(temporary.is_none());
+        assert_eq!(warnings, Vec::<String>::new());
+    }
 
     fn offer(driver: &mut Driver, key: &str, peak: u64) -> JobId {
         driver
