@@ -11,10 +11,10 @@
 //! around the state: simple to follow, and cheap enough for the few hundred jobs a machine
 //! has in flight at most.
 //!
-//! By step: [`connection`] reads requests, lets sessions join and leave and sends replies;
-//! [`jobs`] takes a job from its offer to the end of its last attempt; [`sampler`] samples
-//! and acts on what the driver decides; [`record`] reads and writes the history and the
-//! reports; [`state`] is what they share under the lock. Only the binary, which runs
+//! By step: `connection` reads requests, lets sessions join and leave and sends replies;
+//! `jobs` takes a job from its offer to the end of its last attempt; `sampler` samples
+//! and acts on what the driver decides; `record` reads and writes the history and the
+//! reports; `state` is what they share under the lock. Only the binary, which runs
 //! `headroom __governor`, builds this module (the crate's `governor` feature): it brings SQLite.
 
 mod connection;
