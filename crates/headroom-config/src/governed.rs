@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use headroom_farm::{Engine, FarmSettings, Node};
 use headroom_govern::budget::MemoryFacts;
-use headroom_govern::governor::GovernorConfig;
+use headroom_govern::protocol::GovernorConfig;
 use headroom_govern::session::SessionId;
 use headroom_govern::session::{GovernorPlace, Session};
 use headroom_govern::state::BuildState;

@@ -16,10 +16,10 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
+use headroom_report::JobRecord;
 use headroom_sched::bursts::{BurstOffer, Bursts};
 use headroom_sched::chain::{waiting_seconds, Finished};
 use headroom_sched::Ran;
-use headroom_store::JobRecord;
 
 use crate::job::JobIdentity;
 

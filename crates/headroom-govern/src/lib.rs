@@ -12,6 +12,7 @@
 
 pub mod budget;
 pub mod compiler;
+#[cfg(feature = "governor")]
 pub mod governor;
 pub mod governor_log;
 pub mod intercept;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use headroom_probe::procs::ProcStat;
-use headroom_store::OutsideProcess;
+use headroom_report::OutsideProcess;
 use rustix::process::{kill_process, Pid, Signal};
 
 use crate::compiler::is_compiler_like;

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use headroom_farm::RemoteLaunch;
-use headroom_store::BuildReport;
+use headroom_farm::{FarmSettings, RemoteLaunch};
+use headroom_report::BuildReport;
 
-use crate::governor::GovernorConfig;
 use crate::ladder::Rung;
 use headroom_sched::SessionId;
 
@@ -19,6 +18,39 @@ pub const MAX_FRAME: u32 = 16 << 20;
 /// each running job at about 50 bytes each: an hour of 16 jobs passes 16 MiB. The CLI reads it
 /// from its own child, through a socket in its private directory, so it takes up to this much.
 pub const MAX_REPORT_FRAME: u32 = 1 << 30;
+
+/// Everything the governor needs to know of a session, passed from its CLI. The first
+/// session's also sets what is the governor's own: how often it samples, and the CPU cgroup's
+/// levels.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GovernorConfig {
+    pub budget: u64,
+    pub budget_source: String,
+    pub slots: usize,
+    /// Where the history lives; `None` runs without one.
+    pub history: Option<PathBuf>,
+    pub command: String,
+    pub cwd: String,
+    pub started_unix_ms: i64,
+    /// Lower-memory rungs for jobs that run out of memory alone; empty when not opted in.
+    pub ladder: Vec<Rung>,
+    pub sample_interval_ms: u64,
+    /// Whether jobs start at the niceness the scheduler chose; otherwise all at 0.
+    pub priorities: bool,
+    /// The variables headroom set for the build (`MAX_JOBS=4`, `TORCH_NO_COMPILER_WRAPPER=1`;
+    /// see [`crate::session::build_variables`]), for the report.
+    pub parallelism_set: Vec<String>,
+    /// The project's root, which portable keys name `$ROOT` ([`crate::portable`]).
+    pub project_root: String,
+    /// The build farm, with the nodes that answered when the build began; `None` builds here
+    /// only.
+    pub farm: Option<FarmSettings>,
+    /// The id the session's compilers must know it by from one build to the next, when it
+    /// is free (Bazel's actions: their environment is part of their cache keys); else the
+    /// session's id is its CLI's process id.
+    #[serde(default)]
+    pub session_id: Option<SessionId>,
+}
 
 /// What a shim or the CLI says to the governor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -248,7 +280,7 @@ mod tests {
     /// frame, well within the report's.
     #[test]
     fn a_long_builds_report_fits_its_frame() {
-        let build = headroom_store::BuildRecord {
+        let build = headroom_report::BuildRecord {
             id: 1,
             started_unix_ms: 1_700_000_000_000,
             duration_ms: Some(3_600_000),
@@ -263,7 +295,7 @@ mod tests {
         };
         let mut report = BuildReport::begun(build);
         report.jobs = (0..5000)
-            .map(|job_id| headroom_store::JobRecord {
+            .map(|job_id| headroom_report::JobRecord {
                 job_id,
                 label: format!("caffe2/CMakeFiles/torch_cpu.dir/aten/src/ATen/op_{job_id}.cpp.o"),
                 command: format!(
@@ -275,7 +307,7 @@ mod tests {
             .collect();
         report.samples = (0..36_000u64)
             .flat_map(|tick| {
-                (0..16).map(move |slot| headroom_store::Sample {
+                (0..16).map(move |slot| headroom_report::Sample {
                     t_ms: tick * 100,
                     job_id: tick / 80 * 16 + slot,
                     bytes: 1_500_000_000,

@@ -11,21 +11,22 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use headroom_report::BuildReport;
 pub use headroom_sched::SessionId;
-use headroom_store::BuildReport;
 
-use crate::governor::{serve, GovernorConfig};
 use crate::governor_log::{self, Follower};
 use crate::intercept;
 use crate::liveness;
-use crate::protocol::{write_frame, BuildStatus, GovernorStatus, Reply, Request, MAX_REPORT_FRAME};
+use crate::protocol::{
+    write_frame, BuildStatus, GovernorConfig, GovernorStatus, Reply, Request, MAX_REPORT_FRAME,
+};
 use crate::shim::{LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
@@ -719,8 +720,11 @@ fn is_private_to_me(dir: &Path) -> bool {
     made.is_ok() && private
 }
 
-/// Entry point of the governor process (`headroom __governor`).
+/// Entry point of the governor process (`headroom __governor`); only a crate that enables the
+/// `governor` feature (the binary) runs it, so the session's clients build without SQLite.
+#[cfg(feature = "governor")]
 pub fn governor_main() -> Result<(), SessionError> {
+    use std::os::fd::FromRawFd;
     let config =
         std::env::var(GOVERNOR_CONFIG_ENV).map_err(|_| SessionError::NotStartedByHeadroom)?;
     let config: GovernorConfig = serde_json::from_str(&config)?;
@@ -735,7 +739,7 @@ pub fn governor_main() -> Result<(), SessionError> {
         socket,
         lock: std::env::var_os(GOVERNOR_LOCK_ENV).map(PathBuf::from),
     };
-    serve(listener, config, exit).map_err(SessionError::Governor)
+    crate::governor::serve(listener, config, exit).map_err(SessionError::Governor)
 }
 
 #[cfg(test)]

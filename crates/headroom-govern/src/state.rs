@@ -1,13 +1,12 @@
 //! Where one build keeps its state: the shim directory, the interceptor and the history.
-//! headroom fails open: a read-only or missing `HOME`, or a history that cannot be opened,
-//! must neither stop a build nor cost it its summary and `--report`. So the user's state
-//! directory is used when it can be written, else a private temporary one that lasts as long
-//! as the build; and a history that cannot be opened is replaced, for this build only, by a
-//! temporary one. Either way the user is told what is not kept for the next build.
+//! headroom fails open: a read-only or missing `HOME` must neither stop a build nor cost it
+//! its summary and `--report`. So the user's state directory is used when it can be written,
+//! else a private temporary one that lasts as long as the build, and the user is told that
+//! the history is not kept for the next build. (A history that cannot be opened is the
+//! governor's to replace, for the build only: it is the one process that opens it; see
+//! `crate::governor::record`.)
 
 use std::path::{Path, PathBuf};
-
-use headroom_store::History;
 
 /// The state directory of one build, and the history it writes.
 pub struct BuildState {
@@ -44,24 +43,7 @@ impl BuildState {
                 None => wanted,
             },
         };
-        let mut history = dir.join("history.sqlite");
-        let opened = History::open_or_recover(&history);
-        if opened.history.is_none() {
-            if let Some(fallback) = private_temporary("headroom-history-") {
-                headroom_output::say!(
-                    "headroom: warning: {}; this build records into a temporary history, so \
-                     its summary and report still come, but the next build will not learn \
-                     from it",
-                    opened.warnings.join("; ")
-                );
-                history = fallback.path().join("history.sqlite");
-                temporary.push(fallback);
-            }
-        } else {
-            for warning in &opened.warnings {
-                headroom_output::say!("headroom: warning: {warning}");
-            }
-        }
+        let history = dir.join("history.sqlite");
         BuildState {
             dir,
             history,
@@ -105,22 +87,10 @@ mod tests {
         let state = BuildState::in_dir(blocked.join("headroom"));
         assert_ne!(state.dir(), blocked.join("headroom"));
         assert!(state.dir().is_dir());
-        assert!(History::open(state.history()).is_ok());
+        assert_eq!(state.history(), state.dir().join("history.sqlite"));
         let kept = state.dir().to_path_buf();
         drop(state);
         assert!(!kept.exists(), "removed with the build's state");
-    }
-
-    #[test]
-    fn a_history_that_cannot_be_opened_is_replaced_for_this_build() {
-        let dir = tempfile::tempdir().unwrap();
-        // A directory where the history file should be: SQLite cannot open it, and it is not
-        // corruption that moving the file aside would cure.
-        std::fs::create_dir(dir.path().join("history.sqlite")).unwrap();
-        let state = BuildState::in_dir(dir.path().to_path_buf());
-        assert_eq!(state.dir(), dir.path());
-        assert_ne!(state.history(), dir.path().join("history.sqlite"));
-        assert!(History::open(state.history()).is_ok());
     }
 
     #[test]

@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use headroom_govern::governor::{driver_for, GovernorConfig, Past};
+use headroom_govern::governor::{driver_for, Past};
+use headroom_govern::protocol::GovernorConfig;
 use headroom_sched::Action;
 use headroom_sim::policy::Headroom;
 use headroom_sim::{simulate, Machine, Policy, SimConfig, SimJob, Trace, View, Workload};
