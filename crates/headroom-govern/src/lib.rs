@@ -28,3 +28,4 @@ pub mod session;
 pub mod shim;
 pub mod shimdir;
 pub mod state;
+pub mod status_line;

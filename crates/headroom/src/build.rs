@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use headroom_govern::session::{make_takes_jobs, Ending, Session, SessionError, TORCH_WRAPPER_ENV};
 use headroom_probe::procs;
-use headroom_report::{summary, BuildReport};
+use headroom_report::{chrome_trace, summary, BuildReport};
 
 use headroom_config::{start_session, BuildOverrides};
 use headroom_output as output;
 
 mod bazel;
-pub(crate) mod live;
+mod live;
 use bazel::BazelBuild;
 use live::LiveStatus;
 
@@ -319,23 +319,10 @@ fn report(report: &BuildReport, json: Option<&Path>, trace: Option<&Path>) -> Re
     let summary = summary::render(report);
     headroom_output::say!("{}", summary.strip_suffix('\n').unwrap_or(&summary));
     if let Some(path) = json {
-        write_json_report(report, "--report", path)?;
+        output::write("--report", path, &report.to_json()?)?;
     }
     if let Some(path) = trace {
-        write_trace(report, "--trace", path)?;
+        output::write("--trace", path, &chrome_trace::to_json(report)?)?;
     }
     Ok(())
-}
-
-/// Writes a build as a Chrome trace, given with `flag`.
-pub fn write_trace(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
-    let trace = headroom_report::chrome_trace::build_trace(report);
-    output::write(flag, path, serde_json::to_string(&trace)?.as_bytes())
-}
-
-/// Writes a build report as JSON, given with `flag`.
-pub fn write_json_report(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
-    let mut json = serde_json::to_vec_pretty(report)?;
-    json.push(b'\n');
-    output::write(flag, path, &json)
 }
