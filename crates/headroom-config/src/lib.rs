@@ -7,7 +7,6 @@
 //! parse settings exactly as the binary does.
 
 mod error;
-mod governed;
 mod origin;
 
 use std::path::{Path, PathBuf};
@@ -19,11 +18,11 @@ use toml::Spanned;
 use headroom_farm::{EngineKind, Node};
 use headroom_govern::budget::{resolve, Budget, MemoryFacts};
 use headroom_govern::ladder::{default_ladder, Rung};
+use headroom_govern::start::SessionSettings;
 use headroom_paths::{ConfigFile, CONFIG_VARIABLE};
 use headroom_sched::budget::BudgetSpec;
 
 pub use error::SettingsError;
-pub use governed::{start_session, Governed};
 pub use origin::Origin;
 
 /// The name of the project settings file.
@@ -267,6 +266,15 @@ pub struct BuildSettings {
     pub farm_token: String,
 }
 
+/// The settings of a governed session for work run in the current directory, as
+/// [`BuildSettings::load`] merges them; `headroom_govern::start::start_session` starts it.
+/// `headroom build`, `headroom kernels build` and `headroom run` all begin here.
+pub fn session_settings(overrides: &BuildOverrides) -> Result<SessionSettings> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let settings = BuildSettings::load(overrides, &cwd)?;
+    Ok(settings.into_session(cwd))
+}
+
 impl BuildSettings {
     /// The settings a command run in `cwd` builds with: `flags`, then `HEADROOM_BUDGET`, then
     /// the settings files ([`SettingsFiles::read`]), merged by [`BuildSettings::merge`].
@@ -350,6 +358,23 @@ impl BuildSettings {
 }
 
 impl BuildSettings {
+    /// These settings for a session of work run in `cwd`.
+    pub fn into_session(self, cwd: PathBuf) -> SessionSettings {
+        let for_budget = self.clone();
+        SessionSettings {
+            project_root: project_root(&cwd),
+            cwd,
+            budget: Box::new(move |facts| for_budget.resolve_budget(facts)),
+            jobs: self.jobs,
+            ladder: self.ladder,
+            sample_interval_ms: self.sample_interval_ms,
+            priorities: self.priorities,
+            farm: self.farm,
+            farm_engine: self.farm_engine,
+            farm_token: self.farm_token,
+        }
+    }
+
     /// The budget in bytes on a machine with `facts`, and how it was chosen, naming where it
     /// was set unless it is the default.
     pub fn resolve_budget(&self, facts: &MemoryFacts) -> Budget {

@@ -7,6 +7,7 @@
 
 mod kernel;
 mod numbers;
+pub mod report;
 mod rules;
 mod scan;
 

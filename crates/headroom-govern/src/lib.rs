@@ -28,4 +28,6 @@ pub mod protocol;
 pub mod session;
 pub mod shim;
 pub mod shimdir;
+pub mod start;
 pub mod state;
+pub mod status_line;

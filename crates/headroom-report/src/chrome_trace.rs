@@ -86,6 +86,11 @@ fn metadata(kind: &str, tid: u32, name: &str) -> Value {
     })
 }
 
+/// The build as the Chrome trace file `--trace` writes: [`build_trace`] as JSON.
+pub fn to_json(report: &BuildReport) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&build_trace(report))
+}
+
 /// A build as a trace: each job a slice on a slot track with its suspensions, resumptions,
 /// kills and OOMs as instants, the jobs' total memory, the budget and what the machine could
 /// still hand out as counters, and the build record (command, budget and its source, slots)

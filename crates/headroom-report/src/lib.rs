@@ -215,6 +215,14 @@ pub struct NodeUse {
 }
 
 impl BuildReport {
+    /// The report as the JSON file `headroom build --report` and `headroom report --json`
+    /// write: pretty, with a final new line.
+    pub fn to_json(&self) -> serde_json::Result<Vec<u8>> {
+        let mut json = serde_json::to_vec_pretty(self)?;
+        json.push(b'\n');
+        Ok(json)
+    }
+
     /// The report of a build that has just begun: nothing has happened in it yet.
     pub fn begun(build: BuildRecord) -> BuildReport {
         BuildReport {

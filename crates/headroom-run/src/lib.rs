@@ -14,9 +14,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use headroom_config::{BuildOverrides, Governed};
+use headroom_config::BuildOverrides;
 use headroom_diagnose::{classify, scan_bytes, Diagnosis};
-use headroom_govern::session::{Ending, SessionError};
+use headroom_govern::session::Ending;
+use headroom_govern::start::{start_session, Governed, StartError};
 use regex::Regex;
 
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
@@ -303,15 +304,17 @@ fn govern(args: &RunArgs, rung: &Rung) -> anyhow::Result<Option<Governed>> {
         ..BuildOverrides::default()
     };
     let command = format!("headroom run {}", lossy(&rung.argv).join(" "));
-    match headroom_config::start_session(&overrides, true, command, None, args.memory_limit, None) {
+    let settings = headroom_config::session_settings(&overrides)?;
+    match start_session(settings, true, command, None, args.memory_limit, None) {
         Ok(governed) => Ok(Some(governed)),
-        Err(err) if err.is::<SessionError>() => {
+        Err(StartError::Session(err)) => {
+            let err = anyhow::Error::from(err);
             headroom_output::say!(
                 "headroom: warning: {err:#}; the compilers CMD starts run ungoverned"
             );
             Ok(None)
         }
-        Err(err) => Err(err),
+        Err(err) => Err(err.into()),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod known;
 pub mod projects;
 pub mod recorder;
 pub mod shared;
+pub mod shown;
 
 /// The report model lives in a crate of its own, without SQLite, for readers of reports.
 pub use headroom_report::{

@@ -13,15 +13,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use headroom_govern::session::{make_takes_jobs, Ending, Session, SessionError, TORCH_WRAPPER_ENV};
+use headroom_govern::session::{make_takes_jobs, Ending, Session, TORCH_WRAPPER_ENV};
 use headroom_probe::procs;
-use headroom_report::{summary, BuildReport};
+use headroom_report::{chrome_trace, summary, BuildReport};
 
-use headroom_config::{start_session, BuildOverrides};
+use headroom_config::{session_settings, BuildOverrides};
+use headroom_govern::start::{start_session, StartError};
 use headroom_output as output;
 
 mod bazel;
-pub(crate) mod live;
+mod live;
 use bazel::BazelBuild;
 use live::LiveStatus;
 
@@ -134,7 +135,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
         headroom_output::say!("headroom: {why}");
     }
     let governed = match start_session(
-        &overrides,
+        session_settings(&overrides)?,
         !args.no_history,
         command,
         offer_to,
@@ -143,11 +144,12 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     ) {
         Ok(governed) => governed,
         // headroom is never why a build does not run: without a governor it runs as it is.
-        Err(err) if err.is::<SessionError>() => {
+        Err(StartError::Session(err)) => {
+            let err = anyhow::Error::from(err);
             headroom_output::say!("headroom: warning: {err:#}; this build runs ungoverned");
             return run_ungoverned(&args.command);
         }
-        Err(err) => return Err(err),
+        Err(err) => return Err(err.into()),
     };
     // The rest of `governed` (its state directory) lives to the end of the build.
     let session = governed.session;
@@ -319,23 +321,10 @@ fn report(report: &BuildReport, json: Option<&Path>, trace: Option<&Path>) -> Re
     let summary = summary::render(report);
     headroom_output::say!("{}", summary.strip_suffix('\n').unwrap_or(&summary));
     if let Some(path) = json {
-        write_json_report(report, "--report", path)?;
+        output::write("--report", path, &report.to_json()?)?;
     }
     if let Some(path) = trace {
-        write_trace(report, "--trace", path)?;
+        output::write("--trace", path, &chrome_trace::to_json(report)?)?;
     }
     Ok(())
-}
-
-/// Writes a build as a Chrome trace, given with `flag`.
-pub fn write_trace(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
-    let trace = headroom_report::chrome_trace::build_trace(report);
-    output::write(flag, path, serde_json::to_string(&trace)?.as_bytes())
-}
-
-/// Writes a build report as JSON, given with `flag`.
-pub fn write_json_report(report: &BuildReport, flag: &str, path: &Path) -> Result<()> {
-    let mut json = serde_json::to_vec_pretty(report)?;
-    json.push(b'\n');
-    output::write(flag, path, &json)
 }

@@ -5,14 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use headroom_report::chart::Timeline;
+use headroom_report::chrome_trace;
 use headroom_report::summary;
 use headroom_size::Size;
-use headroom_store::{BuildRecord, BuildReport, History, Listed};
+use headroom_store::{shown, BuildRecord, BuildReport, Listed};
 use serde::Serialize;
 
-use crate::build::{write_json_report, write_trace};
 use headroom_output as output;
 
 /// Arguments of `headroom report`.
@@ -65,10 +65,10 @@ pub fn main(args: ReportArgs) -> Result<u8> {
         );
     }
     if let Some(path) = &args.json {
-        write_json_report(&report, "--json", path)?;
+        output::write("--json", path, &report.to_json()?)?;
     }
     if let Some(path) = &args.trace {
-        write_trace(&report, "--trace", path)?;
+        output::write("--trace", path, &chrome_trace::to_json(&report)?)?;
     }
     if let Some(path) = &args.html {
         let html = headroom_report::chart::render_html(&timeline(&report));
@@ -166,7 +166,7 @@ struct ListedBuild<'a> {
 
 /// `--list`: the `count` most recent builds, as a table on stdout or as JSON to `json`.
 fn list(count: usize, json: Option<&Path>) -> Result<u8> {
-    let history = open_history()?;
+    let history = shown::open_history()?;
     let builds = history.list_builds(count)?;
     let listed: Vec<ListedBuild> = builds
         .iter()
@@ -228,63 +228,11 @@ fn render_list(builds: &[ListedBuild]) -> String {
     out
 }
 
-/// The history at its default place, which must exist.
-fn open_history() -> Result<History> {
-    let path = History::default_path();
-    anyhow::ensure!(
-        Path::new(&path).exists(),
-        "no build history at {} yet: run `headroom build -- …` first, or pass a report JSON file",
-        path.display()
-    );
-    Ok(History::open(&path)?)
-}
-
-/// The report of build `which`: a build id from the history, or a JSON file written by
-/// `headroom build --report` or `headroom report --json`; the last build when `None`.
-pub(crate) fn load(which: Option<&str>) -> Result<BuildReport> {
-    load_with_state(which).map(|(report, _)| report)
-}
-
-/// [`load`], with where the build's record stands.
+/// The report of build `which` (see [`shown::load`]), with where its record stands.
 fn load_with_state(which: Option<&str>) -> Result<(BuildReport, State)> {
-    if let Some(file) = which.filter(|w| w.parse::<i64>().is_err()) {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read the report {file}"))?;
-        let report: BuildReport = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{file} is not a report written by `headroom build --report` or `headroom report --json`"
-            )
-        })?;
-        let state = State::of(&report.build, None);
-        return Ok((report, state));
-    }
-    let history = open_history()?;
-    let id = match which {
-        Some(id) => id.parse()?,
-        None => last_real_build(&history)?,
-    };
-    let report = history.load_build(id)?;
-    let state = State::of(&report.build, history.governor_pid(id)?);
-    Ok((report, state))
-}
-
-/// The last build that ran a job; a newer no-op rebuild is named but does not hide it. A newer
-/// build with no end is shown: it may have run jobs its governor never recorded.
-fn last_real_build(history: &History) -> Result<i64> {
-    let last = history.last_build_id()?;
-    if history.load_build(last)?.build.duration_ms.is_none() {
-        return Ok(last);
-    }
-    Ok(match history.last_build_with_jobs()? {
-        Some(id) if id != last => {
-            headroom_output::say!(
-                "headroom: build {last}, the last one, ran no job (nothing to rebuild); \
-                 showing build {id}, the last that did (`headroom report {last}` shows it)"
-            );
-            id
-        }
-        _ => last,
-    })
+    let shown = shown::load(which)?;
+    let state = State::of(&shown.report.build, shown.governor_pid);
+    Ok((shown.report, state))
 }
 
 /// The page: the build's facts, a stacked series per job against the budget, the job table
@@ -326,7 +274,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("report.json");
         std::fs::write(&file, REPORT).unwrap();
-        let report = load(file.to_str()).unwrap();
+        let (report, state) = load_with_state(file.to_str()).unwrap();
+        assert_eq!(state, State::Ended);
         assert_eq!(report.build.parallelism_set, ["MAX_JOBS=4"]);
         assert_eq!(report.ungoverned_compilers().count(), 1);
         assert!(summary::render(&report).contains("ran outside admission"));
@@ -334,7 +283,7 @@ mod tests {
         assert!(html.contains("app"), "{html}");
 
         let again = dir.path().join("again.json");
-        write_json_report(&report, "--json", &again).unwrap();
-        assert_eq!(load(again.to_str()).unwrap(), report);
+        output::write("--json", &again, &report.to_json().unwrap()).unwrap();
+        assert_eq!(load_with_state(again.to_str()).unwrap().0, report);
     }
 }

@@ -294,7 +294,7 @@ fn generate_traces(args: GenerateArgs) -> anyhow::Result<u8> {
 
 fn import_trace(args: ImportArgs) -> anyhow::Result<u8> {
     output::check("--out", &args.out)?;
-    let report = crate::report::load(args.build.as_deref())?;
+    let report = headroom_store::shown::load(args.build.as_deref())?.report;
     let farmed = report.jobs.iter().filter(|job| job.node.is_some()).count();
     anyhow::ensure!(
         farmed == 0,

@@ -8,9 +8,8 @@ use anyhow::Result;
 use clap::Args;
 use headroom_govern::protocol::{BuildStatus, GovernorStatus};
 use headroom_govern::session::{governor_status, shared_sockets};
+use headroom_govern::status_line;
 use headroom_size::Size;
-
-use crate::build::live;
 
 /// How long a governor has to answer: a busy one answers in milliseconds, a hung one is
 /// reported as not answering.
@@ -72,7 +71,11 @@ fn describe(governors: &[GovernorStatus], verbose: bool) -> String {
                 session.cwd
             );
             if verbose {
-                let _ = writeln!(text, "            {}", live::describe(&session.status));
+                let _ = writeln!(
+                    text,
+                    "            {}",
+                    status_line::describe(&session.status)
+                );
                 for job in &session.jobs {
                     let _ = writeln!(
                         text,

@@ -296,8 +296,8 @@ fn run_build(
         "headroom kernels build --manifest {}",
         manifest_path.display()
     );
-    let governed = headroom_config::start_session(
-        &overrides,
+    let governed = headroom_govern::start::start_session(
+        headroom_config::session_settings(&overrides)?,
         !args.no_history,
         description,
         None,

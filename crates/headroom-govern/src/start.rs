@@ -1,51 +1,85 @@
-//! Starting a governor from the settings: merges them, resolves the budget and starts a
-//! governed session (`headroom_govern::session::Session`). One implementation for every command
-//! that governs compilers: `headroom build`, `headroom kernels build` and `headroom run`; a
-//! part of this crate because the settings are where each of them begins.
+//! Starting a governed session for a command: reads the memory there is, resolves the budget
+//! against it, finds the farm nodes that answer, and starts (or joins) the governor
+//! ([`Session`]). One implementation for every command that governs compilers: `headroom
+//! build`, `headroom kernels build` and `headroom run`.
+//!
+//! The settings come in as [`SessionSettings`], which `headroom_config::session_settings`
+//! merges from flags, variables and files: headroom-config still depends on this crate (for
+//! the budget's resolution and the ladder's types), so this one cannot name its types.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
-use headroom_farm::{Engine, FarmSettings, Node};
-use headroom_govern::budget::MemoryFacts;
-use headroom_govern::protocol::GovernorConfig;
-use headroom_govern::session::SessionId;
-use headroom_govern::session::{GovernorPlace, Session};
-use headroom_govern::state::BuildState;
+use headroom_farm::{Engine, EngineKind, FarmSettings, Node};
 use headroom_size::Size;
 
-use crate::{BuildOverrides, BuildSettings};
+use crate::budget::{Budget, MemoryFacts, Unreadable};
+use crate::protocol::GovernorConfig;
+use crate::ladder::Rung;
+use crate::session::{build_variables, GovernorPlace, Session, SessionError, SessionId};
+use crate::state::BuildState;
+
+/// The settings a session starts with, merged by headroom-config.
+pub struct SessionSettings {
+    /// The directory the command runs in.
+    pub cwd: PathBuf,
+    /// The root of the project `cwd` is in, for the history's paths.
+    pub project_root: PathBuf,
+    /// The budget, resolved against the memory there is when the session starts, with where
+    /// it was set.
+    pub budget: Box<dyn Fn(&MemoryFacts) -> Budget>,
+    /// Most jobs that run at once.
+    pub jobs: usize,
+    pub ladder: Vec<Rung>,
+    pub sample_interval_ms: u64,
+    /// Whether jobs off the build's longest path start nicer.
+    pub priorities: bool,
+    /// The build farm's nodes; empty builds on this machine only.
+    pub farm: Vec<Node>,
+    /// The engine farm jobs go through.
+    pub farm_engine: EngineKind,
+    /// The token sccache-dist's schedulers take (empty where they take any).
+    pub farm_token: String,
+}
 
 /// A governor started for some work, with what it was started with.
 pub struct Governed {
     pub session: Session,
     /// The memory the governed work may use, in bytes.
     pub budget: u64,
-    pub settings: BuildSettings,
+    pub settings: SessionSettings,
     /// Kept until the work is reported: a temporary state directory lives as long as this.
     _state: BuildState,
 }
 
-/// Merges the settings, resolves the budget and starts a governor for `command` (a description
-/// for the history); the build command `offer_jobs_to` (when given) is offered twice as many
-/// jobs as run, so the governor can pick small ones past a big one that waits. `memory_limit`
-/// is a limit the governed work runs under that this process's own cgroup does not show (the
-/// cgroup `headroom run --memory-limit` makes for its command): the budget fits inside it.
+/// Why no session started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Memory(#[from] Unreadable),
+    #[error("cannot locate the headroom binary")]
+    CurrentExe(#[source] std::io::Error),
+    /// No governor could start or be joined: the work may run ungoverned.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+/// Resolves the budget and starts a governor for `command` (a description for the history);
+/// the build command `offer_jobs_to` (when given) is offered twice as many jobs as run, so the
+/// governor can pick small ones past a big one that waits. `memory_limit` is a limit the
+/// governed work runs under that this process's own cgroup does not show (the cgroup
+/// `headroom run --memory-limit` makes for its command): the budget fits inside it.
 /// `session_id` is the id the session's compilers must know it by from build to build, when
 /// it must not change (see `GovernorConfig::session_id`).
-/// A `headroom_govern::session::SessionError` in the chain means no governor could start, and
-/// the work may run ungoverned.
 pub fn start_session(
-    overrides: &BuildOverrides,
+    settings: SessionSettings,
     use_history: bool,
     command: String,
     offer_jobs_to: Option<&[OsString]>,
     memory_limit: Option<u64>,
     session_id: Option<SessionId>,
-) -> Result<Governed> {
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let settings = BuildSettings::load(overrides, &cwd)?;
+) -> Result<Governed, StartError> {
     let mut facts = MemoryFacts::read()?;
     if let Some(limit) = memory_limit {
         if facts
@@ -55,7 +89,7 @@ pub fn start_session(
             facts.cgroup = Some((limit, 0));
         }
     }
-    let budget = settings.resolve_budget(&facts);
+    let budget = (settings.budget)(&facts);
     let (room, _) = facts.room();
     if budget.bytes > room {
         headroom_output::say!(
@@ -65,14 +99,13 @@ pub fn start_session(
         );
     }
     let state = BuildState::for_build();
-    let history = use_history.then(|| state.history().to_path_buf());
     let config = GovernorConfig {
         budget: budget.bytes,
         budget_source: budget.source,
         slots: settings.jobs,
-        history: history.clone(),
+        history: use_history.then(|| state.history().to_path_buf()),
         command,
-        cwd: cwd.to_string_lossy().into_owned(),
+        cwd: settings.cwd.to_string_lossy().into_owned(),
         started_unix_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64),
@@ -80,13 +113,13 @@ pub fn start_session(
         sample_interval_ms: settings.sample_interval_ms,
         priorities: settings.priorities,
         parallelism_set: offer_jobs_to.map_or_else(Vec::new, |command| {
-            headroom_govern::session::build_variables(2 * settings.jobs, command)
+            build_variables(2 * settings.jobs, command)
         }),
-        project_root: crate::project_root(&cwd).to_string_lossy().into_owned(),
+        project_root: settings.project_root.to_string_lossy().into_owned(),
         farm: reachable_farm(&settings),
         session_id,
     };
-    let exe = std::env::current_exe().context("cannot locate the headroom binary")?;
+    let exe = std::env::current_exe().map_err(StartError::CurrentExe)?;
     // Work under a limit of its own, or sent to a farm, keeps a governor of its own; all
     // other sessions of this user, memory domain and history share one.
     let shareable = memory_limit.is_none() && config.farm.is_none();
@@ -103,7 +136,7 @@ pub fn start_session(
 /// The farm that can be used now: the engine's client must be on PATH and a node must answer.
 /// Anything missing is a warning, not an error: the build then runs here, as it would without
 /// a farm.
-fn reachable_farm(settings: &BuildSettings) -> Option<FarmSettings> {
+fn reachable_farm(settings: &SessionSettings) -> Option<FarmSettings> {
     let nodes = &settings.farm;
     if nodes.is_empty() {
         return None;
