@@ -3,6 +3,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -12,6 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use headroom_store::BuildReport;
 use reliability::{below, compilers, output_within_patience, process_state, shims, wait_until};
+use support::stderr;
 
 const MIB: u64 = 1 << 20;
 
@@ -56,26 +58,11 @@ impl Project {
     /// `headroom SUBCOMMAND` in this project, with its own history and runtime directory and
     /// the fake compiler first on PATH.
     fn command(&self, subcommand: &str) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        let mut command = support::headroom_in(self.dir.path());
         command
             .arg(subcommand)
-            .current_dir(self.dir.path())
-            .env("HEADROOM_STATE_DIR", self.path("state"))
             .env("HEADROOM_SAMPLE_INTERVAL_MS", "20")
-            .env("XDG_RUNTIME_DIR", self.path("run"))
-            .env("HOME", self.dir.path())
-            .env_remove("MAKEFLAGS")
-            .env_remove("HEADROOM_BUDGET")
-            .env_remove("HEADROOM_JOBS")
-            .env_remove("HEADROOM_LOG")
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    self.path("bin").display(),
-                    std::env::var("PATH").unwrap()
-                ),
-            );
+            .env("HOME", self.dir.path());
         command
     }
 
@@ -86,10 +73,6 @@ impl Project {
     fn report(&self) -> BuildReport {
         serde_json::from_slice(&std::fs::read(self.path("report.json")).unwrap()).unwrap()
     }
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The most jobs that ran at the same time, from the report's start and end times.

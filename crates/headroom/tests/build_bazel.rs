@@ -6,12 +6,14 @@
 //! its server down. Skips, saying why, where `bazel` is not installed.
 
 mod fakecc;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use fakecc::command_in;
 use headroom_store::BuildReport;
+use support::HEADROOM;
 
 /// Translation units of the library; the binary adds `main.cc` and its link.
 const UNITS: usize = 7;
@@ -149,7 +151,7 @@ impl Workspace {
     fn governed_build(&self, name: &str) -> (BuildReport, String) {
         let report = self.path(&format!("{name}.json"));
         let mut line = vec![
-            env!("CARGO_BIN_EXE_headroom").to_string(),
+            HEADROOM.to_string(),
             "build".to_string(),
             format!("--report={}", report.display()),
             "--".to_string(),

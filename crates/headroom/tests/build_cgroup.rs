@@ -6,6 +6,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use fakecc::command_in;
 use reliability::limited_cgroup;
@@ -13,6 +14,7 @@ use reliability::limited_cgroup;
 use std::process::Command;
 
 use headroom_store::BuildReport;
+use support::HEADROOM;
 
 const LIMIT: u64 = 600 << 20;
 
@@ -56,7 +58,7 @@ fn make_j4_is_oom_killed_alone_and_completes_under_headroom() {
         return;
     };
     let dir = project();
-    let mut headroom = command_in(dir.path(), env!("CARGO_BIN_EXE_headroom"));
+    let mut headroom = command_in(dir.path(), HEADROOM);
     headroom.args(["build", "--", "make", "-j4"]);
     governed.attach(&mut headroom);
     let with = headroom.output().unwrap();
@@ -128,7 +130,7 @@ fn configured_example() -> tempfile::TempDir {
 /// Runs `args` under `headroom build` in a fresh cgroup capped at `CAPPED`; returns the report.
 fn governed_build(dir: &std::path::Path, name: &str, args: &[&str]) -> Option<BuildReport> {
     let cgroup = limited_cgroup(name, CAPPED)?;
-    let mut headroom = command_in(dir, env!("CARGO_BIN_EXE_headroom"));
+    let mut headroom = command_in(dir, HEADROOM);
     headroom
         .args(["build", "--report", "report.json", "--"])
         .args(args);

@@ -6,10 +6,13 @@
 //! one job whose peak covers nvcc's whole tree (cicc, cudafe++, ptxas and the host gcc),
 //! and none of nvcc's inner processes is a job of its own.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use headroom_store::BuildReport;
+use support::HEADROOM;
 
 /// The venv with torch and nvcc, and a CUDA_HOME made for them, as `.ci/cuda.sh` leaves them.
 struct Cuda {
@@ -46,7 +49,7 @@ fn cuda() -> Option<Cuda> {
 fn headroom_build(dir: &Path, path: &[&Path], args: &[&str]) -> Command {
     let mut dirs: Vec<PathBuf> = path.iter().map(|p| p.to_path_buf()).collect();
     dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut command = Command::new(HEADROOM);
     command
         .args(["build", "--report", "report.json", "--"])
         .args(args)

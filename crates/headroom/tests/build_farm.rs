@@ -7,47 +7,56 @@
 
 mod fakecc;
 mod farm_support;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use farm_support::{free_port, limited_cgroup, stderr, wait_listening, MIB};
+use farm_support::{limited_cgroup, MIB};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
+use support::{stderr, ClosedPort, Listening, HEADROOM};
 
-/// One farm node: a `distccd` in its own memory-limited cgroup.
+/// One farm node: a `distccd` in its own memory-limited cgroup, its log in `_dir`.
 struct Node {
-    daemon: Child,
+    daemon: Listening,
     cgroup: Cgroup,
     port: u16,
+    _dir: tempfile::TempDir,
 }
 
 impl Node {
     /// Starts a node whose compiles may use `limit` bytes in all, running `slots` at once.
     fn start(name: &str, limit: u64, slots: usize) -> Option<Node> {
         let cgroup = limited_cgroup(name, limit)?;
-        let port = free_port();
-        let mut daemon = Command::new("distccd");
-        daemon
-            .args([
-                "--no-detach",
-                "--daemon",
-                "--log-stderr",
-                "--enable-tcp-insecure",
-            ])
-            .args(["--allow", "127.0.0.1", "--listen", "127.0.0.1"])
-            .args(["--port", &port.to_string(), "--jobs", &slots.to_string()])
-            .stderr(Stdio::null());
-        cgroup.attach(&mut daemon);
-        let node = Node {
-            daemon: daemon.spawn().expect("distccd starts"),
+        let dir = tempfile::tempdir().unwrap();
+        // distccd refuses port 0, so it is offered free ports until one stays free.
+        let daemon = support::start_on_a_free_port(
+            "distccd",
+            |port| {
+                let mut daemon = Command::new("distccd");
+                daemon
+                    .args([
+                        "--no-detach",
+                        "--daemon",
+                        "--log-stderr",
+                        "--enable-tcp-insecure",
+                    ])
+                    .args(["--allow", "127.0.0.1", "--listen", "127.0.0.1"])
+                    .args(["--port", &port.to_string(), "--jobs", &slots.to_string()]);
+                cgroup.attach(&mut daemon);
+                daemon
+            },
+            &dir.path().join("distccd.log"),
+        );
+        Some(Node {
+            port: daemon.port,
+            daemon,
             cgroup,
-            port,
-        };
-        wait_listening(port, "distccd");
-        Some(node)
+            _dir: dir,
+        })
     }
 
     /// The node as `--farm` takes it, declaring `memory` and `slots`.
@@ -62,7 +71,7 @@ impl Node {
     /// Stops the node as a crash would: every process of it killed at once.
     fn kill(&mut self) {
         farm_support::kill_all(&self.cgroup);
-        let _ = self.daemon.wait();
+        let _ = self.daemon.child.wait();
     }
 }
 
@@ -134,7 +143,7 @@ fn set_memory(dir: &Path, units: &[&str], mib: u64, millis: u64) {
 /// Runs `headroom build ARGS -- make -j8` in `dir`, inside `cgroup` (this machine's cap).
 /// Returns how it ended, how long it took and its report.
 fn headroom_build(dir: &Path, cgroup: &Cgroup, args: &[String]) -> (Output, BuildReport) {
-    let headroom = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"));
+    let headroom = fakecc::command_in(dir, HEADROOM);
     farm_support::headroom_build(headroom, dir, cgroup, args, &["make", "-j8"])
 }
 
@@ -268,7 +277,8 @@ fn without_a_reachable_farm_the_build_runs_here_as_always() {
     };
     let units = ["l1", "l2"];
     let dir = project(&units, 50, 200);
-    let closed = free_port();
+    let nothing_listens = ClosedPort::new();
+    let closed = nothing_listens.port;
     let args = [format!("--farm=127.0.0.1:{closed}=8G/4")];
     let (output, report) = headroom_build(dir.path(), &here, &args);
     let log = stderr(&output);

@@ -9,15 +9,17 @@
 
 mod fakecc;
 mod farm_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use farm_support::{free_port, limited_cgroup, stderr, wait_listening, MIB};
+use farm_support::{free_port, limited_cgroup, wait_listening, MIB};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
+use support::{stderr, HEADROOM};
 
 const TOKEN: &str = "headroom-test";
 
@@ -216,7 +218,7 @@ fn headroom_build(
     args: &[String],
     make_args: &[&str],
 ) -> (Output, BuildReport) {
-    let mut headroom = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"));
+    let mut headroom = fakecc::command_in(dir, HEADROOM);
     let path = std::env::var("PATH").unwrap();
     headroom
         .env("PATH", format!("{}:{path}", sccache.display()))

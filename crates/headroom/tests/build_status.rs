@@ -4,11 +4,11 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
+use support::HEADROOM;
 
 /// `headroom build --budget 700M -j 2 -- make -j2` in the scratch project `dir`.
 const BUILD: &str = "build --budget 700M -j 2 -- make -j2";

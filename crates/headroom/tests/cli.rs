@@ -3,13 +3,16 @@
 //! from the same definitions as the parser, a reader that goes away panics nothing, `-`
 //! means stdout, and stderr carries colour codes only where asked.
 
+mod support;
+
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use support::HEADROOM;
 
 fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
+    Command::new(HEADROOM)
         .args(args)
         .output()
         .expect("run headroom")
@@ -134,7 +137,7 @@ fn switches_set_by_variables_take_1_and_0_like_true_and_false() {
         ("HEADROOM_NO_PRIORITIES", "0"),
         ("HEADROOM_LOWER_FLAGS", "yes"),
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        let output = Command::new(HEADROOM)
             .args(["build", "--no-history", "true"])
             .env(variable, value)
             .env("HEADROOM_STATE_DIR", state.path())
@@ -160,7 +163,7 @@ fn pipe_without_reader() -> Stdio {
 
 /// `headroom ARGS` with its own state, run in `dir`.
 fn headroom_in(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut command = Command::new(HEADROOM);
     command
         .args(args)
         .current_dir(dir)

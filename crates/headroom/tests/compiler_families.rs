@@ -5,10 +5,12 @@
 //! under each name, which runs out of memory unless it is given `-O0`.
 
 mod fakecc;
+mod support;
 
 use std::process::Output;
 
 use headroom_store::BuildReport;
+use support::HEADROOM;
 
 /// Builds one object with the stand-in compiler linked as `name`, with `--lower-flags`, and
 /// returns the build's output and report.
@@ -21,7 +23,7 @@ fn build_with_lower_flags(name: &str) -> (Output, BuildReport) {
         format!("a.o:\n\t{name} -O2 -g --mem 20 --ms 50 --oom-unless=-O0 -c a.cpp -o a.o\n"),
     )
     .unwrap();
-    let output = fakecc::command_in(dir.path(), env!("CARGO_BIN_EXE_headroom"))
+    let output = fakecc::command_in(dir.path(), HEADROOM)
         .args([
             "build",
             "--lower-flags",

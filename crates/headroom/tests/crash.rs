@@ -9,6 +9,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use headroom_kernels::cache::Cache;
 use reliability::{descendants, reap_and_wait, Leftovers};
+use support::HEADROOM;
 
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
 /// Jobs of a `headroom build` point: short compiles that overlap.
 const BUILD_JOBS: usize = 40;
 /// Jobs of a build point aimed at the history's writes: so short that the governor spends much

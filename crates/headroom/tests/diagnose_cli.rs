@@ -1,11 +1,14 @@
 //! `headroom diagnose` end to end: the built binary on logs, stdin, bad bytes, a real
 //! `headroom run` report and this machine's kernel log, with the exit-status policy.
 
+mod support;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+use support::{stderr, HEADROOM};
 
 /// A fresh directory for one test; the binary runs in it.
 struct Scratch(tempfile::TempDir);
@@ -26,7 +29,7 @@ impl Scratch {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        let mut command = Command::new(HEADROOM);
         command
             .args(args)
             .current_dir(self.0.path())
@@ -57,10 +60,6 @@ impl Scratch {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn json(output: &Output) -> Value {

@@ -1,15 +1,18 @@
 //! `headroom doctor` end to end: JSON findings on this machine, and projects from a real
 //! history file that would not fit.
 
+mod support;
+
 use std::process::Command;
 
 use headroom_store::History;
 use headroom_store::{BuildRecord, JobRecord};
+use support::HEADROOM;
 
 const TIB: u64 = 1 << 40;
 
 fn doctor(args: &[&str], history: &std::path::Path) -> (Option<i32>, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .arg("doctor")
         .args(args)
         .arg("--history")
@@ -115,7 +118,7 @@ fn bad_job_memory_is_a_clear_error() {
 fn doctor_in(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
     let project = dir.join("project");
     std::fs::create_dir_all(&project).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut command = Command::new(HEADROOM);
     command
         .args(["doctor", "--json", "--history"])
         .arg(dir.join("missing.sqlite"))

@@ -6,6 +6,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -13,8 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use reliability::{below, compilers, output_within_patience, process_state, wait_until};
-
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
+use support::{stderr, HEADROOM};
 
 /// `headroom build ARGS…` in the scratch project `dir`, with everything of its own there.
 fn build(dir: &Path, args: &[&str]) -> Command {
@@ -22,10 +22,6 @@ fn build(dir: &Path, args: &[&str]) -> Command {
     command.arg("build").args(args);
     reliability::isolate(&mut command, dir);
     command
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn alive(pid: i32) -> bool {

@@ -5,10 +5,12 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use support::{stderr, HEADROOM};
 
 const JOBS: usize = 20;
 
@@ -71,7 +73,7 @@ impl Drop for Tmpfs {
 }
 
 fn run(project: &Path, disk: &Path, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut command = Command::new(HEADROOM);
     command.args(args);
     reliability::isolate(&mut command, project);
     command
@@ -80,10 +82,6 @@ fn run(project: &Path, disk: &Path, args: &[&str]) -> Output {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     command.output().unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 const KERNELS: &[&str] = &["kernels", "--manifest", "kernels.toml", "build"];
@@ -192,7 +190,7 @@ fn a_disk_that_fills_mid_build_leaves_the_summary_whole() {
     let Some(disk) = Tmpfs::mount(&project.join("disk"), "2m") else {
         return;
     };
-    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut command = Command::new(HEADROOM);
     command.args(BUILD);
     reliability::isolate(&mut command, project);
     let history = disk.path.join("state/history.sqlite");

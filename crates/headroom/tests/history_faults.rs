@@ -4,6 +4,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -11,8 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_store::{BuildReport, History};
+use support::{stderr, HEADROOM};
 
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
 /// How long any state this test waits for may take to appear on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -21,10 +22,6 @@ fn headroom(project: &Path, args: &[&str]) -> Command {
     command.args(args);
     reliability::isolate(&mut command, project);
     command
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Waits until `ready` holds, at most [`PATIENCE`].

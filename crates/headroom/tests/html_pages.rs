@@ -7,12 +7,14 @@
 //! (`.ci/chromium.sh` installs it).
 
 mod run_support;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 
 use regex::Regex;
-use run_support::{can_make_cgroups, have_python, stderr, Scratch};
+use run_support::{can_make_cgroups, have_python, Scratch};
+use support::stderr;
 
 const MIB: u64 = 1 << 20;
 

@@ -1,13 +1,14 @@
 //! `headroom kernels` end to end through the real binary: many processes building into one
 //! cache at once, corruption recovery, and the exit codes and messages users see.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use headroom_kernels::cache::Cache;
 use headroom_kernels::manifest::Manifest;
-
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
+use support::{stderr, HEADROOM};
 
 /// A CUDA and a HIP kernel for a few targets each, built with clang.
 const MANIFEST: &str = r#"
@@ -114,10 +115,6 @@ impl Project {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// `("kernel target", status, reason)` for each pair of a `build --json` report.

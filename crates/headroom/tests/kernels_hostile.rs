@@ -8,9 +8,9 @@ use headroom_kernels::cache::Cache;
 
 #[path = "../../headroom-kernels/tests/hostile/mod.rs"]
 mod hostile;
+mod support;
 use hostile::{listing, HOSTILE};
-
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
+use support::HEADROOM;
 
 #[test]
 fn hostile_bundles_exit_2_with_one_clear_message_and_an_unchanged_cache() {

@@ -16,11 +16,11 @@ use headroom_remote::kernels::index_key;
 use headroom_remote::store::blob_key;
 use headroom_remote::Store;
 
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
-
 mod stores;
+mod support;
 
 use stores::{down_url, Kind, Server, AWS_SECRET, DAV_PASSWORD, REDIS_PASSWORD};
+use support::HEADROOM;
 
 /// `headroom kernels` with a cache, a store and nothing from this machine's settings.
 fn command(cache: &Path, store: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
@@ -58,7 +58,7 @@ fn stdout(output: &Output) -> String {
 
 /// Stderr less headroom's own tracing (the commands run with `HEADROOM_LOG=trace`, so that
 /// the secrets check sees everything the libraries log).
-fn stderr(output: &Output) -> String {
+fn stderr_less_tracing(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr)
         .lines()
         .filter(|line| line.starts_with("headroom"))
@@ -85,7 +85,7 @@ fn run(cache: &Path, store: &str, args: &[&str], env: &[(&str, &str)], code: i32
         Some(code),
         "{args:?}: {}{}",
         stdout(&output),
-        stderr(&output)
+        stderr_less_tracing(&output)
     );
     output
 }
@@ -215,7 +215,7 @@ fn push_pull_and_resolve_fetch(kind: Kind) {
             &[],
             0,
         );
-        assert_eq!(stderr(&resolved), "");
+        assert_eq!(stderr_less_tracing(&resolved), "");
         let path = stdout(&resolved).trim().to_string();
         assert!(
             path.ends_with(&in_layout("hip/vector_add_hip", "gfx11-generic.hsaco")),
@@ -244,7 +244,11 @@ fn push_pull_and_resolve_fetch(kind: Kind) {
         &[],
         1,
     );
-    assert!(stderr(&none).contains("none of the"), "{}", stderr(&none));
+    assert!(
+        stderr_less_tracing(&none).contains("none of the"),
+        "{}",
+        stderr_less_tracing(&none)
+    );
 
     // Read-only, three ways: pulls work, pushes are refused.
     let separator = if store.contains('?') { '&' } else { '?' };
@@ -260,9 +264,9 @@ fn push_pull_and_resolve_fetch(kind: Kind) {
     ] {
         let refused = run(&built, url, args, env, 2);
         assert!(
-            stderr(&refused).contains("is read-only"),
+            stderr_less_tracing(&refused).contains("is read-only"),
             "{}",
-            stderr(&refused)
+            stderr_less_tracing(&refused)
         );
         run(&fresh, url, &["pull", "--kernel", "vector_add"], env, 0);
     }
@@ -384,7 +388,7 @@ fn resolve_falls_back_with_one_warning(user: &Path, store_url: &str) -> String {
         "{}",
         stdout(&resolved)
     );
-    let warning = stderr(&resolved);
+    let warning = stderr_less_tracing(&resolved);
     assert_eq!(warning.lines().count(), 1, "{warning}");
     warning
 }
@@ -423,13 +427,17 @@ fn a_flipped_byte_is_a_miss(kind: Kind) {
         &[],
         0,
     );
-    assert!(stderr(&pulled).contains(&key), "{}", stderr(&pulled));
+    assert!(
+        stderr_less_tracing(&pulled).contains(&key),
+        "{}",
+        stderr_less_tracing(&pulled)
+    );
     assert_eq!(targets_in(&every).len(), 4);
 }
 
 fn a_store_that_is_down_warns_once_and_resolves_locally(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let store = down_url(kind, dir.path());
+    let (store, _closed) = down_url(kind, dir.path());
     let user = dir.path().join("user");
     publish(
         &Cache::open(&user).unwrap(),
@@ -454,7 +462,7 @@ fn a_store_that_is_down_warns_once_and_resolves_locally(kind: Kind) {
     assert!(stdout(&resolved)
         .trim()
         .ends_with(&in_layout("cuda/vector_add", "sm_80.cubin")));
-    let warning = stderr(&resolved);
+    let warning = stderr_less_tracing(&resolved);
     assert_eq!(warning.lines().count(), 1, "{warning}");
     assert!(
         warning.starts_with("headroom: warning: the store ")
@@ -472,11 +480,16 @@ fn a_store_that_is_down_warns_once_and_resolves_locally(kind: Kind) {
         0,
     );
     let lacking = run(&user, &store, &["pull", "--kernel", "softmax"], &[], 1);
-    assert_eq!(stderr(&lacking).lines().count(), 2, "{}", stderr(&lacking));
+    assert_eq!(
+        stderr_less_tracing(&lacking).lines().count(),
+        2,
+        "{}",
+        stderr_less_tracing(&lacking)
+    );
 
     // A push is an error that names the store, without its password, and what to check.
     let pushed = run(&user, &store, &["push"], &[], 2);
-    let error = stderr(&pushed);
+    let error = stderr_less_tracing(&pushed);
     assert!(
         error.starts_with("headroom: error: ") && error.contains("check "),
         "{error}"
@@ -549,9 +562,9 @@ fn wrong_credentials_are_never_shown(kind: Kind) {
         0,
     );
     assert!(
-        stderr(&resolved).starts_with("headroom: warning: "),
+        stderr_less_tracing(&resolved).starts_with("headroom: warning: "),
         "{}",
-        stderr(&resolved)
+        stderr_less_tracing(&resolved)
     );
     let pushed = run(
         &built_cache(&server.path("built")),
@@ -560,7 +573,11 @@ fn wrong_credentials_are_never_shown(kind: Kind) {
         &[],
         2,
     );
-    assert!(stderr(&pushed).contains("check"), "{}", stderr(&pushed));
+    assert!(
+        stderr_less_tracing(&pushed).contains("check"),
+        "{}",
+        stderr_less_tracing(&pushed)
+    );
     for output in [&resolved, &pushed] {
         assert!(!String::from_utf8_lossy(&output.stderr).contains("s3cr3t-wrong"));
     }
@@ -647,9 +664,9 @@ fn the_store_comes_from_the_flag_the_variable_headroom_toml_or_the_user_settings
     let none = push(&[]);
     assert_eq!(none.status.code(), Some(2));
     assert!(
-        stderr(&none).contains("no kernel store"),
+        stderr_less_tracing(&none).contains("no kernel store"),
         "{}",
-        stderr(&none)
+        stderr_less_tracing(&none)
     );
 
     let setting = |name: &str| {

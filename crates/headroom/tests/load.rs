@@ -7,6 +7,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headroom_store::BuildReport;
+use support::HEADROOM;
 
 /// The most a governor may hold in memory, whatever the build's size.
 const GOVERNOR_RSS_BOUND: u64 = 50 << 20;
@@ -52,7 +54,7 @@ fn concurrent_builds_sharing_a_history_lose_no_rows() {
     let children: Vec<_> = projects
         .iter()
         .map(|dir| {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+            let mut command = Command::new(HEADROOM);
             command.args([
                 "build",
                 "--report",

@@ -2,12 +2,14 @@
 //! and Ctrl-C.
 
 mod run_support;
+mod support;
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use run_support::*;
+use support::{stderr, HEADROOM};
 
 #[test]
 fn binary_output_passes_through_untouched() {
@@ -170,7 +172,7 @@ fn a_reader_that_goes_away_ends_the_run_as_it_would_end_cmd() {
     let scratch = Scratch::new();
     for script in ["yes", "yes >&2"] {
         let to_stderr = script.ends_with(">&2");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        let mut child = Command::new(HEADROOM)
             .args(["run", "--json", "r.json", "--", "sh", "-c", script])
             .current_dir(scratch.dir.path())
             .stdout(if to_stderr {
@@ -220,7 +222,7 @@ fn an_output_that_fails_otherwise_does_not_end_cmd() {
         return;
     };
     let scratch = Scratch::new();
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .args(["run", "--", "head", "-c", "8000000", "/dev/zero"])
         .current_dir(scratch.dir.path())
         .stdout(full)
@@ -233,7 +235,7 @@ fn an_output_that_fails_otherwise_does_not_end_cmd() {
 /// headroom's own CPU time to pass 100 MB of `yes LINE` through to /dev/null.
 fn pass_through_cpu_s(scratch: &Scratch, line: &str) -> f64 {
     let script = format!("yes '{line}' | head -c 100000000");
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .args(["run", "--json", "r.json", "--", "sh", "-c", &script])
         .current_dir(scratch.dir.path())
         .stdout(Stdio::null())
@@ -315,7 +317,7 @@ fn a_terminal_gets_a_live_status_line() {
         return;
     }
     let scratch = Scratch::new();
-    let headroom = env!("CARGO_BIN_EXE_headroom");
+    let headroom = HEADROOM;
     // `script` gives headroom a pseudo-terminal for stdout and stderr and copies what it shows.
     let output = Command::new("script")
         .args([

@@ -1,8 +1,10 @@
 //! Fallback ladders: a memory failure moves on to the next rung, any other failure stops.
 
 mod run_support;
+mod support;
 
 use run_support::*;
+use support::stderr;
 
 #[test]
 fn a_memory_failure_moves_to_the_next_rung_which_succeeds() {

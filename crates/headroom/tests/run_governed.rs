@@ -3,9 +3,11 @@
 //! each a job in `--json`, while the program itself runs as it is.
 
 mod fakecc;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
+use support::HEADROOM;
 
 /// Four compiles of 300 MiB for 1.5 s each, started at once by four pool workers, in the stage
 /// `compile`.
@@ -58,7 +60,7 @@ fn the_compiles_of_a_multiprocessing_pool_are_governed_jobs_within_the_budget() 
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     project(dir);
-    let output = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"))
+    let output = fakecc::command_in(dir, HEADROOM)
         .env("TMPDIR", dir)
         .env_remove("HEADROOM_BUDGET")
         .args(["run", "--budget", "700M", "--json", "run.json", "--"])
@@ -132,7 +134,7 @@ fn a_compile_worker_is_named_as_such_and_a_users_pool_size_is_kept() {
     let worker = dir.join("torch/_inductor/compile_worker");
     std::fs::create_dir_all(&worker).unwrap();
     std::fs::write(worker.join("__main__.py"), COMPILE_WORKER).unwrap();
-    let output = fakecc::command_in(dir, env!("CARGO_BIN_EXE_headroom"))
+    let output = fakecc::command_in(dir, HEADROOM)
         .env("TMPDIR", dir)
         .env_remove("HEADROOM_BUDGET")
         .env_remove("TILELANG_AUTO_TUNING_CPU_COUNTS")

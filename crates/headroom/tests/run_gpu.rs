@@ -3,10 +3,12 @@
 //! on a machine with the real driver the same code path reads real devices.
 
 mod run_support;
+mod support;
 
 use std::process::Command;
 
 use run_support::*;
+use support::{stderr, HEADROOM};
 
 /// Builds the stand-in NVML into the scratch directory; prints why a test skips when it cannot.
 fn build_fake_nvml(scratch: &Scratch) -> bool {
@@ -29,7 +31,7 @@ fn gpu_memory_of_the_tree_is_recorded_per_sample_and_per_stage() {
     if !build_fake_nvml(&scratch) {
         return;
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .args([
             "run",
             "--json",
@@ -80,7 +82,7 @@ fn a_gpu_reading_counts_only_toward_the_stage_it_was_taken_in() {
         "echo '##headroom stage train'; echo {TRAIN} > next && mv next gpu-bytes; sleep 1; \
          echo {EVAL} > next && mv next gpu-bytes; echo '##headroom stage eval'; sleep 1"
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .args(["run", "--json", "r.json", "--", "sh", "-c", &script])
         .current_dir(scratch.dir.path())
         .env("LD_LIBRARY_PATH", scratch.dir.path())
@@ -102,7 +104,7 @@ fn a_gpu_reading_counts_only_toward_the_stage_it_was_taken_in() {
 #[test]
 fn without_nvml_a_note_says_gpu_memory_is_not_recorded() {
     let scratch = Scratch::new();
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .args(["run", "--json", "r.json", "--", "true"])
         .current_dir(scratch.dir.path())
         .env("LD_LIBRARY_PATH", scratch.dir.path())

@@ -3,8 +3,10 @@
 //! reached as `nobody` where root may make cgroups.
 
 mod run_support;
+mod support;
 
 use run_support::*;
+use support::{stderr, HEADROOM};
 
 #[test]
 fn oom_kill_in_a_limited_cgroup_is_named_with_its_stage() {
@@ -63,8 +65,8 @@ fn headroom_as_nobody(scratch: &Scratch, args: &[&str]) -> std::process::Output 
     use std::os::unix::process::CommandExt;
     // The build's own binary may sit where `nobody` cannot reach it (under /root, say).
     let binary = scratch.path("headroom");
-    if std::fs::hard_link(env!("CARGO_BIN_EXE_headroom"), &binary).is_err() {
-        std::fs::copy(env!("CARGO_BIN_EXE_headroom"), &binary).expect("copy the binary");
+    if std::fs::hard_link(HEADROOM, &binary).is_err() {
+        std::fs::copy(HEADROOM, &binary).expect("copy the binary");
     }
     std::os::unix::fs::chown(scratch.dir.path(), Some(NOBODY), Some(NOBODY)).expect("chown");
     scratch

@@ -2,8 +2,10 @@
 //! attribution, peak accuracy against the kernel's own count, whole-tree tracking.
 
 mod run_support;
+mod support;
 
 use run_support::*;
+use support::stderr;
 
 #[test]
 fn stages_get_their_own_entry_peak_and_exit() {

@@ -4,8 +4,11 @@
 //! count once. torch 2.15 comes from the venv `.ci/cuda.sh` makes (as `build_cuda.rs` finds
 //! it); where it is missing the test skips and says so.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::HEADROOM;
 
 /// Starts Inductor's compile-worker pool (as torch does by itself where Triton is installed,
 /// and waits for it: the workers are forked from one sidecar process), then compiles a small
@@ -60,7 +63,7 @@ fn a_cold_torch_compile_is_governed_its_pool_sized_and_its_shared_pages_counted_
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     std::fs::write(dir.join("prog.py"), PROGRAM).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let output = Command::new(HEADROOM)
         .current_dir(dir)
         // A cold compile: Inductor's caches and precompiled headers go under the test's dir.
         .env("TORCHINDUCTOR_CACHE_DIR", dir.join("inductor"))

@@ -6,6 +6,7 @@
 
 mod fakecc;
 mod reliability;
+mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -13,6 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use headroom_govern::protocol::GovernorStatus;
 use headroom_store::BuildReport;
 use reliability::{isolate, limited_cgroup, output_within_patience, wait_until};
+use support::HEADROOM;
 
 /// Two projects of `jobs` stand-in compiles with `recipe` each, and the home they share:
 /// one state directory (so one history), one runtime directory, one temporary directory.
@@ -39,7 +41,7 @@ impl Shared {
     /// `headroom ARGS` in project `project`, with the shared state, runtime and temporary
     /// directories.
     fn headroom(&self, project: &str, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        let mut command = Command::new(HEADROOM);
         isolate(&mut command, &self.path(project));
         command
             .args(args)

@@ -3,8 +3,11 @@
 //! flag), a `HEADROOM_CONFIG` naming no file is an error while a missing default file is
 //! not, and the build reports the budget it took from `headroom.toml` as set there.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use support::HEADROOM;
 
 /// A project directory with `headroom.toml` (when written) and a home of its own.
 struct Place {
@@ -35,7 +38,7 @@ impl Place {
 
     /// `headroom ARGS…` in the project, reading no settings but this place's.
     fn headroom(&self, args: &[&str], env: &[(&str, &Path)]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+        let mut command = Command::new(HEADROOM);
         command
             .args(args)
             .current_dir(self.path("project"))

@@ -6,14 +6,15 @@
 //! g++, called by another path on each machine.
 
 mod stores;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use headroom_store::BuildReport;
 use stores::{Kind, Server, AWS_SECRET};
+use support::HEADROOM;
 
-const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
 const UNITS: usize = 4;
 
 /// One machine: a checkout of the project under `root`, with its own state and home.
@@ -232,7 +233,7 @@ fn a_store_that_is_down_or_corrupt_leaves_the_history_as_it_was() {
         root: dir.path().to_path_buf(),
     };
     std::fs::create_dir_all(machine.project()).unwrap();
-    let down = stores::down_url(Kind::S3, dir.path());
+    let (down, _closed) = stores::down_url(Kind::S3, dir.path());
     let pulled = machine.headroom(&["history", "pull", "--store", &down]);
     assert!(pulled.status.success(), "{}", text(&pulled.stderr));
     let warning = text(&pulled.stderr);

@@ -1,10 +1,13 @@
 //! `headroom sim` as users run it: the built binary on the committed trace corpus.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::HEADROOM;
 
 fn headroom() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
+    Command::new(HEADROOM)
 }
 
 fn corpus() -> PathBuf {

@@ -26,18 +26,6 @@ pub fn path() -> &'static Path {
 #[allow(dead_code)] // not every test binary runs builds in a project
 pub fn command_in(dir: &Path, program: &str) -> Command {
     let mut command = Command::new(program);
-    command
-        .current_dir(dir)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                dir.join("bin").display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .env("HEADROOM_STATE_DIR", dir.join("state"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env_remove("MAKEFLAGS");
+    crate::support::in_project(&mut command, dir);
     command
 }

@@ -1,5 +1,5 @@
 //! What the farm tests share: memory-limited cgroups for this machine and for each node,
-//! loopback ports, and `headroom build` run inside this machine's cgroup.
+//! and `headroom build` run inside this machine's cgroup.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -8,14 +8,22 @@ use std::time::{Duration, Instant};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
 
+use crate::support::stderr;
+
 pub const MIB: u64 = 1 << 20;
 
+/// A loopback port that was free a moment ago, for sccache-dist: it must be told its
+/// address before it binds, and it daemonizes (the process started exits 0 at once), so
+/// neither its process tree nor its exit says which port it got; [`wait_listening`] is the
+/// only sign. distccd, moto, redis and wsgidav are started with `support::start_on_*`.
+#[allow(dead_code)] // build_farm starts distccd, which stays in its tree
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
 
 /// Waits until something listens on loopback `port`.
+#[allow(dead_code)] // as `free_port`
 pub fn wait_listening(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -115,8 +123,4 @@ fn most_at_once(report: &BuildReport) -> usize {
         })
         .max()
         .unwrap_or(0)
-}
-
-pub fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }

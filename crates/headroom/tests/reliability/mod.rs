@@ -74,33 +74,12 @@ pub fn project(dir: &Path, jobs: usize, recipe: &str) {
 /// Runs `command` in `dir` with everything of its own there: state (`state/`), runtime
 /// directory (`run/`), temporary directory (`tmp/`), home, and `bin/` first on PATH.
 pub fn isolate(command: &mut Command, dir: &Path) {
+    crate::support::in_project(command, dir);
     command
-        .current_dir(dir)
-        .env("HEADROOM_STATE_DIR", dir.join("state"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
         .env("TMPDIR", dir.join("tmp"))
         .env("HOME", dir)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                dir.join("bin").display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        );
-    for variable in [
-        "MAKEFLAGS",
-        "HEADROOM_BUDGET",
-        "HEADROOM_JOBS",
-        "HEADROOM_LOG",
-        "HEADROOM_KERNEL_CACHE",
-        "HEADROOM_KERNEL_CACHE_MAX",
-        "XDG_STATE_HOME",
-        "CUDA_HOME",
-        "CUDA_PATH",
-    ] {
-        command.env_remove(variable);
-    }
+        .env_remove("CUDA_HOME")
+        .env_remove("CUDA_PATH");
 }
 
 /// Makes this process the reaper of its descendants' orphans, so what a killed CLI leaves

@@ -52,7 +52,7 @@ impl Scratch {
 
     /// `headroom ARGS…` in the scratch directory, ready to run.
     pub fn command(&self, args: &[&str]) -> Command {
-        self.command_of(Path::new(env!("CARGO_BIN_EXE_headroom")), args)
+        self.command_of(Path::new(crate::support::HEADROOM), args)
     }
 
     /// `BINARY ARGS…`, a copy of headroom, in the scratch directory, ready to run.
@@ -111,10 +111,6 @@ pub fn can_make_cgroups() -> bool {
             false
         }
     }
-}
-
-pub fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 pub fn stage<'a>(report: &'a serde_json::Value, rung: usize, name: &str) -> &'a serde_json::Value {

@@ -1,15 +1,17 @@
 //! Real store servers on loopback for the tests of shared stores: moto's S3 server,
 //! redis-server, the wsgidav WebDAV server, and a plain directory. Each test starts its server
-//! on a free port and stops it after; where a server is not installed, `Server::start` says
+//! on loopback and stops it after: moto and wsgidav pick their own port; redis-server, for
+//! which port 0 turns TCP off, is started again on another port if its port was taken; where a server is not installed, `Server::start` says
 //! so and returns `None`, and the test passes (`bash .ci/stores.sh` installs them all).
 // Each test binary uses only part of this module.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+use crate::support::{self, ClosedPort, Listening};
 
 /// Passwords the servers ask for; no output may ever contain them.
 pub const REDIS_PASSWORD: &str = "redis-s3cr3t/p@ss";
@@ -45,14 +47,6 @@ pub fn program(name: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Creates a bucket on moto's S3 server that anyone may read and write, so that the test
 /// itself reaches it without credentials; returns the status line.
 pub fn create_public_bucket(port: u16, bucket: &str) -> String {
@@ -77,87 +71,28 @@ server.main(sys.argv[1:])
 
 /// A store for one test: its server (none for a directory) and its URL.
 pub struct Server {
-    child: Option<Child>,
+    /// The server's process, killed when the store is dropped; none for a directory.
+    _server: Option<Listening>,
     pub url: String,
     dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 impl Server {
     /// Starts the server of a kind, or says why it cannot and returns `None`.
     pub fn start(kind: Kind) -> Option<Server> {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let (program_name, args): (&str, Vec<String>) = match kind {
+        let program_name = match kind {
             Kind::Directory => {
                 let url = format!("file://{}/store", dir.path().display());
                 return Some(Server {
-                    child: None,
+                    _server: None,
                     url,
                     dir,
                 });
             }
-            // moto's S3 server, one request at a time: threaded, it races on concurrent PUTs
-            // of one key (a request reads a body another closed: HTTP 500), which real S3
-            // does not. Concurrent clients still interleave their requests.
-            Kind::S3 => (
-                "moto_server",
-                vec![
-                    "-c".into(),
-                    MOTO_ONE_REQUEST_AT_A_TIME.into(),
-                    "-H".into(),
-                    "127.0.0.1".into(),
-                    "-p".into(),
-                    port.to_string(),
-                ],
-            ),
-            Kind::Redis => (
-                "redis-server",
-                [
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--requirepass",
-                    REDIS_PASSWORD,
-                    "--dir",
-                ]
-                .iter()
-                .map(|arg| arg.to_string())
-                .chain([dir.path().display().to_string()])
-                .collect(),
-            ),
-            Kind::Webdav => {
-                let root = dir.path().join("dav");
-                std::fs::create_dir(&root).unwrap();
-                let config = serde_json::json!({
-                    "host": "127.0.0.1",
-                    "port": port,
-                    "provider_mapping": { "/": root },
-                    "simple_dc": { "user_mapping": { "*": { "ci": { "password": DAV_PASSWORD } } } },
-                    "http_authenticator": { "domain_controller": null, "accept_basic": true, "accept_digest": false, "default_to_digest": false },
-                    "verbose": 0,
-                    "logging": { "enable": false },
-                });
-                let config_path = dir.path().join("wsgidav.json");
-                std::fs::write(&config_path, config.to_string()).unwrap();
-                (
-                    "wsgidav",
-                    vec!["--config".into(), config_path.display().to_string()],
-                )
-            }
+            Kind::S3 => "moto_server",
+            Kind::Redis => "redis-server",
+            Kind::Webdav => "wsgidav",
         };
         let Some(program) = program(program_name) else {
             let requirement = match program_name {
@@ -171,33 +106,60 @@ impl Server {
             );
             return None;
         };
-        // `moto_server` is found to say whether moto is installed; its Python runs it.
-        let program = match kind {
-            Kind::S3 => program.with_file_name("python3"),
-            _ => program,
+        let log = dir.path().join(format!("{program_name}.log"));
+        let server = match kind {
+            // moto's S3 server, one request at a time: threaded, it races on concurrent PUTs
+            // of one key (a request reads a body another closed: HTTP 500), which real S3
+            // does not. Concurrent clients still interleave their requests. `moto_server` is
+            // found to say whether moto is installed; its Python runs it.
+            Kind::S3 => {
+                let mut command = Command::new(program.with_file_name("python3"));
+                command
+                    .args(["-c", MOTO_ONE_REQUEST_AT_A_TIME])
+                    .args(["-H", "127.0.0.1", "-p", "0"])
+                    .current_dir(dir.path());
+                support::start_on_its_own_port(program_name, command, &log)
+            }
+            Kind::Webdav => {
+                let root = dir.path().join("dav");
+                std::fs::create_dir(&root).unwrap();
+                let config = serde_json::json!({
+                    "host": "127.0.0.1",
+                    "port": 0,
+                    "provider_mapping": { "/": root },
+                    "simple_dc": { "user_mapping": { "*": { "ci": { "password": DAV_PASSWORD } } } },
+                    "http_authenticator": { "domain_controller": null, "accept_basic": true, "accept_digest": false, "default_to_digest": false },
+                    "verbose": 0,
+                    "logging": { "enable": false },
+                });
+                let config_path = dir.path().join("wsgidav.json");
+                std::fs::write(&config_path, config.to_string()).unwrap();
+                let mut command = Command::new(program);
+                command
+                    .arg("--config")
+                    .arg(&config_path)
+                    .current_dir(dir.path());
+                support::start_on_its_own_port(program_name, command, &log)
+            }
+            // `--port 0` turns redis-server's TCP listener off.
+            Kind::Redis => support::start_on_a_free_port(
+                program_name,
+                |port| {
+                    let mut command = Command::new(&program);
+                    command
+                        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                        .args(["--save", "", "--appendonly", "no"])
+                        .args(["--requirepass", REDIS_PASSWORD, "--dir"])
+                        .arg(dir.path())
+                        .current_dir(dir.path());
+                    command
+                },
+                &log,
+            ),
+            Kind::Directory => unreachable!("returned above"),
         };
-        let child = Command::new(program)
-            .args(&args)
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut server = Server {
-            child: Some(child),
-            url: String::new(),
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{program_name} did not listen on port {port} within a minute"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server.url = match kind {
+        let port = server.port;
+        let url = match kind {
             Kind::S3 => {
                 let status = create_public_bucket(port, "kernels");
                 assert!(status.contains(" 200 "), "creating the bucket: {status}");
@@ -207,7 +169,11 @@ impl Server {
             Kind::Webdav => format!("webdav+http://ci:{DAV_PASSWORD}@127.0.0.1:{port}/store"),
             Kind::Directory => unreachable!("returned above"),
         };
-        Some(server)
+        Some(Server {
+            _server: Some(server),
+            url,
+            dir,
+        })
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -220,11 +186,12 @@ pub fn redis_url(password: &str, port: u16) -> String {
     format!("redis://:{encoded}@127.0.0.1:{port}/0")
 }
 
-/// A URL of the kind whose server is down: nothing listens on its port, or its directory
-/// cannot exist.
-pub fn down_url(kind: Kind, dir: &Path) -> String {
-    let port = free_port();
-    match kind {
+/// A URL of the kind whose server is down: nothing listens on its port (held closed for as
+/// long as the returned [`ClosedPort`] lives), or its directory cannot exist.
+pub fn down_url(kind: Kind, dir: &Path) -> (String, ClosedPort) {
+    let closed = ClosedPort::new();
+    let port = closed.port;
+    let url = match kind {
         Kind::S3 => format!("s3://kernels/ci?endpoint=http://127.0.0.1:{port}"),
         Kind::Redis => redis_url(REDIS_PASSWORD, port),
         Kind::Webdav => format!("webdav+http://ci:{DAV_PASSWORD}@127.0.0.1:{port}/store"),
@@ -232,5 +199,6 @@ pub fn down_url(kind: Kind, dir: &Path) -> String {
             std::fs::write(dir.join("a-file"), "").unwrap();
             format!("file://{}/a-file/store", dir.display())
         }
-    }
+    };
+    (url, closed)
 }
