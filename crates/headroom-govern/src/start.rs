@@ -15,8 +15,8 @@ use headroom_farm::{Engine, EngineKind, FarmSettings, Node};
 use headroom_size::Size;
 
 use crate::budget::{Budget, MemoryFacts, Unreadable};
-use crate::protocol::GovernorConfig;
 use crate::ladder::Rung;
+use crate::protocol::GovernorConfig;
 use crate::session::{build_variables, GovernorPlace, Session, SessionError, SessionId};
 use crate::state::BuildState;
 
