@@ -93,7 +93,7 @@ pub fn run(
                 watch.stage_started(&start, devices);
                 stage_starts.push(start);
             }
-            Ok(closed) => _ = pumps.closed(&closed),
+            Ok(Event::Closed) => pumps.one_closed(),
             Err(RecvTimeoutError::Timeout) => {
                 watch.sample(devices);
                 next_sample += launch.interval;

@@ -102,11 +102,9 @@ impl Pumps {
         }
     }
 
-    /// Counts an event: whether it was a stream's end.
-    pub fn closed(&mut self, event: &Event) -> bool {
-        let closed = matches!(event, Event::Closed);
-        self.open -= usize::from(closed);
-        closed
+    /// One of the streams has ended ([`Event::Closed`]).
+    pub fn one_closed(&mut self) {
+        self.open -= 1;
     }
 
     /// Both pumps are gone (their channel is disconnected).
