@@ -56,12 +56,7 @@ pub fn install(dir: &Path) -> io::Result<PathBuf> {
         return Ok(path);
     }
     std::fs::create_dir_all(dir)?;
-    let temporary = dir.join(format!(
-        "{}{FILE_PREFIX}.so",
-        headroom_paths::temp::prefix(TEMP_KIND)
-    ));
-    std::fs::write(&temporary, LIBRARY)?;
-    std::fs::rename(&temporary, &path)?;
+    headroom_paths::atomic::write(&path, LIBRARY, TEMP_KIND)?;
     Ok(path)
 }
 

@@ -24,6 +24,9 @@ const DEFAULT_DIR: &str = "/dev/shm/headroom-ledger";
 pub const LEDGER_DIR_ENV: &str = "HEADROOM_LEDGER_DIR";
 /// An entry not rewritten for this long belongs to a governor that is gone or hung.
 const FRESH: Duration = Duration::from_secs(2);
+/// The kind of the temporary names entries are written under (`crate::temp`), which no
+/// domain's entries start with.
+const TEMP_KIND: &str = "ledger-";
 
 /// What other users' governors in the domain hold and use now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,13 +78,10 @@ impl ReservationLedger {
     }
 
     /// Writes what this governor holds and uses now (a new file renamed over the old, so no
-    /// reader sees half of it).
+    /// reader sees half of it). A write that fails leaves the last entry, which goes stale.
     pub fn publish(&self, held: u64, used: u64) {
-        let temporary = self.own.with_extension("new");
         let line = format!("{held} {used} {}\n", unix_ms());
-        if fs::write(&temporary, line).is_ok() && fs::rename(&temporary, &self.own).is_err() {
-            let _ = fs::remove_file(&temporary);
-        }
+        let _ = headroom_paths::atomic::write(&self.own, line.as_bytes(), TEMP_KIND);
     }
 
     /// What the other users' governors in the domain hold and use now.

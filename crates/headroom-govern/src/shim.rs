@@ -12,15 +12,14 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::process::{ChildStderr, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
-use headroom_probe::rusage::{children_cpu_ms, children_max_rss};
+use headroom_process::{foreground, shell_code, Group, Usage};
 use headroom_sched::SessionId;
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::process::{getpriority_process, kill_process_group, setpriority_process, Pid, Signal};
+use rustix::process::{getpriority_process, setpriority_process};
 
 use crate::ladder::Rung;
 use crate::liveness;
@@ -38,21 +37,6 @@ pub const SESSION_ENV: &str = "HEADROOM_SESSION";
 pub const JOB_ENV: &str = "HEADROOM_JOB";
 /// How much of the end of a failed job's stderr is sent to the governor.
 const STDERR_TAIL: usize = 8 << 10;
-
-/// Process group of the attempt now running, for the signal handler; 0 when none, `STARTING`
-/// while the compiler is being started.
-static RUNNING_GROUP: AtomicI32 = AtomicI32::new(0);
-/// `RUNNING_GROUP` between starting a compiler and knowing its group: a signal that comes
-/// then waits in `PENDING_SIGNAL` and is passed on once the group is known, so the shim never
-/// exits and leaves a compiler it has just started running on.
-const STARTING: i32 = -1;
-static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
-/// Whether a signal that ends the job (Ctrl-C, SIGTERM…) was passed on to the compiler: its
-/// attempt then ends the job, whatever the governor says.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-/// Whether the shim passed a terminal's stop (Ctrl-Z) on to the running compiler, which the
-/// next SIGCONT then resumes. A compiler the governor stopped for memory stays stopped.
-static STOPPED_BY_TERMINAL: AtomicBool = AtomicBool::new(false);
 
 /// Whether the program was called as the shim: as the launcher, or by a compiler's name (a
 /// link in the shim directory recorded by a tree configured with an earlier version).
@@ -136,19 +120,15 @@ fn run_ungoverned(command: Command, compiler: &Path, ledger: &liveness::Ledger) 
 /// the build's processes, takes a shim's group-leader child for an attempt it is about to
 /// hear of, so a probe is neither a job nor a compiler that ran outside admission.
 fn run_probe(mut command: Command) -> ! {
-    let status = command.process_group(0).status().unwrap_or_else(|err| {
-        let program = command.get_program().to_string_lossy().into_owned();
-        fail(127, &format!("cannot run `{program}`: {err}"))
-    });
-    std::process::exit(exit_code(status))
-}
-
-/// The exit code the build system sees for a compiler that ended so: its own, or
-/// 128 + the signal that killed it, as shells report it.
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    let status = headroom_process::spawn(&mut command, Group::Own)
+        .and_then(|mut child| {
+            child.wait().map_err(|source| headroom_process::SpawnError {
+                program: command.get_program().to_string_lossy().into_owned(),
+                source,
+            })
+        })
+        .unwrap_or_else(|err| fail(127, &err.to_string()));
+    std::process::exit(shell_code(status))
 }
 
 fn fail(code: i32, message: &str) -> ! {
@@ -203,7 +183,9 @@ fn governed(
     session: SessionId,
     ledger: &liveness::Ledger,
 ) -> ! {
-    install_signal_forwarding();
+    // Without the handlers a signal ends the shim and leaves the compiler running: still a
+    // build that goes on, so not a reason to refuse it.
+    let _ = foreground::install();
     let request = Request::Job {
         session,
         compiler: compiler.to_string_lossy().into_owned(),
@@ -218,7 +200,6 @@ fn governed(
     if write_frame(&stream, &request).is_err() {
         become_compiler(command)
     }
-    let mut cpu_before = children_cpu_ms();
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
     loop {
@@ -243,20 +224,19 @@ fn governed(
             cpu_group,
         };
         let outcome = run_attempt(&mut attempt, &priority, &stream, fallback_markers);
-        let Ok((status, stderr)) = outcome else {
+        let Ok((status, usage, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
         };
-        let cpu_now = children_cpu_ms();
         let attempt = Attempt {
             exit_code: status.code(),
             signal: status.signal(),
-            max_rss: children_max_rss(),
-            cpu_ms: cpu_now - cpu_before,
+            max_rss: usage.max_rss,
+            cpu_ms: usage.cpu_ms,
             stderr_tail: tail(&stderr),
         };
-        cpu_before = cpu_now;
-        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+        // An attempt the user's signal ended ends the job, whatever the governor says.
+        let interrupted = foreground::interrupted();
         let sent = write_frame(&stream, &Request::Finished(attempt));
         // An attempt that exited 0 is done whatever the governor says: the build need not
         // wait for its answer. A silent governor's answer is not waited for either.
@@ -268,7 +248,7 @@ fn governed(
             continue;
         }
         let _ = std::io::stderr().write_all(&stderr);
-        std::process::exit(exit_code(status))
+        std::process::exit(shell_code(status))
     }
 }
 
@@ -307,7 +287,7 @@ fn collect_stderr(
             }
             if (readable && !alive) || heard.elapsed() > silence {
                 governor_watched = false;
-                signal_running_group(Signal::CONT);
+                foreground::signal(libc::SIGCONT);
             }
         }
         if ready[0].revents().is_empty() {
@@ -323,7 +303,7 @@ fn collect_stderr(
                     contains(&stderr[from..], marker.as_bytes())
                 });
                 if falls_back {
-                    signal_running_group(Signal::KILL);
+                    foreground::signal(libc::SIGKILL);
                 }
             }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
@@ -402,27 +382,19 @@ impl Priority {
 }
 
 /// Runs one attempt in its own process group, so the governor can stop, resume or kill it
-/// whole, at `priority`; returns its status and everything it wrote to stderr.
+/// whole, at `priority`; returns its status, the kernel's account of it alone, and everything
+/// it wrote to stderr.
 fn run_attempt(
     command: &mut Command,
     priority: &Priority,
     stream: &UnixStream,
     fallback_markers: &[String],
-) -> std::io::Result<(std::process::ExitStatus, Vec<u8>)> {
-    command.process_group(0).stderr(Stdio::piped());
+) -> std::io::Result<(ExitStatus, Usage, Vec<u8>)> {
+    command.stderr(Stdio::piped());
     priority.take_on();
-    RUNNING_GROUP.store(STARTING, Ordering::SeqCst);
-    let spawned = command.spawn();
-    let pid = spawned.as_ref().map_or(0, |child| child.id() as i32);
-    RUNNING_GROUP.store(pid, Ordering::SeqCst);
-    match PENDING_SIGNAL.swap(0, Ordering::SeqCst) {
-        0 => {}
-        signal if pid > 0 => forward(pid, signal),
-        signal => std::process::exit(128 + signal),
-    }
-    let mut child = spawned?;
+    let mut child = foreground::spawn(command).map_err(|err| err.source)?;
     let pid = if governor_sees_my_pids(stream) {
-        pid
+        child.id() as i32
     } else {
         0
     };
@@ -432,9 +404,10 @@ fn run_attempt(
         .take()
         .map(|pipe| collect_stderr(pipe, stream, fallback_markers))
         .unwrap_or_default();
-    let status = child.wait()?;
-    RUNNING_GROUP.store(0, Ordering::SeqCst);
-    Ok((status, stderr))
+    let ended = headroom_process::wait_with_usage(child);
+    foreground::ended();
+    let (status, usage) = ended?;
+    Ok((status, usage, stderr))
 }
 
 /// Whether the governor sees this process's pids as this process does. Not where the shim
@@ -464,76 +437,6 @@ fn governor_sees_my_pids(stream: &UnixStream) -> bool {
     };
     // Unknown (not a Unix socket, or an old kernel): as before, the pid as it is.
     read != 0 || peer.pid != 0
-}
-
-fn signal_running_group(signal: Signal) {
-    let group = RUNNING_GROUP.load(Ordering::SeqCst);
-    if let Some(pgid) = Pid::from_raw(group).filter(|_| group > 0) {
-        let _ = kill_process_group(pgid, signal);
-    }
-}
-
-/// What a terminal sends reaches the shim (it is in the build's process group) but not the
-/// compiler (in its own group): pass it on. Ctrl-C, Ctrl-\, SIGTERM and SIGHUP end the
-/// compiler (woken first in case it is stopped), and a shim with no compiler running exits at
-/// once, as it would have without a handler. Ctrl-Z (and a background read or write) stops the
-/// compiler, then the shim; SIGCONT (`fg`, `bg`) resumes the compiler the shim stopped so.
-/// SIGWINCH is passed on as it is.
-fn install_signal_forwarding() {
-    for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
-        let handle = move || {
-            let group = RUNNING_GROUP.load(Ordering::SeqCst);
-            if group > 0 {
-                STOPPED_BY_TERMINAL.store(true, Ordering::SeqCst);
-                // SAFETY: kill(2) on the group of a compiler this shim started.
-                unsafe { libc::kill(-group, signal) };
-            }
-            // SAFETY: kill(2) on this process: stop as the signal's default action would.
-            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-        };
-        // SAFETY: the handler only uses atomics and kill(2), which is async-signal-safe.
-        let _ = unsafe { signal_hook::low_level::register(signal, handle) };
-    }
-    let resume = || {
-        if STOPPED_BY_TERMINAL.swap(false, Ordering::SeqCst) {
-            signal_running_group(Signal::CONT);
-        }
-    };
-    // SAFETY: the handlers only use atomics and kill(2), which is async-signal-safe.
-    unsafe {
-        let _ = signal_hook::low_level::register(libc::SIGCONT, resume);
-        let _ = signal_hook::low_level::register(libc::SIGWINCH, || {
-            signal_running_group(Signal::WINCH)
-        });
-    }
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-        let handle = move || match RUNNING_GROUP.load(Ordering::SeqCst) {
-            STARTING => {
-                PENDING_SIGNAL.store(signal, Ordering::SeqCst);
-                // The start may have finished in between; then nobody else would pass it on.
-                let group = RUNNING_GROUP.load(Ordering::SeqCst);
-                if group > 0 {
-                    forward(group, signal);
-                }
-            }
-            group if group > 0 => forward(group, signal),
-            // SAFETY: _exit is async-signal-safe.
-            _ => unsafe { libc::_exit(128 + signal) },
-        };
-        // SAFETY: the handler only uses atomics and async-signal-safe calls (kill, _exit).
-        let _ = unsafe { signal_hook::low_level::register(signal, handle) };
-    }
-}
-
-/// Passes `signal` on to process group `group`, waking it first in case it is stopped; the
-/// attempt it ends is then the build's, never retried.
-fn forward(group: i32, signal: i32) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-    // SAFETY: kill(2) on the group of a compiler this shim started.
-    unsafe {
-        libc::kill(-group, libc::SIGCONT);
-        libc::kill(-group, signal);
-    }
 }
 
 fn tail(bytes: &[u8]) -> String {

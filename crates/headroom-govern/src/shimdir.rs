@@ -55,13 +55,7 @@ pub fn install(dir: &Path, exe: &Path) -> io::Result<()> {
     if std::fs::read_link(&link).is_ok_and(|target| target == exe) {
         return Ok(());
     }
-    let temporary = dir.join(format!(
-        "{}{LAUNCHER_NAME}",
-        headroom_paths::temp::prefix(TEMP_KIND)
-    ));
-    let _ = std::fs::remove_file(&temporary);
-    std::os::unix::fs::symlink(exe, &temporary)?;
-    std::fs::rename(&temporary, &link)
+    headroom_paths::atomic::replace_symlink(exe, &link, TEMP_KIND)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -102,32 +102,17 @@ pub(crate) fn temp_file_in(dir: &Path) -> io::Result<tempfile::NamedTempFile> {
     builder.tempfile_in(dir)
 }
 
-/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename.
+/// Writes `bytes` to `path` whole (`headroom_paths::atomic`), making its directory first.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let mut temp = temp_file_in(dir)?;
-    temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
-    temp.persist(path).map_err(|err| err.error)?;
-    Ok(())
+    fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    headroom_paths::atomic::write(path, bytes, TEMP_KIND)
 }
 
-/// Points `link` at `target` atomically (a symlink made under a temp name, then renamed).
+/// Points `link` at `target` in one rename (`headroom_paths::atomic`), making its directory
+/// first.
 fn link_atomic(target: &Path, link: &Path) -> io::Result<()> {
-    let dir = link.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let prefix = headroom_paths::temp::prefix(TEMP_KIND);
-    #[cfg(unix)]
-    let temp = tempfile::Builder::new()
-        .prefix(&prefix)
-        .make_in(dir, |path| std::os::unix::fs::symlink(target, path))?;
-    #[cfg(not(unix))]
-    let temp = tempfile::Builder::new()
-        .prefix(&prefix)
-        .make_in(dir, |path| fs::copy(dir.join(target), path).map(drop))?;
-    temp.persist(link).map_err(|err| err.error)?;
-    Ok(())
+    fs::create_dir_all(link.parent().unwrap_or(Path::new(".")))?;
+    headroom_paths::atomic::replace_symlink(target, link, TEMP_KIND)
 }
 
 /// The blake3 hash of some bytes, as lowercase hex.
@@ -490,14 +475,8 @@ impl Cache {
     fn claim_key(&self, key: &str, record: &KeyRecord) -> Result<KeyRecord, CacheError> {
         let path = self.root.join(key_path(key));
         let bytes = serde_json::to_vec_pretty(record).expect("cache records always serialize");
-        let written = (|| {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            fs::create_dir_all(dir)?;
-            let mut temp = temp_file_in(dir)?;
-            temp.write_all(&bytes)?;
-            temp.as_file().sync_all()?;
-            temp.persist_noclobber(&path).map_err(|err| err.error)
-        })();
+        let written = fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+            .and_then(|()| headroom_paths::atomic::write_new(&path, &bytes, TEMP_KIND));
         match written {
             Ok(_) => Ok(record.clone()),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => match self.lookup_key(key)? {

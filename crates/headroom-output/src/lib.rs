@@ -13,10 +13,12 @@
 mod say;
 
 use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+
+/// The kind of the temporary names output files are written under (`headroom_paths::temp`).
+const TEMP_KIND: &str = ".tmp";
 
 pub use say::say;
 
@@ -76,15 +78,8 @@ pub fn write(flag: &str, path: &Path, contents: &[u8]) -> Result<()> {
         return print(contents)
             .with_context(|| format!("cannot write the {flag} output to stdout"));
     }
-    let cannot = || format!("cannot write the {flag} file {}", path.display());
-    let mut file = tempfile::Builder::new()
-        .prefix(".tmp")
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir_of(path))
-        .with_context(cannot)?;
-    file.write_all(contents).with_context(cannot)?;
-    file.persist(path).with_context(cannot)?;
-    Ok(())
+    headroom_paths::atomic::write(path, contents, TEMP_KIND)
+        .with_context(|| format!("cannot write the {flag} file {}", path.display()))
 }
 
 /// Writes `contents` to stdout and flushes it. A reader that has gone (`| head`) chose to

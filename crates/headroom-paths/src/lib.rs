@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub mod atomic;
 pub mod temp;
 
 /// The history, the shim directory and the interceptor: `$HEADROOM_STATE_DIR`, else

@@ -18,12 +18,12 @@ use headroom_config::BuildOverrides;
 use headroom_diagnose::{classify, scan_bytes, Diagnosis};
 use headroom_govern::session::Ending;
 use headroom_govern::start::{start_session, Governed, StartError};
+use headroom_process::{shell_code_of, Interrupts, SpawnError};
 use regex::Regex;
 
 use report::{Peaks, Report, RungReport, StagedDiagnosis};
 use stages::StageDetector;
-pub use supervise::become_subreaper;
-use supervise::{Launch, Signals};
+use supervise::Launch;
 
 use headroom_output as output;
 
@@ -153,8 +153,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
         rungs.push(parse_fallback(fallback, &args.command)?);
     }
     let detector = StageDetector::new(args.stage_regex.clone());
-    let signals = Signals::install()?;
-    supervise::become_subreaper();
+    let interrupts = Interrupts::install(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .context("cannot install the Ctrl-C handler that forwards signals to CMD")?;
+    headroom_process::become_subreaper();
     let mut devices = devices::Devices::open();
     let mut report = Report {
         command: lossy(&args.command),
@@ -185,7 +186,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             rung: index,
             governor: governed.as_ref().map(|governed| &governed.session),
         };
-        let outcome = supervise::run(&launch, &signals, &mut devices)?;
+        let outcome = supervise::run(&launch, &interrupts, &mut devices)?;
         let ending = governed.map(|governed| end_session(governed, &outcome));
         let mut outcome = match outcome {
             Ok(outcome) => outcome,
@@ -333,10 +334,7 @@ fn size_pools(budget: u64, rung: &Rung) -> pools::PoolSizes {
 }
 
 /// Ends the rung's governed session and takes its report.
-fn end_session(
-    governed: Governed,
-    outcome: &Result<supervise::Outcome, supervise::SpawnError>,
-) -> Ending {
+fn end_session(governed: Governed, outcome: &Result<supervise::Outcome, SpawnError>) -> Ending {
     let exit_code = outcome
         .as_ref()
         .ok()
@@ -363,11 +361,7 @@ fn diagnose(outcome: &supervise::Outcome) -> Option<Diagnosis> {
 
 /// CMD's own exit status, passed through; death by a signal reads as `128 + signal`, as in shells.
 fn exit_status(exit: &headroom_diagnose::ExitInfo) -> u8 {
-    match (exit.code, exit.signal) {
-        (_, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
-        (Some(code), None) => (code & 0xff) as u8,
-        (None, None) => 2,
-    }
+    shell_code_of(exit.code, exit.signal).map_or(2, |code| code.clamp(0, 255) as u8)
 }
 
 fn write_outputs(args: &RunArgs, report: &Report) -> anyhow::Result<()> {

@@ -5,16 +5,13 @@
 //! own exit code.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use headroom_govern::session::{make_takes_jobs, Ending, Session, TORCH_WRAPPER_ENV};
-use headroom_probe::procs;
+use headroom_process::{shell_code, Interrupts};
 use headroom_report::{chrome_trace, summary, BuildReport};
 
 use headroom_config::{session_settings, BuildOverrides};
@@ -154,14 +151,12 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     // The rest of `governed` (its state directory) lives to the end of the build.
     let session = governed.session;
 
-    // The signal that interrupted the build (Ctrl-C, Ctrl-\, SIGTERM, SIGHUP), 0 while none.
-    let interrupted = Arc::new(AtomicUsize::new(0));
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-        signal_hook::flag::register_usize(signal, Arc::clone(&interrupted), signal as usize)?;
-    }
+    // The signal that interrupts the build (Ctrl-C, Ctrl-\, SIGTERM, SIGHUP).
+    let interrupted =
+        Interrupts::install(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT])?;
     // Orphans of the build (a double-forked compiler) stay below headroom, where the governor
     // follows the build's processes.
-    headroom_run::become_subreaper();
+    headroom_process::become_subreaper();
     let start = Instant::now();
     let mut build = Command::new(&args.command[0]);
     let governed = session.govern(&mut build);
@@ -188,10 +183,10 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     };
     let status = wait_for_build(&mut build, &session, &interrupted, live.as_mut())?;
     drop(live);
-    let interrupted_by = interrupted.load(Ordering::Relaxed) as i32;
-    let exit_code = exit_code_of(status);
+    let interrupted_by = interrupted.last();
+    let exit_code = shell_code(status);
 
-    match session.finish(Some(exit_code), interrupted_by != 0) {
+    match session.finish(Some(exit_code), interrupted_by.is_some()) {
         Ending::Reported(built) => {
             report(&built, args.report.as_deref(), args.trace.as_deref())?;
             if let Some(bazel) = &bazel {
@@ -209,10 +204,9 @@ pub fn main(args: BuildArgs) -> Result<u8> {
             start.elapsed().as_secs_f64()
         ),
     }
-    Ok(if interrupted_by != 0 {
-        128 + interrupted_by as u8
-    } else {
-        exit_code as u8
+    Ok(match interrupted_by {
+        Some(signal) => 128 + signal as u8,
+        None => exit_code as u8,
     })
 }
 
@@ -220,7 +214,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
 /// code.
 fn run_ungoverned(command: &[OsString]) -> Result<u8> {
     match Command::new(&command[0]).args(&command[1..]).status() {
-        Ok(status) => Ok(exit_code_of(status) as u8),
+        Ok(status) => Ok(shell_code(status) as u8),
         Err(err) => cannot_start(&command[0], err),
     }
 }
@@ -249,7 +243,7 @@ fn sets(command: &Command, name: &str) -> bool {
 fn wait_for_build(
     build: &mut Child,
     session: &Session,
-    interrupted: &AtomicUsize,
+    interrupted: &Interrupts,
     mut live: Option<&mut LiveStatus>,
 ) -> Result<ExitStatus> {
     let mut interrupted_at: Option<Instant> = None;
@@ -257,16 +251,18 @@ fn wait_for_build(
         if let Some(status) = build.try_wait()? {
             return Ok(status);
         }
-        reap_orphans(&[build.id(), session.governor_pid()]);
+        headroom_process::reap_orphans(&[build.id(), session.governor_pid()]);
         if let Some(live) = live.as_mut() {
             live.refresh(session);
         }
-        let signal = interrupted.load(Ordering::Relaxed) as i32;
-        if signal != 0 {
+        if let Some(signal) = interrupted.last() {
             match interrupted_at {
                 None => {
                     interrupted_at = Some(Instant::now());
-                    interrupt_tree(build.id() as i32, signal);
+                    // As a terminal's Ctrl-C reaches every process of a build: `make` alone
+                    // would wait for its running children, and shims still waiting for the
+                    // governor would be admitted one after another.
+                    headroom_process::signal_tree(build.id() as i32, signal);
                 }
                 Some(at) if at.elapsed() > INTERRUPT_GRACE => {
                     let _ = build.kill();
@@ -276,43 +272,6 @@ fn wait_for_build(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Reaps this process's children other than `own` (the build and the governor, which are
-/// waited for by their owners) that have exited: orphans of the build, reparented here (a
-/// compiler killed with its job after its driver), would otherwise stay zombies to the end.
-fn reap_orphans(own: &[u32]) {
-    let Some(children) = procs::children_of(std::process::id() as i32) else {
-        return;
-    };
-    for child in children
-        .into_iter()
-        .filter(|&pid| !own.contains(&(pid as u32)))
-    {
-        // SAFETY: waitpid on one of our own children, without blocking.
-        unsafe { libc::waitpid(child, std::ptr::null_mut(), libc::WNOHANG) };
-    }
-}
-
-/// Sends `signal` to `root` and every process below it, as a terminal's Ctrl-C reaches every
-/// process of a build: `make` alone would wait for its running children, and shims still
-/// waiting for the governor would be admitted one after another.
-fn interrupt_tree(root: i32, signal: i32) {
-    let pids: Vec<i32> = match procs::snapshot() {
-        Ok(all) => procs::tree(&all, root).iter().map(|p| p.pid).collect(),
-        Err(_) => vec![root],
-    };
-    for pid in pids {
-        // SAFETY: kill(2) on the build's own processes.
-        unsafe { libc::kill(pid, signal) };
-    }
-}
-
-/// The build's exit code, or 128 + signal as shells report it.
-fn exit_code_of(status: ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// Prints the summary of the build the governor kept in memory, and writes the JSON report

@@ -195,13 +195,7 @@ impl SocketLink {
         let dir = Self::dir();
         std::fs::create_dir_all(&dir).ok()?;
         let path = dir.join(format!("{hash:016x}.sock"));
-        let temporary = dir.join(format!("{hash:016x}.{}.tmp", std::process::id()));
-        let _ = std::fs::remove_file(&temporary);
-        std::os::unix::fs::symlink(socket, &temporary).ok()?;
-        if std::fs::rename(&temporary, &path).is_err() {
-            let _ = std::fs::remove_file(&temporary);
-            return None;
-        }
+        headroom_paths::atomic::replace_symlink(Path::new(socket), &path, ".tmp").ok()?;
         Some(SocketLink {
             path,
             socket: socket.into(),
