@@ -1,6 +1,18 @@
 # Shell helpers shared by the scripts that build and install wheels (.ci/wheel.sh,
-# .ci/python.sh). Source it after defining `say MESSAGE` and `fail MESSAGE` and setting
-# `python` (the interpreter that makes virtual environments).
+# .ci/python.sh): their messages, prefixed with the script's name, and the interpreter that
+# makes virtual environments ($PYTHON, else python3). Source it first; it expects `start`
+# (the script's start, in $SECONDS) for `elapsed`.
+
+script=$(basename "$0")
+say() { echo "$script: $*"; }
+fail() {
+  echo "$script: FAILED: $*" >&2
+  exit 1
+}
+elapsed() { echo "$((SECONDS - ${1:-$start})) s"; }
+
+python="${PYTHON:-python3}"
+command -v "$python" >/dev/null 2>&1 || fail "no $python on PATH (apt-get install python3 python3-venv)"
 
 MATURIN_VERSION=1.16.0
 

@@ -15,17 +15,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 start=$SECONDS
 
-say() { echo "python.sh: $*"; }
-fail() {
-  echo "python.sh: FAILED: $*" >&2
-  exit 1
-}
-elapsed() { echo "$((SECONDS - ${1:-$start})) s"; }
-
-python="${PYTHON:-python3}"
-command -v "$python" >/dev/null 2>&1 || fail "no $python on PATH (apt-get install python3 python3-venv)"
-command -v cargo >/dev/null 2>&1 || fail "no cargo on PATH: building the extension needs Rust (rustup)"
+# say, fail, elapsed, $python, new_venv and maturin_path, shared with .ci/wheel.sh.
 . .ci/python-tools.sh
+command -v cargo >/dev/null 2>&1 || fail "no cargo on PATH: building the extension needs Rust (rustup)"
 maturin=$(maturin_path)
 package=crates/headroom-mem-py
 

@@ -21,22 +21,12 @@ start=$SECONDS
 example_vars=(HEAVY=2 LIGHT=4 HEAVY_MIB=512 LIGHT_MIB=150)
 units=6
 
-say() { echo "wheel.sh: $*"; }
-fail() {
-  echo "wheel.sh: FAILED: $*" >&2
-  exit 1
-}
-elapsed() { echo "$((SECONDS - ${1:-$start})) s"; }
-
-python="${PYTHON:-python3}"
-command -v "$python" >/dev/null 2>&1 || fail "no $python on PATH (apt-get install python3 python3-venv)"
+# say, fail, elapsed, $python, new_venv and maturin_path, shared with .ci/python.sh.
+. .ci/python-tools.sh
 command -v cargo >/dev/null 2>&1 || fail "no cargo on PATH: building the wheel needs Rust (rustup)"
 for tool in g++ make objdump; do
   command -v "$tool" >/dev/null 2>&1 || fail "no $tool on PATH (apt-get install g++ make binutils)"
 done
-
-# new_venv and maturin_path, shared with .ci/python.sh.
-. .ci/python-tools.sh
 
 # 1. maturin, reused while its version is the one in .ci/python-tools.sh.
 maturin=$(maturin_path)
