@@ -225,8 +225,12 @@ fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_fi
     ];
     let first = build(dir.path(), &args).output().unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
-    // Now the first job grows to 400 MiB over 2 s: beside the real compile, past the budget.
-    std::fs::write(dir.path().join("grow"), "400 2000").unwrap();
+    // Now the stand-in grows to 400 MiB in half a second: faster than the real compile, so
+    // when the two reach the budget's suspend line the stand-in holds most of it, and the
+    // real compile's own growth then passes the budget and a job must be killed. (Over 2 s it
+    // reached the line only once the real compile had peaked: it was suspended, resumed when
+    // that compile ended, and nothing had to be killed.)
+    std::fs::write(dir.path().join("grow"), "400 500").unwrap();
     for object in ["grow.o", "real.o"] {
         std::fs::remove_file(dir.path().join(object)).unwrap();
     }
