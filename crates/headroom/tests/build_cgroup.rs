@@ -9,12 +9,11 @@ mod reliability;
 mod support;
 
 use fakecc::command_in;
-use reliability::limited_cgroup;
 
 use std::process::Command;
 
 use headroom_store::BuildReport;
-use support::HEADROOM;
+use support::{limited_cgroup, HEADROOM};
 
 const LIMIT: u64 = 600 << 20;
 

@@ -14,10 +14,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use farm_support::{limited_cgroup, MIB};
+use farm_support::MIB;
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
-use support::{stderr, ClosedPort, Listening, HEADROOM};
+use support::{limited_cgroup, stderr, ClosedPort, Listening, HEADROOM};
 
 /// One farm node: a `distccd` in its own memory-limited cgroup, its log in `_dir`.
 struct Node {

@@ -16,10 +16,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use farm_support::{free_port, limited_cgroup, wait_listening, MIB};
+use farm_support::{free_port, wait_listening, MIB};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
-use support::{stderr, HEADROOM};
+use support::{limited_cgroup, stderr, HEADROOM};
 
 const TOKEN: &str = "headroom-test";
 

@@ -13,8 +13,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 use headroom_govern::protocol::GovernorStatus;
 use headroom_store::BuildReport;
-use reliability::{isolate, limited_cgroup, output_within_patience, wait_until};
-use support::HEADROOM;
+use reliability::{isolate, output_within_patience, wait_until};
+use support::{limited_cgroup, HEADROOM};
 
 /// Two projects of `jobs` stand-in compiles with `recipe` each, and the home they share:
 /// one state directory (so one history), one runtime directory, one temporary directory.

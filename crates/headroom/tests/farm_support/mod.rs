@@ -32,22 +32,6 @@ pub fn wait_listening(port: u16, what: &str) {
     }
 }
 
-/// A cgroup of this test's whose processes may use `limit` bytes; `None` (the test skips,
-/// saying why) where memory cgroups cannot be made.
-pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
-    let name = format!("headroom-farm-{name}-{}", std::process::id());
-    match Cgroup::create_under_self(&name, Some(limit)) {
-        Ok(cgroup) => Some(cgroup),
-        Err(err) => {
-            headroom_testkit::skip(
-                "cgroup",
-                format!("cannot make a memory-limited cgroup here: {err}"),
-            );
-            None
-        }
-    }
-}
-
 /// Kills every process in `cgroup` at once, as a crash would.
 pub fn kill_all(cgroup: &Cgroup) {
     for pid in cgroup.pids().unwrap_or_default() {

@@ -9,7 +9,6 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use headroom_kernels::cache::{BlobCheck, Cache};
-use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{self, ProcStat};
 
 /// A CUDA and a HIP kernel that clang builds without a vendor SDK.
@@ -350,20 +349,4 @@ fn read_dir(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .map(|read| read.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default()
-}
-
-/// A fresh memory cgroup named after `name` and this test process, capped at `limit`, or
-/// `None` (saying why the test skips) where none can be made.
-pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
-    let name = format!("headroom-test-{name}-{}", std::process::id());
-    match Cgroup::create_under_self(&name, Some(limit)) {
-        Ok(cgroup) => Some(cgroup),
-        Err(err) => {
-            headroom_testkit::skip(
-                "cgroup",
-                format!("cannot make a memory-limited cgroup here: {err}"),
-            );
-            None
-        }
-    }
 }

@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+use headroom_probe::cgroup::Cgroup;
+
 /// The `headroom` binary cargo built for these tests.
 pub const HEADROOM: &str = env!("CARGO_BIN_EXE_headroom");
 
@@ -234,4 +236,20 @@ fn spawn_logging(what: &str, command: &mut Command, log: &Path) -> Child {
 
 fn read(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// A fresh memory cgroup named after `name` and this test process, capped at `limit`, or
+/// `None` (saying why the test skips) where none can be made.
+pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
+    let name = format!("headroom-test-{name}-{}", std::process::id());
+    match Cgroup::create_under_self(&name, Some(limit)) {
+        Ok(cgroup) => Some(cgroup),
+        Err(err) => {
+            headroom_testkit::skip(
+                "cgroup",
+                format!("cannot make a memory-limited cgroup here: {err}"),
+            );
+            None
+        }
+    }
 }
