@@ -187,10 +187,17 @@ impl CudaDevice {
         Ok(handle)
     }
 
-    /// Unmaps `base..base+size` and releases the physical memory behind it.
+    /// Unmaps `base..base+size` and releases the physical memory behind it, once the work
+    /// queued on the device has finished.
+    ///
+    /// Unlike `cuMemFree`, unmapping does not wait for kernels that still use the range, and
+    /// callers free while such kernels are queued: PyTorch hands a segment back when the
+    /// host drops it, not when the stream is done with it. So the context is synchronised
+    /// first, which is what `cuMemFree` does implicitly.
     ///
     /// # Safety
-    /// `handle` must be mapped at exactly that range, and nothing may use the range now.
+    /// `handle` must be mapped at exactly that range, and no work queued after this call may
+    /// use the range.
     unsafe fn unmap_physical(
         &self,
         base: u64,
@@ -199,6 +206,7 @@ impl CudaDevice {
     ) {
         // SAFETY: forwarded from the caller; a failure can only leak.
         unsafe {
+            let _ = sys::cuCtxSynchronize();
             let _ = sys::cuMemUnmap(base, size as usize);
             let _ = sys::cuMemRelease(handle);
         }
