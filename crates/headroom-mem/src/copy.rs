@@ -57,14 +57,28 @@ fn host_bytes_mut<T: Element>(data: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr().cast(), std::mem::size_of_val(data)) }
 }
 
-fn check_host<T: Element>(region: &Region<'_>, host_len: usize) -> Result<(), CopyError> {
+/// Which way a host copy goes: which side is the destination in a length error.
+#[derive(Clone, Copy)]
+enum Direction {
+    ToDevice,
+    ToHost,
+}
+
+fn check_host<T: Element>(
+    region: &Region<'_>,
+    host_len: usize,
+    direction: Direction,
+) -> Result<(), CopyError> {
     if region.dtype != T::DTYPE {
         return Err(CopyError::DTypeMismatch {
             host: T::DTYPE,
             buffer: region.dtype,
         });
     }
-    check_lengths(region.bytes, host_len as u64)
+    match direction {
+        Direction::ToDevice => check_lengths(region.bytes, host_len as u64),
+        Direction::ToHost => check_lengths(host_len as u64, region.bytes),
+    }
 }
 
 /// The raw copy between two checked regions. Across backends, a side the CPU addresses
@@ -122,7 +136,7 @@ pub fn copy_from_host<T: Element>(
     src: &[T],
 ) -> Result<(), CopyError> {
     let region = dst.region();
-    check_host::<T>(&region, std::mem::size_of_val(src))?;
+    check_host::<T>(&region, std::mem::size_of_val(src), Direction::ToDevice)?;
     // SAFETY: the mutable borrow keeps the range live and exclusive.
     unsafe {
         region
@@ -135,7 +149,7 @@ pub fn copy_from_host<T: Element>(
 /// Copies a buffer into host elements of the matching dtype and byte size.
 pub fn copy_to_host<T: Element>(src: &impl DeviceMemory, dst: &mut [T]) -> Result<(), CopyError> {
     let region = src.region();
-    check_host::<T>(&region, std::mem::size_of_val(dst))?;
+    check_host::<T>(&region, std::mem::size_of_val(dst), Direction::ToHost)?;
     // SAFETY: the borrow keeps the range live; nothing can write it through a shared borrow.
     unsafe {
         region
@@ -298,7 +312,7 @@ impl<'scope> StreamScope<'scope, '_> {
         src: &'scope [T],
     ) -> Result<Event, CopyError> {
         let region = dst.region();
-        check_host::<T>(&region, std::mem::size_of_val(src))?;
+        check_host::<T>(&region, std::mem::size_of_val(src), Direction::ToDevice)?;
         let (backend, address) = (region.backend.clone(), region.address);
         let (pointer, len) = (src.as_ptr() as usize, std::mem::size_of_val(src));
         Ok(self.stream.submit(move || {
@@ -316,7 +330,7 @@ impl<'scope> StreamScope<'scope, '_> {
         dst: &'scope mut [T],
     ) -> Result<Event, CopyError> {
         let region = src.region();
-        check_host::<T>(&region, std::mem::size_of_val(dst))?;
+        check_host::<T>(&region, std::mem::size_of_val(dst), Direction::ToHost)?;
         let (backend, address) = (region.backend.clone(), region.address);
         let (pointer, len) = (dst.as_mut_ptr() as usize, std::mem::size_of_val(dst));
         Ok(self.stream.submit(move || {
