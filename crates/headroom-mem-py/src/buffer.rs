@@ -15,13 +15,14 @@ use headroom_mem::{
     Shape,
 };
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 
 use crate::dlpack;
 use crate::dtype;
 use crate::errors::{alias_error, copy_error};
+use crate::host;
 
 /// A buffer behind a lock: Python cannot prove exclusive access at compile time, so writes
 /// take the lock that a Rust `&mut Buffer` stands for.
@@ -332,43 +333,35 @@ impl Buffer {
         self.release();
     }
 
-    /// Copies host data in: anything with the buffer protocol (bytes, bytearray, NumPy
-    /// arrays) or DLPack (torch CPU tensors, through NumPy), C-contiguous, with exactly
-    /// `nbytes` bytes and this dtype (raw bytes fit any dtype).
+    /// Copies host data in: a NumPy array, torch CPU tensor or other DLPack producer in
+    /// host memory (read in place, without the GIL), or `bytes` and other buffer-protocol
+    /// objects; C-contiguous, with exactly `nbytes` bytes and this dtype (raw bytes fit any).
     fn copy_from_host(&self, py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<()> {
         let view = self.live()?;
-        let memory = host_memoryview(py, source)?;
-        if !memory.getattr("c_contiguous")?.extract::<bool>()? {
-            return Err(PyValueError::new_err(
-                "the source is not C-contiguous; pass a contiguous copy (numpy.ascontiguousarray, tensor.contiguous())",
-            ));
-        }
-        let format: String = memory.getattr("format")?.extract()?;
-        let itemsize: usize = memory.getattr("itemsize")?.extract()?;
-        match format_dtype(&format, itemsize) {
-            Some(None) => {}
-            Some(Some(host)) if host == self.dtype => {}
-            Some(Some(host)) => {
-                return Err(copy_error(CopyError::DTypeMismatch {
-                    host,
-                    buffer: self.dtype,
-                }))
-            }
-            None => {
-                return Err(PyValueError::new_err(format!(
-                    "the source's element format {format:?} ({itemsize} bytes) has no headroom_mem dtype; pass raw bytes or a supported dtype"
-                )))
-            }
-        }
-        let bytes = memory.call_method0("tobytes")?;
-        let bytes = bytes.cast::<PyBytes>()?;
-        view.write(bytes.as_bytes()).map_err(copy_error)
+        let source = host::readable(py, source)?;
+        source.check_dtype(self.dtype)?;
+        let bytes = source.bytes();
+        py.detach(|| view.write(bytes)).map_err(copy_error)
     }
 
-    /// A host copy: a NumPy array of this shape and dtype when NumPy is installed and has
-    /// the dtype (not bfloat16), else `bytes`.
-    fn to_host<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// A host copy. With `out` (a writable, C-contiguous NumPy array or torch CPU tensor of
+    /// `nbytes` bytes and this dtype, or of bytes), written in place and returned; otherwise a
+    /// new NumPy array of this shape and dtype when NumPy is installed and has the dtype,
+    /// else `bytes`.
+    #[pyo3(signature = (out=None))]
+    fn to_host<'py>(
+        &self,
+        py: Python<'py>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let view = self.live()?;
+        if let Some(out) = out {
+            let mut target = host::writable(out)?;
+            target.check_dtype(self.dtype)?;
+            let bytes = target.bytes_mut();
+            py.detach(|| view.read(bytes)).map_err(copy_error)?;
+            return Ok(out.clone());
+        }
         let mut result = Ok(());
         let bytes = PyByteArray::new_with(py, view.nbytes() as usize, |into| {
             result = view.read(into);
@@ -401,54 +394,6 @@ impl Buffer {
     fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
         dlpack::device_of(&self.live()?)
     }
-}
-
-/// A `memoryview` of `source`: directly through the buffer protocol, or through
-/// `numpy.from_dlpack` for DLPack producers such as torch tensors.
-fn host_memoryview<'py>(
-    py: Python<'py>,
-    source: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    if source.cast::<Buffer>().is_ok() {
-        return Err(PyTypeError::new_err(
-            "the source is a headroom_mem Buffer; use headroom_mem.copy(dst, src) between buffers",
-        ));
-    }
-    let memoryview = py.import("builtins")?.getattr("memoryview")?;
-    if let Ok(memory) = memoryview.call1((source,)) {
-        return Ok(memory);
-    }
-    if source.hasattr("__dlpack__")? {
-        let numpy = py.import("numpy").map_err(|_| {
-            PyTypeError::new_err(
-                "copying from a DLPack producer needs NumPy (pip install numpy), or pass an object with the buffer protocol",
-            )
-        })?;
-        return memoryview.call1((numpy.call_method1("from_dlpack", (source,))?,));
-    }
-    Err(PyTypeError::new_err(format!(
-        "cannot copy from {}: it supports neither the buffer protocol nor DLPack",
-        source.get_type().name()?
-    )))
-}
-
-/// The dtype of a buffer-protocol element format: `Some(None)` for raw bytes (`B`), which
-/// fit any dtype; `None` when no dtype matches.
-fn format_dtype(format: &str, itemsize: usize) -> Option<Option<DType>> {
-    let code = format.trim_start_matches(['@', '=', '<', '>', '!']);
-    let dtype = match (code, itemsize) {
-        ("B", 1) => return Some(None),
-        ("?", 1) => DType::Bool,
-        ("b", 1) => DType::I8,
-        ("h", 2) => DType::I16,
-        ("i" | "l", 4) => DType::I32,
-        ("l" | "q", 8) => DType::I64,
-        ("e", 2) => DType::F16,
-        ("f", 4) => DType::F32,
-        ("d", 8) => DType::F64,
-        _ => return None,
-    };
-    Some(Some(dtype))
 }
 
 /// `headroom_mem.copy(dst, src)`: copies between two buffers of equal byte size, on the

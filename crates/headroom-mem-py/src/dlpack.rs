@@ -1,4 +1,5 @@
-//! DLPack export, so NumPy, torch and CuPy share a buffer's memory without a copy.
+//! DLPack both ways, so NumPy, torch and CuPy share a buffer's memory without a copy, and
+//! host copies read and write their arrays in place.
 //!
 //! The structs are those of `dlpack.h` v1.0 (github.com/dmlc/dlpack, include/dlpack/dlpack.h),
 //! and the capsule protocol is the Python specification's
@@ -7,7 +8,13 @@
 //! `max_version >= (1, 0)`, `"dltensor_versioned"` holding a `DLManagedTensorVersioned*`).
 //! A consumer renames the capsule to `"used_dltensor"` (`"used_dltensor_versioned"`) and
 //! calls the deleter when it lets go; a capsule never consumed calls it from its own
-//! destructor. The tensor owns a [`View`], so the memory stays allocated until then.
+//! destructor.
+//!
+//! - Export (`Buffer.__dlpack__`): the tensor owns a [`View`], so the memory stays allocated
+//!   until the deleter runs.
+//! - Lending ([`lend_host`]): a host copy takes another producer's capsule without
+//!   consuming it, reads the tensor for the length of one copy, and lets the capsule's
+//!   destructor hand the memory back.
 //!
 //! No registry crate fits: dlpark 0.10 needs Rust 1.88 (the workspace builds with 1.85) and
 //! its older releases target older PyO3.
@@ -15,19 +22,25 @@
 use std::ffi::{c_void, CStr};
 
 use headroom_mem::{Alignment, BackendKind, DType, Scope};
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::IntoPyDict;
 use pyo3::{ffi, PyErr};
 
 use crate::buffer::View;
 use crate::errors::{alloc_error, copy_error};
+use crate::host::{self, Lent};
 
-/// `DLDeviceType` values this package exports.
+/// `DLDeviceType` values this package exports (CPU, CUDA) or reads on the host (CUDA host:
+/// pinned memory).
 const KDL_CPU: i32 = 1;
 const KDL_CUDA: i32 = 2;
+const KDL_CUDA_HOST: i32 = 3;
 
 /// The DLPack version written into versioned capsules.
 const DLPACK_VERSION: DLPackVersion = DLPackVersion { major: 1, minor: 0 };
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write.
+const FLAG_READ_ONLY: u64 = 1 << 0;
 /// `DLPACK_FLAG_BITMASK_IS_COPIED`: the producer made a copy for this export.
 const FLAG_IS_COPIED: u64 = 1 << 1;
 
@@ -46,7 +59,7 @@ struct DLDevice {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct DLDataType {
     code: u8,
     bits: u8,
@@ -174,6 +187,14 @@ fn data_type(dtype: DType) -> DLDataType {
     }
 }
 
+/// The dtype whose DLPack type is `data`, if any.
+fn dtype_of(data: DLDataType) -> Option<DType> {
+    use DType::*;
+    [Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64]
+        .into_iter()
+        .find(|&dtype| data_type(dtype) == data)
+}
+
 /// `(device_type, device_id)` of the memory behind `view`, as `__dlpack_device__` returns.
 pub fn device_of(view: &View) -> PyResult<(i32, i32)> {
     match view.backend_kind() {
@@ -281,4 +302,110 @@ pub fn export<'py>(
     } else {
         capsule::<DLManagedTensor>(py, view, flags)
     }
+}
+
+/// The host memory behind `source`'s DLPack export, lent for one copy, or `None` when
+/// `source` has no `__dlpack__`. `writable` asks for memory the copy may write.
+pub fn lend_host<'py>(source: &Bound<'py, PyAny>, writable: bool) -> PyResult<Option<Lent<'py>>> {
+    let py = source.py();
+    if !source.hasattr("__dlpack__")? {
+        return Ok(None);
+    }
+    // A versioned capsule says whether the memory is read-only; producers older than
+    // DLPack 1.0 take no max_version.
+    let versioned = [("max_version", (1u32, 0u32))].into_py_dict(py)?;
+    let capsule = match source.call_method("__dlpack__", (), Some(&versioned)) {
+        Ok(capsule) => capsule,
+        Err(error) if error.is_instance_of::<PyTypeError>(py) => {
+            source.call_method0("__dlpack__")?
+        }
+        Err(error) => return Err(error),
+    };
+    let (tensor, read_only) = borrowed_tensor(&capsule)?;
+    if !matches!(tensor.device.device_type, KDL_CPU | KDL_CUDA_HOST) {
+        return Err(PyTypeError::new_err(format!(
+            "that {} is in device memory (DLPack device type {}), not host memory; bring it to the host first (tensor.cpu(), cupy.asnumpy)",
+            source.get_type().name()?,
+            tensor.device.device_type
+        )));
+    }
+    if writable && read_only {
+        return Err(PyValueError::new_err(
+            "the target is read-only; pass a writable array (numpy.empty_like, a copy)",
+        ));
+    }
+    let shape = tensor_slice(tensor, tensor.shape);
+    let element = tensor.dtype;
+    if element.lanes != 1 || element.bits % 8 != 0 {
+        return Err(PyValueError::new_err(format!(
+            "the DLPack dtype (code {}, {} bits, {} lanes) is not whole bytes per element; headroom_mem copies plain dtypes",
+            element.code, element.bits, element.lanes
+        )));
+    }
+    if !tensor.strides.is_null() {
+        let strides = tensor_slice(tensor, tensor.strides);
+        let mut expected = 1i64;
+        for (&extent, &stride) in shape.iter().zip(strides).rev() {
+            if extent != 1 && stride != expected {
+                return Err(host::not_contiguous());
+            }
+            expected *= extent;
+        }
+    }
+    let dtype = match dtype_of(element) {
+        Some(DType::U8) => None, // raw bytes fill any dtype
+        Some(dtype) => Some(dtype),
+        None => {
+            return Err(PyValueError::new_err(format!(
+                "the DLPack dtype (code {}, {} bits) has no headroom_mem dtype; pass raw bytes or a supported dtype",
+                element.code, element.bits
+            )))
+        }
+    };
+    let len = shape
+        .iter()
+        .map(|&extent| extent as usize)
+        .product::<usize>()
+        * usize::from(element.bits / 8);
+    // SAFETY: a DLPack producer's data stays valid, and writable unless flagged read-only,
+    // until its deleter runs, which happens when `capsule` (kept by the loan) is destroyed.
+    let data = unsafe { tensor.data.cast::<u8>().add(tensor.byte_offset as usize) };
+    Ok(Some(unsafe {
+        Lent::new(capsule.clone(), data, len, dtype, writable)
+    }))
+}
+
+/// The tensor inside an unconsumed capsule, and whether it is marked read-only.
+fn borrowed_tensor<'a>(capsule: &'a Bound<'_, PyAny>) -> PyResult<(&'a DLTensor, bool)> {
+    let pointer = capsule.as_ptr();
+    // SAFETY: `pointer` is a live object; a capsule valid under a name holds that name's
+    // struct (the DLPack protocol), which lives while the capsule does.
+    unsafe {
+        if ffi::PyCapsule_IsValid(pointer, DLManagedTensorVersioned::NAME.as_ptr()) == 1 {
+            let managed =
+                ffi::PyCapsule_GetPointer(pointer, DLManagedTensorVersioned::NAME.as_ptr())
+                    .cast::<DLManagedTensorVersioned>();
+            return Ok((
+                &(*managed).dl_tensor,
+                (*managed).flags & FLAG_READ_ONLY != 0,
+            ));
+        }
+        if ffi::PyCapsule_IsValid(pointer, DLManagedTensor::NAME.as_ptr()) == 1 {
+            let managed = ffi::PyCapsule_GetPointer(pointer, DLManagedTensor::NAME.as_ptr())
+                .cast::<DLManagedTensor>();
+            return Ok((&(*managed).dl_tensor, false));
+        }
+    }
+    Err(PyTypeError::new_err(
+        "__dlpack__ returned no unconsumed DLPack capsule",
+    ))
+}
+
+/// `tensor`'s shape or strides (`values`): `ndim` values that live as long as it does.
+fn tensor_slice(tensor: &DLTensor, values: *const i64) -> &[i64] {
+    if tensor.ndim <= 0 || values.is_null() {
+        return &[];
+    }
+    // SAFETY: DLPack's shape and strides hold `ndim` values while the tensor lives.
+    unsafe { std::slice::from_raw_parts(values, tensor.ndim as usize) }
 }

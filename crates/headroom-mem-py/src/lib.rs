@@ -6,7 +6,10 @@
 //! - `pool.rs`: `MemoryPool`;
 //! - `buffer.rs`: `Buffer`, the owner design that keeps a pool alive under its buffers,
 //!   `copy` and host copies;
-//! - `dlpack.rs`: `__dlpack__` and `__dlpack_device__`;
+//! - `dlpack.rs`: `__dlpack__` and `__dlpack_device__`, and lending other producers' host
+//!   memory to copies;
+//! - `host.rs`: host objects (NumPy arrays, torch CPU tensors, bytes) as copy sources and
+//!   targets;
 //! - `workspace.rs`: workspaces, their stages and trace stages;
 //! - `errors.rs`: Rust errors as Python exceptions;
 //! - `plug.rs`: the C functions PyTorch's `CUDAPluggableAllocator` calls, and their
@@ -17,6 +20,7 @@ mod device;
 mod dlpack;
 mod dtype;
 mod errors;
+mod host;
 mod plug;
 mod pool;
 mod workspace;

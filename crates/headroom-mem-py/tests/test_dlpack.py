@@ -156,3 +156,42 @@ def test_torch_tensors_and_dtypes_are_accepted(host_pool):
     assert buf.dtype == "int16"
     buf.copy_from_host(torch.arange(6, dtype=torch.int16))
     assert list(buf.to_host()) == list(range(6))
+
+
+def test_host_copies_read_and_write_arrays_in_place(pool):
+    source = np.arange(64, dtype=np.float32)
+    buf = pool.alloc_buffer(64, "float32")
+    buf.copy_from_host(np.frombuffer(source.tobytes(), np.float32))  # a read-only array
+    out = np.zeros(64, np.float32)
+    assert buf.to_host(out=out) is out
+    assert np.array_equal(out, source)
+    raw = np.zeros(256, np.uint8)
+    buf.to_host(out=raw)  # bytes fill any dtype
+    assert raw.view(np.float32)[63] == 63.0
+    buf.copy_from_host(b"\0" * 256)
+    assert not buf.to_host().any()
+
+
+def test_host_copy_targets_are_checked(host_pool):
+    buf = host_pool.alloc_buffer(8, "float32")
+    with pytest.raises(ValueError, match="read-only|readonly"):
+        buf.to_host(out=np.frombuffer(bytes(32), np.float32))
+    with pytest.raises(ValueError, match="does not match buffer dtype F32"):
+        buf.to_host(out=np.zeros(8, np.int32))
+    with pytest.raises(ValueError, match="destination has 16 bytes, source 32"):
+        buf.to_host(out=np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        buf.to_host(out=np.zeros((8, 2), np.float32)[:, 0])
+    with pytest.raises(TypeError, match="out= takes a writable NumPy array"):
+        buf.to_host(out=bytearray(32))
+
+
+def test_torch_cpu_tensors_are_copied_in_place(host_pool):
+    torch = torch_or_skip()
+    buf = host_pool.alloc_buffer((2, 8), "bfloat16")
+    buf.copy_from_host(torch.full((2, 8), 2.5, dtype=torch.bfloat16))
+    out = torch.empty((2, 8), dtype=torch.bfloat16)
+    assert buf.to_host(out=out) is out
+    assert out.eq(2.5).all()
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        buf.copy_from_host(torch.zeros((8, 2), dtype=torch.bfloat16).t())
