@@ -74,20 +74,25 @@ fn open(device: &str) -> PyResult<TorchMemory> {
 
 /// Serves PyTorch's requests for device index `index` from `device` ("cuda:N", or "host"
 /// to exercise the functions without a GPU), from a caching pool (PyTorch's whole allocator)
-/// or not (under a MemPool). Configuring an index again is refused while it has live memory.
+/// or not (under a MemPool). Asking again for the same is a no-op; serving an index from
+/// another device or mode is refused while it has live memory.
 #[pyfunction]
 pub fn plug_configure(index: i32, device: &str, caching: bool) -> PyResult<()> {
     let mut plugs = PLUGS.lock();
     if let Some(existing) = plugs.get(&index) {
-        if !existing.live.is_empty() {
-            return Err(PyRuntimeError::new_err(format!(
-                "device index {index} already serves PyTorch from {:?} with {} live allocations; free them (delete the MemPool and its tensors) before configuring it again",
-                existing.device,
-                existing.live.len()
-            )));
-        }
+        // Every MemPool of a device shares its plug, so asking for the same one again is
+        // normal (one MemPool per tag) and keeps the live memory.
         if existing.device == device && existing.caching == caching {
             return Ok(());
+        }
+        if !existing.live.is_empty() {
+            return Err(PyRuntimeError::new_err(format!(
+                "device index {index} already serves PyTorch from {:?} ({}) with {} live allocations; free them (delete the MemPools and their tensors) before serving it from {device:?} ({})",
+                existing.device,
+                mode(existing.caching),
+                existing.live.len(),
+                mode(caching),
+            )));
         }
     }
     let TorchMemory {
@@ -99,8 +104,9 @@ pub fn plug_configure(index: i32, device: &str, caching: bool) -> PyResult<()> {
             .map_err(|error| PyValueError::new_err(error.to_string()))?;
         Ok(Box::leak(Box::new(pool)))
     };
+    // As PyTorch's whole allocator, cache as PyTorch's own allocator does.
     let config = if caching {
-        PoolConfig::default()
+        PoolConfig::pytorch()
     } else {
         PoolConfig::no_cache()
     };
@@ -114,6 +120,14 @@ pub fn plug_configure(index: i32, device: &str, caching: bool) -> PyResult<()> {
     };
     plugs.insert(index, plug);
     Ok(())
+}
+
+fn mode(caching: bool) -> &'static str {
+    if caching {
+        "whole allocator, caching"
+    } else {
+        "MemPool, not caching"
+    }
 }
 
 /// Sets the tag that this thread's next allocations carry (`None` clears it) and returns

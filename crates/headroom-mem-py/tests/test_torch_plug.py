@@ -165,6 +165,8 @@ def test_devices_that_cannot_serve_pytorch_are_refused():
 def test_a_device_with_live_memory_is_not_reconfigured():
     plug = Plug()
     pointer = plug.allocate(MIB)
+    hmt.configure(plug.index, "host", False)  # a second MemPool on the device: the same plug
+    assert plug.stats()["allocation.all.current"] == 1
     with pytest.raises(RuntimeError, match="live allocations"):
         hmt.configure(plug.index, "host", True)
     plug.release(pointer, MIB)

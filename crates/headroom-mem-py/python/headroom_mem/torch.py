@@ -10,7 +10,9 @@ keep working. On top of what PyTorch offers:
   back at the same addresses (tensors keep their ``data_ptr``), vLLM's "sleep" and "wake";
 * ``memory_stats()``: headroom-mem's figures for what PyTorch reserved, by tag, which
   survive a pluggable allocator (PyTorch's own stats do not see one installed globally);
-* ``release()``: hands unused cached segments back to the driver at once;
+* ``MemPool(...).release()``: hands the pool's free segments back to the driver while it
+  still holds tensors, which a plain MemPool never does (pytorch#159674);
+* ``release()``: hands every segment PyTorch may release back to the driver at once;
 * ``last_failure()``: why a request could not be served, with the pool's fragmentation.
 
 ``use_as_default_allocator()`` makes headroom-mem PyTorch's whole allocator, for every
@@ -20,6 +22,7 @@ tensor of the process; it is opt-in because of what it loses (see its docstring)
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator, Optional, Union
 
 from . import _native
@@ -44,7 +47,9 @@ def _index(device: DeviceLike) -> int:
     """The CUDA device index PyTorch will pass to the allocator functions."""
     torch = _torch()
     if device is None:
-        return torch.cuda.current_device()
+        # Asking for the current device initialises CUDA, and with it PyTorch's allocator,
+        # which then cannot be swapped: before initialisation the current device is 0.
+        return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
     if isinstance(device, int):
         return device
     device = torch.device(device)
@@ -82,9 +87,66 @@ def MemPool(device: DeviceLike = None, use_on_oom: bool = False):  # noqa: N802 
 
     A tag marks the segments PyTorch asked for while it was set, and PyTorch may place any
     later tensor of the same pool in their free space: give each tag its own MemPool.
+
+    Unlike a plain MemPool, its free segments can go back to the driver while it still
+    holds tensors: see ``release()`` on the returned pool.
     """
+    index = _index(device)
+    return _releasable_pool_class()(allocator(index).allocator(), index, use_on_oom)
+
+
+@functools.lru_cache(maxsize=None)
+def _releasable_pool_class():
+    """The MemPool subclass, made on first use so that importing this module needs no torch."""
     torch = _torch()
-    return torch.cuda.MemPool(allocator(device).allocator(), use_on_oom=use_on_oom)
+
+    class ReleasableMemPool(torch.cuda.MemPool):
+        """A ``torch.cuda.MemPool`` that hands its free segments back while in use.
+
+        PyTorch releases a pool's cached segments only once no MemPool object refers to it
+        (pytorch#159674), so a pool the program keeps only grows. This one routes its
+        allocations to a generation: an inner MemPool that ``id`` names, which
+        ``torch.cuda.use_mem_pool`` and ``snapshot()`` use. ``release()`` starts a new
+        generation and drops the old one, whose free segments PyTorch then releases; its
+        live tensors stay where they are, and their segments follow when they are freed.
+        """
+
+        def __init__(self, allocator, index, use_on_oom):
+            super().__init__(allocator, use_on_oom=use_on_oom)
+            self._allocator = allocator
+            self._index = index
+            self._use_on_oom = use_on_oom
+            self._generation = self._new_generation()
+
+        def _new_generation(self):
+            return torch.cuda.MemPool(self._allocator, use_on_oom=self._use_on_oom)
+
+        @property
+        def id(self):
+            return self._generation.id
+
+        def use_count(self) -> int:
+            return self._generation.use_count()
+
+        def release(self) -> int:
+            """Hands the pool's free segments back to the driver now, while its tensors stay
+            valid and it stays usable; returns the bytes that left headroom-mem's pool. Call
+            it between ``use_mem_pool`` blocks: inside one (or while a CUDA graph holds the
+            pool) it raises. It also empties PyTorch's default cache, as
+            ``torch.cuda.empty_cache()`` does."""
+            if self._generation.use_count() > 1:
+                raise RuntimeError(
+                    "MemPool.release() runs between torch.cuda.use_mem_pool blocks: this pool "
+                    "is active in one, or a CUDA graph holds it; call release() after the block"
+                )
+
+            def next_generation():
+                self._generation = self._new_generation()  # the old one's last reference goes
+                torch.cuda.empty_cache()
+
+            return _bytes_released(self._index, next_generation)
+
+    return ReleasableMemPool
 
 
 @contextlib.contextmanager
@@ -100,8 +162,10 @@ def tag(name: str) -> Iterator[None]:
 
 
 def _synchronize(index: int) -> None:
+    """Waits for the work queued on CUDA device ``index``; an index that is no CUDA device
+    (one served by ``"host"``) has none."""
     torch = _torch()
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and 0 <= index < torch.cuda.device_count():
         torch.cuda.synchronize(index)
 
 
@@ -137,16 +201,27 @@ def last_failure(device: DeviceLike = None) -> Optional[str]:
 
 
 def release(device: DeviceLike = None) -> int:
-    """Hands cached, unused segments back to the driver now; returns the bytes that left
-    headroom-mem's pool. PyTorch releases the free segments of a MemPool only while no
-    ``use_mem_pool`` block uses it."""
+    """Hands back to the driver every free segment PyTorch lets go of (its default cache,
+    and MemPools no object refers to any more) and headroom-mem's own cache (the whole
+    allocator mode's); returns the bytes that left headroom-mem's pool. A MemPool still in
+    use releases its free segments with its own ``release()``."""
     torch = _torch()
+
+    def empty():
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        _native.plug_empty_cache(index)
+
     index = _index(device)
+    return _bytes_released(index, empty)
+
+
+def _bytes_released(index: int, empty) -> int:
+    """Runs ``empty`` once the device's queued work is done; returns the bytes that left
+    headroom-mem's pool for device ``index``."""
     before = memory_stats(index)["reserved_bytes.all.current"]
     _synchronize(index)
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    _native.plug_empty_cache(index)
+    empty()
     return before - memory_stats(index)["reserved_bytes.all.current"]
 
 
