@@ -7,13 +7,20 @@ CUDA, and optionally cupy. Prints one line per figure and writes them all to --j
 
 1. the CUDA backend through Python: a buffer shared with torch and cupy by DLPack, a snapshot
    that torch.cuda._memory_viz reads;
-2. copy bandwidth, 64 MiB, best of 10: headroom-mem pageable and pinned, torch pageable and
-   pinned;
+2. copy bandwidth, 64 MiB, best of 10: headroom-mem pageable (NumPy arrays, read and
+   written in place) and pinned, torch pageable and pinned;
 3. a small model's training steps with PyTorch's default allocator and inside a
    headroom_mem.torch.MemPool: peak allocated and reserved, time per step, and the loss
    (identical: same seed, same kernels);
 4. offloading the model's weights (a tag) to pinned memory and back: device memory freed,
-   training continues with the same loss.
+   training continues with the same loss;
+5. a MemPool that still holds live tensors handing its freed segments back with
+   `release()`, where torch.cuda.empty_cache() cannot (pytorch#159674);
+6. headroom-mem as PyTorch's whole allocator (`use_as_default_allocator`), in a fresh process
+   since PyTorch swaps allocators only before the first CUDA allocation.
+
+Each part runs on when another fails, so one run reports every figure it can; the exit status
+is 1 if any part failed.
 """
 
 import argparse
@@ -21,9 +28,11 @@ import json
 import math
 import os
 import pickle
+import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -68,7 +77,9 @@ def check_cuda_backend():
         pool.snapshot(path)
         with open(path, "rb") as file:
             snapshot = pickle.load(file)
-    _memory_viz.segments(snapshot)
+    no_download = lambda lines: lines  # noqa: E731  (format_flamegraph fetches flamegraph.pl)
+    assert _memory_viz.segments(snapshot, format_flamegraph=no_download)
+    assert _memory_viz.segsum(snapshot)
     record("cuda_backend_through_python", "ok")
     del tensor, buf
 
@@ -94,7 +105,8 @@ def copy_bandwidth():
     staged = pinned.alloc_buffer((size,), "uint8")
     staged.copy_from_host(host)
     record("headroom_pageable_h2d_GBps", gbps(best_seconds(lambda: on_gpu.copy_from_host(host))))
-    record("headroom_pageable_d2h_GBps", gbps(best_seconds(lambda: on_gpu.to_host())))
+    back = np.empty_like(host)
+    record("headroom_pageable_d2h_GBps", gbps(best_seconds(lambda: on_gpu.to_host(out=back))))
     record("headroom_pinned_h2d_GBps", gbps(best_seconds(lambda: headroom_mem.copy(on_gpu, staged))))
     record("headroom_pinned_d2h_GBps", gbps(best_seconds(lambda: headroom_mem.copy(staged, on_gpu))))
     cpu = torch.ones(size, dtype=torch.uint8)
@@ -135,6 +147,7 @@ def train(net, steps, batch=256):
 
 
 def training(steps):
+    train(model(), 3)  # loads the kernels and cuBLAS's workspace before either run is timed
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     loss, per_step = train(model(), steps)
@@ -179,21 +192,93 @@ def offload_round_trip(steps):
     record("loss_after_restore_matches", math.isclose(loss_after, loss_reference, rel_tol=1e-5))
 
 
+def release_freed_segments():
+    """pytorch#159674: a MemPool the program keeps never hands free segments back."""
+    reserved = lambda: hmt.memory_stats()["reserved_bytes.all.current"] / MiB  # noqa: E731
+    hmt.release()  # what earlier parts left behind
+    pool = hmt.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        live = [torch.full((64 * MiB // 4,), float(i), device="cuda") for i in range(4)]
+        scratch = [torch.empty((16 + i) * MiB // 4, device="cuda") for i in range(32)]
+    del scratch
+    torch.cuda.synchronize()
+    record("release_live_MiB", sum(t.numel() * 4 for t in live) / MiB)
+    record("release_reserved_before_MiB", reserved())
+    torch.cuda.empty_cache()
+    record("release_reserved_after_torch_empty_cache_MiB", reserved())
+    record("release_returned_MiB", pool.release() / MiB)
+    record("release_reserved_after_MiB", reserved())
+    with torch.cuda.use_mem_pool(pool):
+        more = torch.ones(32 * MiB // 4, device="cuda")
+    record("release_pool_usable_after", float(more.sum()) == 32 * MiB // 4)
+    record("release_live_tensors_intact", all(float(t[-1]) == i for i, t in enumerate(live)))
+    del live, more
+    pool.release()
+    record("release_reserved_after_all_freed_MiB", reserved())
+    del pool
+
+
+def whole_allocator(steps):
+    """Runs in a child process: the training loop with headroom-mem as the whole allocator."""
+    hmt.use_as_default_allocator()
+    train(model(), 3)  # the same warm-up as the default allocator's run
+    loss, per_step = train(model(), steps)
+    stats = hmt.memory_stats()
+    print(json.dumps({
+        "loss": loss, "ms_per_step": per_step * 1e3,
+        "peak_reserved_MiB": stats["reserved_bytes.all.peak"] / MiB,
+        "peak_allocated_MiB": stats["allocated_bytes.all.peak"] / MiB,
+        "segments_reserved": stats.get("segment.all.allocated"),
+        "segments_released": stats.get("segment.all.freed"),
+    }))
+
+
+def whole_allocator_in_child(steps):
+    child = subprocess.run(
+        [sys.executable, __file__, "--whole-allocator", "--steps", str(steps)],
+        capture_output=True, text=True, timeout=300,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"the whole-allocator child failed:\n{child.stderr[-4000:]}")
+    figures = json.loads(child.stdout.strip().splitlines()[-1])
+    for name, value in figures.items():
+        record(f"whole_allocator_{name}", value)
+    if "default_loss" in results:
+        record("whole_allocator_loss_matches_default",
+               math.isclose(figures["loss"], results["default_loss"], rel_tol=1e-5))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--whole-allocator", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.whole_allocator:
+        whole_allocator(args.steps)
+        return 0
     record("device", torch.cuda.get_device_name(0))
     record("torch", torch.__version__)
-    check_cuda_backend()
-    copy_bandwidth()
-    training(args.steps)
-    offload_round_trip(max(3, args.steps // 10))
+    parts = [
+        check_cuda_backend,
+        copy_bandwidth,
+        lambda: training(args.steps),
+        lambda: offload_round_trip(max(3, args.steps // 10)),
+        release_freed_segments,
+        lambda: whole_allocator_in_child(args.steps),
+    ]
+    failed = 0
+    for part in parts:
+        try:
+            part()
+        except Exception as error:  # report it and go on: one GPU run should show every part
+            traceback.print_exc()
+            results.setdefault("errors", []).append(repr(error))
+            failed = 1
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=2)
-    return 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Compiles a small C++ extension with torch.utils.cpp_extension (g++ and the CUDA 
 
 import sys
 
+import torch
 from torch.utils.cpp_extension import load_inline
 
 SOURCE = r"""
@@ -42,6 +43,7 @@ double pairs_per_second(int64_t bytes, int64_t pairs, int64_t threads) {
 def main():
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
     pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
+    torch.cuda.init()  # creates the caching allocator that the C++ loop asks
     module = load_inline(
         "torch_pairs", cpp_sources=SOURCE, functions=["pairs_per_second"],
         with_cuda=True, extra_cflags=["-O2"], verbose=False,
