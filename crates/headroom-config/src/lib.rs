@@ -16,11 +16,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use headroom_farm::{EngineKind, Node};
-use headroom_govern::budget::{resolve, Budget, MemoryFacts};
-use headroom_govern::ladder::{default_ladder, Rung};
-use headroom_govern::start::SessionSettings;
 use headroom_paths::{ConfigFile, CONFIG_VARIABLE};
-use headroom_sched::budget::BudgetSpec;
+use headroom_probe::room::MemoryFacts;
+use headroom_sched::budget::{resolve, Budget, BudgetSpec};
+use headroom_sched::ladder::{default_ladder, Rung};
 
 pub use error::SettingsError;
 pub use origin::Origin;
@@ -266,9 +265,20 @@ pub struct BuildSettings {
     pub farm_token: String,
 }
 
+/// The settings of a governed session: the build's settings, and where its work runs.
+/// `headroom_govern::start::start_session` starts a governor with them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSettings {
+    /// The directory the command runs in.
+    pub cwd: PathBuf,
+    /// The root of the project `cwd` is in, for the history's paths.
+    pub project_root: PathBuf,
+    pub build: BuildSettings,
+}
+
 /// The settings of a governed session for work run in the current directory, as
-/// [`BuildSettings::load`] merges them; `headroom_govern::start::start_session` starts it.
-/// `headroom build`, `headroom kernels build` and `headroom run` all begin here.
+/// [`BuildSettings::load`] merges them. `headroom build`, `headroom kernels build` and
+/// `headroom run` all begin here.
 pub fn session_settings(overrides: &BuildOverrides) -> Result<SessionSettings> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let settings = BuildSettings::load(overrides, &cwd)?;
@@ -360,32 +370,23 @@ impl BuildSettings {
 impl BuildSettings {
     /// These settings for a session of work run in `cwd`.
     pub fn into_session(self, cwd: PathBuf) -> SessionSettings {
-        let for_budget = self.clone();
         SessionSettings {
             project_root: project_root(&cwd),
             cwd,
-            budget: Box::new(move |facts| for_budget.resolve_budget(facts)),
-            jobs: self.jobs,
-            ladder: self.ladder,
-            sample_interval_ms: self.sample_interval_ms,
-            priorities: self.priorities,
-            farm: self.farm,
-            farm_engine: self.farm_engine,
-            farm_token: self.farm_token,
+            build: self,
         }
     }
 
     /// The budget in bytes on a machine with `facts`, and how it was chosen, naming where it
     /// was set unless it is the default.
     pub fn resolve_budget(&self, facts: &MemoryFacts) -> Budget {
-        let resolved = resolve(self.budget, facts);
+        let (room, room_source) = facts.room();
+        let resolved = resolve(self.budget, room, &room_source);
         let origin = &self.budget_origin;
         let source = match self.budget {
             _ if *origin == Origin::Default => resolved.source,
             BudgetSpec::Bytes(_) => format!("set by {origin}"),
-            BudgetSpec::Percent(percent) => {
-                format!("{percent}% of {}, set by {origin}", facts.room().1)
-            }
+            BudgetSpec::Percent(percent) => format!("{percent}% of {room_source}, set by {origin}"),
             BudgetSpec::Auto => format!("{}, set to auto by {origin}", resolved.source),
         };
         Budget {

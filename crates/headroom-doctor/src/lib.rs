@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use headroom_config::{BuildOverrides, BuildSettings};
 use headroom_diagnose::LoggedKill;
-use headroom_govern::budget::{resolve, Budget, BudgetSpec, MemoryFacts};
 use headroom_probe::cgroup::{Cgroup, Version};
 use headroom_probe::kernel_log;
 use headroom_probe::meminfo::{read_meminfo, MemInfo};
 use headroom_probe::psi::{self, Pressure};
+use headroom_probe::room::MemoryFacts;
+use headroom_sched::budget::{resolve, Budget, BudgetSpec};
 use headroom_size::{format_size, parse_size};
 use headroom_store::projects::{project_peaks, ProjectPeak};
 use headroom_store::History;
@@ -255,7 +256,8 @@ fn examine(args: &DoctorArgs) -> anyhow::Result<Findings> {
             },
         ),
         Err(err) => {
-            let auto = resolve(BudgetSpec::Auto, &facts);
+            let (room, room_source) = facts.room();
+            let auto = resolve(BudgetSpec::Auto, room, &room_source);
             let budget = Budget {
                 source: format!("{}; auto, as the settings are unusable", auto.source),
                 ..auto

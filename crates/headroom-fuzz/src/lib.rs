@@ -215,7 +215,7 @@ pub fn sizes(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = text.parse::<headroom_govern::budget::BudgetSpec>();
+    let _ = text.parse::<headroom_sim::BudgetSpec>();
     if let Ok(bytes) = headroom_size::parse_size(text) {
         let printed = headroom_size::format_size(bytes);
         let again = headroom_size::parse_size(&printed)

@@ -10,14 +10,12 @@
 //! samples the running jobs, suspends, resumes or kills them as `headroom-sched` decides, and
 //! writes the history.
 
-pub mod budget;
 pub mod compiler;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod governor_log;
 pub mod intercept;
 pub mod job;
-pub mod ladder;
 pub mod last_build;
 pub mod ledger;
 pub mod liveness;

@@ -8,8 +8,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use headroom_farm::{FarmSettings, RemoteLaunch};
 use headroom_report::BuildReport;
-
-use crate::ladder::Rung;
+use headroom_sched::ladder::Rung;
 use headroom_sched::SessionId;
 
 /// Frames larger than this are refused: no honest message comes close.

@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
 use headroom_process::{foreground, shell_code, Group, Usage};
+use headroom_sched::ladder::Rung;
 use headroom_sched::SessionId;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{getpriority_process, setpriority_process};
 
-use crate::ladder::Rung;
 use crate::liveness;
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
 

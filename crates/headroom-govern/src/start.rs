@@ -3,45 +3,21 @@
 //! ([`Session`]). One implementation for every command that governs compilers: `headroom
 //! build`, `headroom kernels build` and `headroom run`.
 //!
-//! The settings come in as [`SessionSettings`], which `headroom_config::session_settings`
-//! merges from flags, variables and files: headroom-config still depends on this crate (for
-//! the budget's resolution and the ladder's types), so this one cannot name its types.
+//! The settings come in as `headroom_config::SessionSettings`: the one set of build settings
+//! that `headroom_config` merges from flags, variables and files, with the directory the work
+//! runs in.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use headroom_farm::{Engine, EngineKind, FarmSettings, Node};
+use headroom_config::SessionSettings;
+use headroom_farm::{Engine, FarmSettings, Node};
+use headroom_probe::room::{MemoryFacts, Unreadable};
 use headroom_size::Size;
 
-use crate::budget::{Budget, MemoryFacts, Unreadable};
-use crate::ladder::Rung;
 use crate::protocol::GovernorConfig;
 use crate::session::{build_variables, GovernorPlace, Session, SessionError, SessionId};
 use crate::state::BuildState;
-
-/// The settings a session starts with, merged by headroom-config.
-pub struct SessionSettings {
-    /// The directory the command runs in.
-    pub cwd: PathBuf,
-    /// The root of the project `cwd` is in, for the history's paths.
-    pub project_root: PathBuf,
-    /// The budget, resolved against the memory there is when the session starts, with where
-    /// it was set.
-    pub budget: Box<dyn Fn(&MemoryFacts) -> Budget>,
-    /// Most jobs that run at once.
-    pub jobs: usize,
-    pub ladder: Vec<Rung>,
-    pub sample_interval_ms: u64,
-    /// Whether jobs off the build's longest path start nicer.
-    pub priorities: bool,
-    /// The build farm's nodes; empty builds on this machine only.
-    pub farm: Vec<Node>,
-    /// The engine farm jobs go through.
-    pub farm_engine: EngineKind,
-    /// The token sccache-dist's schedulers take (empty where they take any).
-    pub farm_token: String,
-}
 
 /// A governor started for some work, with what it was started with.
 pub struct Governed {
@@ -89,7 +65,7 @@ pub fn start_session(
             facts.cgroup = Some((limit, 0));
         }
     }
-    let budget = (settings.budget)(&facts);
+    let budget = settings.build.resolve_budget(&facts);
     let (room, _) = facts.room();
     if budget.bytes > room {
         headroom_output::say!(
@@ -102,18 +78,18 @@ pub fn start_session(
     let config = GovernorConfig {
         budget: budget.bytes,
         budget_source: budget.source,
-        slots: settings.jobs,
+        slots: settings.build.jobs,
         history: use_history.then(|| state.history().to_path_buf()),
         command,
         cwd: settings.cwd.to_string_lossy().into_owned(),
         started_unix_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64),
-        ladder: settings.ladder.clone(),
-        sample_interval_ms: settings.sample_interval_ms,
-        priorities: settings.priorities,
+        ladder: settings.build.ladder.clone(),
+        sample_interval_ms: settings.build.sample_interval_ms,
+        priorities: settings.build.priorities,
         parallelism_set: offer_jobs_to.map_or_else(Vec::new, |command| {
-            build_variables(2 * settings.jobs, command)
+            build_variables(2 * settings.build.jobs, command)
         }),
         project_root: settings.project_root.to_string_lossy().into_owned(),
         farm: reachable_farm(&settings),
@@ -137,11 +113,11 @@ pub fn start_session(
 /// Anything missing is a warning, not an error: the build then runs here, as it would without
 /// a farm.
 fn reachable_farm(settings: &SessionSettings) -> Option<FarmSettings> {
-    let nodes = &settings.farm;
+    let nodes = &settings.build.farm;
     if nodes.is_empty() {
         return None;
     }
-    let engine = match Engine::find(settings.farm_engine, &settings.farm_token) {
+    let engine = match Engine::find(settings.build.farm_engine, &settings.build.farm_token) {
         Ok(engine) => engine,
         Err(missing) => {
             headroom_output::say!("headroom: warning: a build farm is configured, but {missing}; this build runs on this machine only");

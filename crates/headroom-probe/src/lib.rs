@@ -1,4 +1,5 @@
-//! Memory readings: process RSS, cgroup v1/v2 usage, limits and OOM events, MemAvailable, PSI,
+//! Memory readings: process RSS, cgroup v1/v2 usage, limits and OOM events, MemAvailable and
+//! the room a new workload has (`room`), PSI,
 //! the CPU weights of a build's own cgroup,
 //! the kernel log.
 
@@ -11,6 +12,7 @@ pub mod nvml;
 pub mod procmem;
 pub mod procs;
 pub mod psi;
+pub mod room;
 pub mod rusage;
 pub mod tracker;
 

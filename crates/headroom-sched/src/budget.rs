@@ -6,7 +6,7 @@
 
 use std::str::FromStr;
 
-use headroom_size::parse_size;
+use headroom_size::{parse_size, Size};
 
 /// The smallest and largest reserve kept back from the automatic budget.
 const RESERVE_MIN: u64 = 256 << 20;
@@ -78,6 +78,30 @@ pub fn reserve_for(room: u64) -> u64 {
     (room / 10).clamp(RESERVE_MIN, RESERVE_MAX)
 }
 
+/// The budget in bytes and how it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes: u64,
+    pub source: String,
+}
+
+/// Turns the user's request into a budget out of `room`, the memory the machine can hand out
+/// (`room_source` says what it was measured from, for the budget's description).
+pub fn resolve(spec: BudgetSpec, room: u64, room_source: &str) -> Budget {
+    let source = match spec {
+        BudgetSpec::Bytes(bytes) => format!("--budget {}", Size(bytes)),
+        BudgetSpec::Percent(percent) => format!("--budget {percent}% of {room_source}"),
+        BudgetSpec::Auto => format!(
+            "{room_source}, minus a reserve of {}",
+            Size(reserve_for(room))
+        ),
+    };
+    Budget {
+        bytes: spec.bytes(room),
+        source,
+    }
+}
+
 /// What to assume for a job nothing is known about: a fair share of the budget per slot,
 /// at least 512 MiB (a modest C++ unit), at most the budget.
 pub fn default_job_peak(budget: u64, slots: usize) -> u64 {
@@ -131,6 +155,22 @@ mod tests {
         assert_eq!(BudgetSpec::Bytes(6 * GIB).bytes(32 * GIB), 6 * GIB);
         assert_eq!(BudgetSpec::Percent(100.0).bytes(32 * GIB), 32 * GIB);
         assert_eq!(BudgetSpec::Percent(50.0).bytes(3 * GIB), 3 * GIB / 2);
+    }
+
+    #[test]
+    fn a_resolved_budget_says_how_it_was_chosen() {
+        let room = "cgroup limit 1.50 GiB with 0 B in use";
+        let auto = resolve(BudgetSpec::Auto, 3 * GIB / 2, room);
+        assert_eq!(auto.bytes, 3 * GIB / 2 - 256 * MIB);
+        assert_eq!(auto.source, format!("{room}, minus a reserve of 256.0 MiB"));
+        let half = resolve(BudgetSpec::Percent(50.0), 3 * GIB / 2, room);
+        assert_eq!(half.bytes, 3 * GIB / 4);
+        assert_eq!(half.source, format!("--budget 50% of {room}"));
+        let fixed = resolve(BudgetSpec::Bytes(6 * GIB), GIB, room);
+        assert_eq!(
+            (fixed.bytes, fixed.source.as_str()),
+            (6 * GIB, "--budget 6.00 GiB")
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod bursts;
 pub mod chain;
 pub mod driver;
 pub mod farm;
+pub mod ladder;
 mod plan;
 pub mod policy;
 pub mod predict;

@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
+use headroom_probe::room::MemoryFacts;
 use headroom_sched::{Action, Job, JobId, JobState, OutsideAction, Reading, SessionId};
 use headroom_store::{JobEvent, JobEventKind, Room, Sample};
 use rustix::process::{kill_process_group, Pid, Signal};
-
-use crate::budget::MemoryFacts;
 
 use super::record::flush_samples;
 use super::state::{held_by, JobIo, State};

@@ -309,7 +309,7 @@ fn run_build(
         env: governed.session.launcher_env(),
     };
     let options = BuildOptions {
-        jobs: governed.settings.jobs,
+        jobs: governed.settings.build.jobs,
         keep_going: args.keep_going,
         only: args.kernels,
         progress: !json && std::io::IsTerminal::is_terminal(&std::io::stderr()),

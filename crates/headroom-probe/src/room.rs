@@ -1,13 +1,11 @@
-//! How much memory a build may use. By default: the smaller of what the system can hand out
-//! (MemAvailable) and the room left under this process's cgroup limit, minus a reserve for
-//! everything that is not a compiler (the build system, the page cache of fresh objects, the
-//! desktop). `--budget 6G` or `--budget 70%` overrides it.
+//! The room a new workload has on this machine: the smaller of what the system can hand out
+//! (MemAvailable) and what is left under this process's tightest cgroup limit. Machine facts
+//! only; what a build may use out of that room is `headroom_sched::budget`'s rule.
 
-use headroom_probe::cgroup::Cgroup;
-use headroom_probe::meminfo::read_meminfo;
 use headroom_size::Size;
 
-pub use headroom_sched::budget::{default_job_peak, reserve_for, BudgetSpec};
+use crate::cgroup::Cgroup;
+use crate::meminfo::read_meminfo;
 
 /// This machine's memory could not be read, so no budget can be derived from it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -64,30 +62,6 @@ impl MemoryFacts {
     }
 }
 
-/// The budget in bytes and how it was chosen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Budget {
-    pub bytes: u64,
-    pub source: String,
-}
-
-/// Turns the user's request and the machine's memory into a budget.
-pub fn resolve(spec: BudgetSpec, facts: &MemoryFacts) -> Budget {
-    let (room, room_source) = facts.room();
-    let source = match spec {
-        BudgetSpec::Bytes(bytes) => format!("--budget {}", Size(bytes)),
-        BudgetSpec::Percent(percent) => format!("--budget {percent}% of {room_source}"),
-        BudgetSpec::Auto => format!(
-            "{room_source}, minus a reserve of {}",
-            Size(reserve_for(room))
-        ),
-    };
-    Budget {
-        bytes: spec.bytes(room),
-        source,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,27 +69,25 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     #[test]
-    fn auto_takes_the_tighter_of_system_and_cgroup_minus_a_reserve() {
+    fn the_room_is_the_tighter_of_the_system_and_the_cgroup() {
         let roomy = MemoryFacts {
             mem_available: 20 * GIB,
-            cgroup: None,
+            cgroup: Some((40 * GIB, 10 * GIB)),
         };
-        assert_eq!(resolve(BudgetSpec::Auto, &roomy).bytes, 18 * GIB);
+        assert_eq!(roomy.room(), (20 * GIB, "MemAvailable 20.0 GiB".into()));
         let capped = MemoryFacts {
             mem_available: 20 * GIB,
-            cgroup: Some((3 * GIB / 2, 0)),
+            cgroup: Some((3 * GIB, GIB)),
         };
-        let budget = resolve(BudgetSpec::Auto, &capped);
-        assert_eq!(budget.bytes, 3 * GIB / 2 - 256 * (1 << 20));
-        assert!(budget.source.contains("cgroup limit"), "{}", budget.source);
-        let huge = MemoryFacts {
-            mem_available: 500 * GIB,
-            cgroup: None,
-        };
-        assert_eq!(resolve(BudgetSpec::Auto, &huge).bytes, 498 * GIB);
-        assert_eq!(
-            resolve(BudgetSpec::Percent(50.0), &capped).bytes,
-            3 * GIB / 4
-        );
+        let (room, source) = capped.room();
+        assert_eq!(room, 2 * GIB);
+        assert!(source.contains("cgroup limit"), "{source}");
+    }
+
+    #[test]
+    fn reads_this_machine() {
+        let facts = MemoryFacts::read().unwrap();
+        assert!(facts.mem_available > 0, "{facts:?}");
+        assert!(facts.room().0 <= facts.mem_available, "{facts:?}");
     }
 }

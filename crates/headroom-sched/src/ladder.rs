@@ -4,6 +4,9 @@
 //! A rung is a list of edits written as text, so `headroom.toml` can define its own:
 //! `PATTERN=REPLACEMENT` replaces every argument matching PATTERN (exact, or a prefix ending
 //! in `*`); an empty REPLACEMENT removes it; `+FLAG` appends FLAG.
+//!
+//! Policy data, like the budget rule: the settings (`headroom-config`) read a ladder, the
+//! driver counts its rungs, and the shim applies the one it is given. No I/O.
 
 use std::ffi::OsString;
 
@@ -87,8 +90,8 @@ fn matches(pattern: &str, arg: &str) -> bool {
     }
 }
 
-/// The default ladder, in gcc's flags (for the families whose `gcc_flags` is set, see
-/// [`crate::compiler`]): drop debug info, then optimise less, then the
+/// The default ladder, in gcc's flags (for the compiler families that speak them, which
+/// `headroom_govern::compiler` names): drop debug info, then optimise less, then the
 /// low-memory settings install guides recommend.
 pub fn default_ladder() -> Vec<Rung> {
     let rung = |edits: &[&str]| Rung {
