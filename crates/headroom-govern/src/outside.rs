@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use headroom_probe::procs::ProcStat;
+use headroom_process::signal_process;
 use headroom_report::OutsideProcess;
-use rustix::process::{kill_process, Pid, Signal};
 
 use crate::compiler::is_compiler_like;
 
@@ -79,7 +79,7 @@ impl OutsideTracker {
             .map(|p| p.pid);
         if let Some(pid) = largest {
             tracing::warn!("memory is about to run out: stopping process {pid}, outside every job");
-            signal(pid, Signal::STOP);
+            signal_process(pid, libc::SIGSTOP);
             self.stopped.push(pid);
         }
     }
@@ -87,7 +87,7 @@ impl OutsideTracker {
     /// Lets every process it stopped go on.
     pub fn resume_all(&mut self) {
         for pid in self.stopped.drain(..) {
-            signal(pid, Signal::CONT);
+            signal_process(pid, libc::SIGCONT);
         }
     }
 
@@ -141,13 +141,6 @@ fn why_not_governed(process: &ProcStat, outside: &[ProcStat]) -> String {
              it from a dynamically linked tool",
             process.ppid
         )
-    }
-}
-
-fn signal(pid: i32, signal: Signal) {
-    if let Some(pid) = Pid::from_raw(pid) {
-        // The process may have exited a moment ago: nothing to do then.
-        let _ = kill_process(pid, signal);
     }
 }
 

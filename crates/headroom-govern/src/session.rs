@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use headroom_process::Group;
 use headroom_report::BuildReport;
 pub use headroom_sched::SessionId;
 
@@ -371,8 +372,7 @@ impl Session {
             }
         };
         if matches!(ended, Ending::Silent(_)) {
-            // SAFETY: kill(2) on the governor this session found hung.
-            unsafe { libc::kill(self.governor_pid as i32, libc::SIGKILL) };
+            headroom_process::signal_process(self.governor_pid as i32, libc::SIGKILL);
             let _ = std::fs::remove_file(&self.place.socket);
         }
         if let Some(governor) = self.governor.as_mut() {
@@ -559,8 +559,7 @@ fn start_governor(
         .arg(GOVERNOR_SUBCOMMAND)
         .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(config)?)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .process_group(0);
+        .stdout(Stdio::null());
     if place.is_shared() {
         command.env(GOVERNOR_LOCK_ENV, &place.lock);
     }
@@ -587,7 +586,8 @@ fn start_governor(
             Ok(())
         });
     }
-    let child = command.spawn().map_err(SessionError::Governor)?;
+    let child = headroom_process::spawn(&mut command, Group::Own)
+        .map_err(|err| SessionError::Governor(err.source))?;
     // The socket listens already: the connection waits in its backlog for the governor.
     let stream = UnixStream::connect(&place.socket).map_err(|source| SessionError::Join {
         socket: place.socket.clone(),

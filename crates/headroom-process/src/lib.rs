@@ -7,7 +7,8 @@
 //! - [`Interrupts`]: the signals a supervisor catches instead of dying of them, read by its own
 //!   loop; [`foreground`]: the shim's handlers, which pass every signal on to the one child in
 //!   its foreground at once;
-//! - [`signal_group`], [`signal_each`], [`signal_tree`]: passing a signal on;
+//! - [`signal_group`], [`signal_process`], [`signal_each`], [`signal_tree`]: passing a signal
+//!   on;
 //! - [`wait_with_usage`]: the child's end and the kernel's account of it alone (`wait4`), so a
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
 //!   [`reap_orphans`]: reaping what a subreaper inherits;
@@ -134,11 +135,20 @@ pub fn signal_group(group: i32, signal: i32) {
     }
 }
 
+/// Sends `signal` to the one process `pid`. A process that has just exited, or a pid that
+/// names no one process (0 or below, which kill(2) would take for a whole group), is left
+/// alone.
+pub fn signal_process(pid: i32, signal: i32) {
+    if pid > 0 {
+        // SAFETY: kill(2) on one process the caller supervises.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
 /// Sends `signal` to each process of `pids`.
 pub fn signal_each(pids: impl IntoIterator<Item = i32>, signal: i32) {
-    for pid in pids.into_iter().filter(|&pid| pid > 0) {
-        // SAFETY: kill(2) on processes of the supervised tree.
-        unsafe { libc::kill(pid, signal) };
+    for pid in pids {
+        signal_process(pid, signal);
     }
 }
 
@@ -290,6 +300,37 @@ mod tests {
         let (status, _) = wait_with_usage(child).unwrap();
         assert_eq!(status.signal(), Some(libc::SIGTERM));
         assert_eq!(shell_code(status), 128 + libc::SIGTERM);
+    }
+
+    /// Waits, for at most a minute, until process `pid`'s state (`/proc/PID/stat` field 3) is
+    /// `state`.
+    fn wait_for_state(pid: u32, state: char) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let now = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+            if now == state {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "process {pid} is `{now}`, not `{state}`"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_signal_to_one_process_stops_resumes_and_ends_it() {
+        let child = waiting_cat(Group::Own);
+        let pid = child.id();
+        signal_process(pid as i32, libc::SIGSTOP);
+        wait_for_state(pid, 'T');
+        signal_process(pid as i32, libc::SIGCONT);
+        wait_for_state(pid, 'S');
+        signal_process(pid as i32, libc::SIGKILL);
+        let (status, _) = wait_with_usage(child).unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use headroom_process::signal_group;
 use headroom_sched::{Driver, Job, JobId, JobState, Limits, SessionId};
-use rustix::process::Signal;
 
 use crate::liveness::HEARTBEAT;
 use crate::protocol::{
@@ -21,7 +21,7 @@ use crate::protocol::{
 };
 
 use super::record::{learn_from, open_history, Past};
-use super::sampler::{signal_group, started_jobs};
+use super::sampler::started_jobs;
 use super::state::{held_by, new_session, shared_limits, JobIo, SessionState, State};
 use super::{lock_ignoring_poison, Governor};
 
@@ -476,9 +476,9 @@ impl Governor {
             state.driver.forget(job_id);
             if let Some(pgid) = io.pgid {
                 if kill {
-                    signal_group(pgid, Signal::KILL);
+                    signal_group(pgid, libc::SIGKILL);
                 }
-                signal_group(pgid, Signal::CONT);
+                signal_group(pgid, libc::SIGCONT);
             }
         }
         self.admitted.notify_all();

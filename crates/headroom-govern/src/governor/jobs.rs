@@ -7,10 +7,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use headroom_farm::{RemoteLaunch, RemoteOutcome};
+use headroom_process::signal_group;
 use headroom_sched::{AfterAttempt, Ended, JobId, JobState, Offer, SessionId};
 use headroom_store::recorder::Unwritten;
 use headroom_store::{JobEvent, JobEventKind};
-use rustix::process::Signal;
 
 use crate::compiler;
 use crate::job::JobIdentity;
@@ -20,7 +20,7 @@ use crate::protocol::{read_frame, Attempt, Reply, Request};
 
 use super::connection::{send, Writer};
 use super::record::write_jobs;
-use super::sampler::{kill_attempt, signal_group};
+use super::sampler::kill_attempt;
 use super::state::{JobIo, State};
 use super::{lock_ignoring_poison, Governor};
 
@@ -215,7 +215,7 @@ impl Governor {
         match state.driver.job(id) {
             Some(job) if job.attempt_killed => kill_attempt(&mut state.dying, id, pid),
             Some(job) if job.state == (JobState::Running { suspended: true }) => {
-                signal_group(pid, Signal::STOP)
+                signal_group(pid, libc::SIGSTOP)
             }
             _ => {}
         }
@@ -287,7 +287,7 @@ impl Governor {
         let io = state.jobs.remove(&id);
         let suspended = state.driver.forget(id).is_some_and(|job| job.suspended());
         if let Some(pgid) = io.and_then(|io| io.pgid).filter(|_| suspended) {
-            signal_group(pgid, Signal::CONT);
+            signal_group(pgid, libc::SIGCONT);
         }
         self.decide(&mut state, None);
     }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_probe::room::MemoryFacts;
+use headroom_process::signal_group;
 use headroom_sched::{Action, Job, JobId, JobState, OutsideAction, Reading, SessionId};
 use headroom_store::{JobEvent, JobEventKind, Room, Sample};
-use rustix::process::{kill_process_group, Pid, Signal};
 
 use super::record::flush_samples;
 use super::state::{held_by, JobIo, State};
@@ -66,16 +66,9 @@ pub(super) fn started_jobs<'a>(
 /// its temporary files, woken in case it is stopped; SIGKILL follows after [`KILL_GRACE`]
 /// ([`Governor::enforce_stops`]).
 pub(super) fn kill_attempt(dying: &mut Vec<(JobId, i32, Instant)>, id: JobId, pgid: i32) {
-    signal_group(pgid, Signal::TERM);
-    signal_group(pgid, Signal::CONT);
+    signal_group(pgid, libc::SIGTERM);
+    signal_group(pgid, libc::SIGCONT);
     dying.push((id, pgid, Instant::now() + KILL_GRACE));
-}
-
-pub(super) fn signal_group(pgid: i32, signal: Signal) {
-    if let Some(pgid) = Pid::from_raw(pgid) {
-        // The group may have exited a moment ago: nothing to do then.
-        let _ = kill_process_group(pgid, signal);
-    }
 }
 
 impl Governor {
@@ -113,10 +106,10 @@ impl Governor {
                 Action::Start { .. } => self.admitted.notify_all(),
                 Action::Suspend(_) => pgid
                     .into_iter()
-                    .for_each(|pgid| signal_group(pgid, Signal::STOP)),
+                    .for_each(|pgid| signal_group(pgid, libc::SIGSTOP)),
                 Action::Resume(_) => pgid
                     .into_iter()
-                    .for_each(|pgid| signal_group(pgid, Signal::CONT)),
+                    .for_each(|pgid| signal_group(pgid, libc::SIGCONT)),
                 Action::Kill(_) => {
                     if let Some(pgid) = pgid {
                         kill_attempt(&mut state.dying, id, pgid);
@@ -266,7 +259,7 @@ impl Governor {
         for (&id, job) in &state.jobs {
             let suspended = state.driver.job(id).is_some_and(|job| job.suspended());
             if let Some(pgid) = job.pgid.filter(|_| suspended) {
-                signal_group(pgid, Signal::STOP);
+                signal_group(pgid, libc::SIGSTOP);
             }
         }
         let now = Instant::now();
@@ -274,7 +267,7 @@ impl Governor {
         state.dying.retain(|&(id, pgid, deadline)| {
             let ending = driver.job(id).is_some_and(|job| job.attempt_killed);
             if ending && now >= deadline {
-                signal_group(pgid, Signal::KILL);
+                signal_group(pgid, libc::SIGKILL);
                 return false;
             }
             ending
