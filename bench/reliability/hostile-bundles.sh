@@ -3,7 +3,7 @@
 # each must exit 2 with a refusal on stderr and leave the cache exactly as it was. Prints one
 # line per kind with the import's wall time and peak RSS (GNU time), then the figure
 #   N of N hostile bundles refused, cache unchanged
-# The bundles are written by crates/headroom-kernels/tests/hostile_bundles.rs, which checks
+# The bundles are written by crates/headroom-kernels/tests/integration/hostile_bundles.rs, which checks
 # each refusal's message in-process too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/bundles"
 HEADROOM_HOSTILE_BUNDLES_DIR="$work/bundles" cargo test --release -q -p headroom-kernels \
-  --test hostile_bundles -- every_hostile --nocapture 2>"$work/kinds" >/dev/null
+  --test integration -- every_hostile --nocapture 2>"$work/kinds" >/dev/null
 cargo build --release -q -p headroom
 headroom=$PWD/target/release/headroom
 cache=$work/cache

@@ -17,7 +17,7 @@ const WORTH_WAITING_SECONDS: f64 = 1.0;
 
 /// The newest build's jobs in the order it offered them, each with when it ended and the
 /// longest path from it (its own seconds and the work that waited on it).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Bursts {
     /// By offer time.
     offers: Vec<BurstOffer>,
@@ -26,7 +26,7 @@ pub struct Bursts {
 }
 
 /// One job as the newest build offered it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BurstOffer {
     pub key: String,
     /// Milliseconds from the build's start.

@@ -6,7 +6,7 @@
 use crate::bursts::Bursts;
 use crate::profile::Ran;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WarmStart {
     /// `(earlier, later)` peaks of the same jobs in two earlier runs, oldest later run first:
     /// the margin on peaks starts from how far they moved.

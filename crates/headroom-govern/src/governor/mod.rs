@@ -41,7 +41,7 @@ use crate::protocol::GovernorConfig;
 use connection::{Connections, Handlers};
 use state::{SessionState, State};
 
-pub use record::{driver_for, Past};
+pub use record::{driver_for, open_history, warm_start, Past};
 
 /// How many silence bounds (`crate::liveness`) a new governor waits for its first session
 /// before it takes its starter for dead or hung, and leaves.

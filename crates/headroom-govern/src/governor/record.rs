@@ -46,7 +46,7 @@ pub struct Past {
 
 /// Opens the history and begins this session's build in it, with what recent builds say
 /// about the jobs. What the user must hear goes to `warnings`.
-pub(super) fn open_history(config: &GovernorConfig, warnings: &mut Vec<String>) -> Past {
+pub fn open_history(config: &GovernorConfig, warnings: &mut Vec<String>) -> Past {
     let Some(path) = &config.history else {
         return Past::default();
     };
@@ -176,15 +176,19 @@ pub fn driver_for(config: &GovernorConfig, past: &Past) -> Driver {
     driver
 }
 
-/// Tells `driver` what `past` builds showed: how far jobs strayed between runs, and which
-/// came together.
+/// Tells `driver` what `past` builds showed.
 pub(super) fn learn_from(driver: &mut Driver, past: &Past) {
-    driver.warm_start(WarmStart::from_reruns(
+    driver.warm_start(warm_start(past));
+}
+
+/// What `past` builds showed: how far jobs strayed between runs, and which came together.
+pub fn warm_start(past: &Past) -> WarmStart {
+    WarmStart::from_reruns(
         past.reruns
             .iter()
             .map(|(earlier, later)| ((earlier.ran, earlier.peak), (later.ran, later.peak))),
         past.bursts.clone(),
-    ));
+    )
 }
 
 /// Moves every session's finished jobs into its report, and hands them to the history's

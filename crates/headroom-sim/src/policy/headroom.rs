@@ -67,25 +67,7 @@ impl Headroom {
             chain::waiting_seconds(&last_build)
         });
         if warm {
-            driver.warm_start(WarmStart {
-                peak_reruns: workload
-                    .jobs
-                    .iter()
-                    .map(|job| (job.earlier_peak, job.history_peak))
-                    .collect(),
-                time_reruns: workload
-                    .jobs
-                    .iter()
-                    .filter_map(|job| {
-                        let earlier = Ran {
-                            cpu_seconds: job.earlier_duration * job.threads,
-                            wall_seconds: job.earlier_duration,
-                        };
-                        Some((earlier, job.history_profile.as_ref()?.ran()))
-                    })
-                    .collect(),
-                bursts: Bursts::default(),
-            });
+            driver.warm_start(Headroom::warm_start(workload));
         }
         Headroom {
             driver,
@@ -93,6 +75,31 @@ impl Headroom {
             driver_ids: HashMap::new(),
             sim_ids: HashMap::new(),
             now: 0.0,
+        }
+    }
+
+    /// What a previous run of `workload` showed, as the governor reads it from its last two
+    /// builds: how far each job strayed in peak and time between the run before the trace's
+    /// and the trace's. A trace does not say when jobs were offered, so it knows no bursts.
+    pub fn warm_start(workload: &Workload) -> WarmStart {
+        WarmStart {
+            peak_reruns: workload
+                .jobs
+                .iter()
+                .map(|job| (job.earlier_peak, job.history_peak))
+                .collect(),
+            time_reruns: workload
+                .jobs
+                .iter()
+                .filter_map(|job| {
+                    let earlier = Ran {
+                        cpu_seconds: job.earlier_duration * job.threads,
+                        wall_seconds: job.earlier_duration,
+                    };
+                    Some((earlier, job.history_profile.as_ref()?.ran()))
+                })
+                .collect(),
+            bursts: Bursts::default(),
         }
     }
 

@@ -1,14 +1,12 @@
 //! Farms in the simulator: each node's memory and cores simulated apart, headroom's placement
 //! against the engines' own, on hand-made traces whose heavy jobs cannot all share a node.
 
-mod jobs;
-
+use crate::jobs::ramp_job;
 use headroom_sched::{Action, JobId, NodeId};
 use headroom_sim::{
     compare, simulate, FarmSpec, JobKind, Machine, Outcome, Policy, PolicySpec, SimConfig, SimJob,
     Trace, TraceJob, View, Workload, CLIENT_BYTES, SCHEMA,
 };
-use jobs::ramp_job;
 
 const GIB: u64 = 1 << 30;
 

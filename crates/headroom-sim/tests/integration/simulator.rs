@@ -1,16 +1,14 @@
 //! The simulator end to end on small, hand-made traces whose outcome can be worked out by hand,
 //! and on the committed corpus for determinism.
 
-mod jobs;
-
 use std::path::Path;
 
+use crate::jobs::ramp_job;
 use headroom_sched::Action;
 use headroom_sim::{
     compare, simulate, JobKind, Machine, Policy, PolicySpec, SimConfig, SimJob, Trace, TraceJob,
     View, Workload, ALL_POLICIES, SCHEMA,
 };
-use jobs::ramp_job;
 
 const GIB: u64 = 1 << 30;
 

@@ -12,9 +12,7 @@ use std::time::Instant;
 use headroom_kernels::bundle::{import, BundleError, BUNDLE_MANIFEST};
 use headroom_kernels::cache::Cache;
 
-#[macro_use]
-mod hostile;
-use hostile::{artifact, listing, manifest_of, regular, write_members, HOSTILE};
+use crate::hostile::{artifact, listing, manifest_of, regular, write_members, HOSTILE};
 
 /// A cache that already holds one imported artifact, so that "unchanged" means something.
 fn cache_with_one_artifact(dir: &Path) -> Cache {

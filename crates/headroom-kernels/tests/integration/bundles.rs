@@ -9,9 +9,7 @@ use headroom_kernels::cache::{hash_bytes, Cache, Entry, KeyRecord};
 use headroom_kernels::resolve::Format;
 use headroom_kernels::target::Backend;
 
-#[macro_use]
-mod hostile;
-use hostile::{manifest_for, regular, write_members, Member};
+use crate::hostile::{self, manifest_for, regular, write_members, Member};
 
 fn filled_cache(root: &Path) -> Cache {
     let cache = Cache::open(root).unwrap();
