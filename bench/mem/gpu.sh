@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "cpus: $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
 
 step "Rust: the CUDA backend's tests"
-limited 120 "$carry/cuda-tests" --nocapture --test-threads 1 || status=1
+limited 120 "$carry/cuda-tests" cuda:: --nocapture --test-threads 1 || status=1
 
 step "Python: the wheel, installed beside the machine's torch (which may itself live in a venv)"
 site=$(mktemp -d)
