@@ -147,6 +147,7 @@ fn headroom_build(dir: &Path, cgroup: &Cgroup, args: &[String]) -> (Output, Buil
 
 #[test]
 fn the_farm_runs_units_side_by_side_with_no_oom_kill_anywhere() {
+    let _alone = support::WHOLE_MACHINE.hold();
     // This machine fits one 400 MiB job at a time; so does each node.
     let Some((here, a, b)) = here_and_two_nodes(
         ("here", 800 * MIB),
@@ -179,6 +180,7 @@ fn the_farm_runs_units_side_by_side_with_no_oom_kill_anywhere() {
 
 #[test]
 fn a_job_out_of_memory_on_a_node_is_retried_where_it_fits_and_never_here() {
+    let _alone = support::WHOLE_MACHINE.hold();
     // This machine cannot hold the 400 MiB job at all: run here, it would be OOM-killed.
     let Some((here, small, large)) = here_and_two_nodes(
         ("small-here", 250 * MIB),
@@ -221,6 +223,7 @@ fn a_job_out_of_memory_on_a_node_is_retried_where_it_fits_and_never_here() {
 
 #[test]
 fn a_node_stopped_mid_build_loses_no_job() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let Some((here, mut doomed, survivor)) = here_and_two_nodes(
         ("stop-here", 2048 * MIB),
         ("doomed", 1024 * MIB, 2),
@@ -266,6 +269,7 @@ fn a_node_stopped_mid_build_loses_no_job() {
 
 #[test]
 fn without_a_reachable_farm_the_build_runs_here_as_always() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let Some(here) = limited_cgroup("unreachable", 2048 * MIB) else {
         return;
     };

@@ -11,7 +11,7 @@ use crate::support::{self, fakecc, farm};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use farm::{free_port, wait_listening, MIB};
@@ -20,10 +20,6 @@ use headroom_store::BuildReport;
 use support::{limited_cgroup, stderr, HEADROOM};
 
 const TOKEN: &str = "headroom-test";
-
-/// One test at a time: sccache's client keeps one toolchain cache per user, which two builds
-/// starting daemons at once (each build serialises only its own) would open together.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Where `.ci/farm.sh` put sccache and sccache-dist, else `PATH`.
 fn sccache_dir() -> Option<PathBuf> {
@@ -181,9 +177,8 @@ fn here_and_two_nodes(
     a: (&str, u64),
     b: (&str, u64),
 ) -> Option<(MutexGuard<'static, ()>, PathBuf, Cgroup, Node, Node)> {
-    let one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // sccache's client keeps one toolchain cache per user (see `support::Exclusive`).
+    let one = support::WHOLE_MACHINE.hold();
     let sccache = match have_sccache_dist() {
         Ok(dir) => dir,
         Err(why) => {

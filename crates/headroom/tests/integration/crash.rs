@@ -253,7 +253,7 @@ fn run_point(mode: Mode, usual: Duration) -> Outcome {
         }
     }
     let _ = child.wait();
-    outcome.leftovers = reap_and_wait();
+    outcome.leftovers = reap_and_wait(point.dir.path());
     if point.is_kernels() {
         outcome
             .cache
@@ -295,13 +295,14 @@ fn run_point(mode: Mode, usual: Duration) -> Outcome {
                 .push(format!("recorded {recorded} jobs, not {}", point.jobs()));
         }
     }
-    outcome.leftovers.add(&reap_and_wait());
+    outcome.leftovers.add(&reap_and_wait(point.dir.path()));
     outcome.leftovers.temp_files = reliability::leftover_files(point.dir.path());
     outcome
 }
 
 #[test]
 fn killed_builds_leave_consistent_caches_and_histories() {
+    let _alone = support::WHOLE_MACHINE.hold();
     if !reliability::have(&["make", "clang-19"]) {
         return;
     }

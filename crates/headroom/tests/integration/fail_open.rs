@@ -34,6 +34,7 @@ fn objects(dir: &Path, count: usize) -> usize {
 
 #[test]
 fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     reliability::project(dir.path(), 8, "--mem 4 --ms 400");
     let mut command = build(dir.path(), &["--jobs", "1", "--", "make", "-j4"]);
@@ -72,6 +73,7 @@ fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
 /// the join) leaves after three silence bounds, removing its socket, and serves nobody.
 #[test]
 fn a_governor_that_no_session_joins_leaves() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
@@ -140,6 +142,7 @@ fn two_compiles_as_a_job(dir: &Path, recipe: &str) -> (Child, i32, Vec<i32>) {
 
 #[test]
 fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 4000");
     // SAFETY: kill(2) on the process group of this test's build.
@@ -163,6 +166,7 @@ fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
 
 #[test]
 fn ctrl_backslash_ends_the_compilers_with_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     reliability::become_subreaper();
     // Compiles far longer than the test waits for them to end.
@@ -177,8 +181,7 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
     );
     // Orphaned compilers come to this test, their subreaper: each must end, not compile on.
     wait_until("every compiler ended", || {
-        // SAFETY: reaps exited children of this process without blocking.
-        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        reliability::reap(&running);
         running.iter().all(|&pid| !alive(pid))
     });
 }
@@ -203,6 +206,7 @@ fn project_with_a_job_to_kill(dir: &Path) {
 
 #[test]
 fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_files() {
+    let _alone = support::WHOLE_MACHINE.hold();
     if !reliability::have(&["g++"]) {
         return;
     }
@@ -254,6 +258,7 @@ fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_fi
 
 #[test]
 fn a_runtime_directory_another_user_took_or_that_cannot_be_used_does_not_stop_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
     for (name, setup) in [
         ("another user's", "taken"),
         ("a file as XDG_RUNTIME_DIR", "file"),
@@ -293,6 +298,7 @@ fn a_runtime_directory_another_user_took_or_that_cannot_be_used_does_not_stop_th
 
 #[test]
 fn a_damaged_shim_directory_does_not_stop_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
     for damage in ["a file", "a directory as the launcher"] {
         let dir = tempfile::tempdir().unwrap();
         reliability::project(dir.path(), 2, "--mem 4 --ms 10");
@@ -326,6 +332,7 @@ fn project_with_ordered_goals(dir: &Path) {
 
 #[test]
 fn goals_named_in_order_are_built_in_order() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     project_with_ordered_goals(dir.path());
     let output = build(dir.path(), &["--", "make", "clean", "all"])
@@ -342,6 +349,7 @@ fn goals_named_in_order_are_built_in_order() {
 
 #[test]
 fn a_parallelism_the_user_set_or_refused_is_kept() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     reliability::project(dir.path(), 1, "--mem 4 --ms 10");
     let makeflags = |output: &Output| {
@@ -388,6 +396,7 @@ fn a_parallelism_the_user_set_or_refused_is_kept() {
 
 #[test]
 fn the_users_niceness_is_a_floor_for_every_compiler() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     reliability::project(dir.path(), 2, "--mem 4 --ms 10");
     let mut command = Command::new("nice");

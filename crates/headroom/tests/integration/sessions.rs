@@ -117,6 +117,7 @@ fn wait_for_sessions(shared: &Shared, sessions: usize) -> GovernorStatus {
 
 #[test]
 fn two_builds_under_one_cap_share_its_budget_and_nothing_is_killed() {
+    let _alone = support::WHOLE_MACHINE.hold();
     // Each build alone fits two of its 250 MiB jobs in 600 MiB; a governor each would run
     // four at once (1000 MiB) and the kernel or headroom would kill some.
     let Some(cap) = limited_cgroup("two-builds", 600 << 20) else {
@@ -162,6 +163,7 @@ fn two_builds_under_one_cap_share_its_budget_and_nothing_is_killed() {
 
 #[test]
 fn sessions_that_start_together_share_one_governor() {
+    let _alone = support::WHOLE_MACHINE.hold();
     for round in 0..3 {
         let shared = Shared::new(2, "--mem 4 --ms 1500");
         let build = ["build", "--report", "report.json", "--", "make"];
@@ -193,6 +195,7 @@ fn sessions_that_start_together_share_one_governor() {
 
 #[test]
 fn a_killed_governor_is_replaced_by_the_next_session_and_no_build_fails() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let shared = Shared::new(3, "--mem 4 --ms 2500");
     let first = shared
         .headroom("a", &["build", "--jobs", "1", "--", "make"])
@@ -225,6 +228,7 @@ fn a_killed_governor_is_replaced_by_the_next_session_and_no_build_fails() {
 
 #[test]
 fn a_build_and_a_run_at_once_under_one_cap_share_its_budget() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let Some(cap) = limited_cgroup("build-and-run", 600 << 20) else {
         return;
     };
@@ -257,6 +261,7 @@ fn a_build_and_a_run_at_once_under_one_cap_share_its_budget() {
 /// `headroom status` without a running session says so, for people and for scripts.
 #[test]
 fn status_without_sessions_says_none_runs() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let shared = Shared::new(1, "--mem 4 --ms 10");
     assert!(shared.status().is_empty());
     let output = shared

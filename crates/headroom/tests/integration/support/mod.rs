@@ -18,6 +18,8 @@ use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Child, Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
@@ -247,10 +249,13 @@ fn read(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 
-/// A fresh memory cgroup named after `name` and this test process, capped at `limit`, or
-/// `None` (saying why the test skips) where none can be made.
+/// A fresh memory cgroup named after `name`, this test process and a count of the cgroups it
+/// made (the tests share one process, and two may ask for the same name), capped at `limit`,
+/// or `None` (saying why the test skips) where none can be made.
 pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
-    let name = format!("headroom-test-{name}-{}", std::process::id());
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let count = MADE.fetch_add(1, Ordering::Relaxed);
+    let name = format!("headroom-test-{name}-{}-{count}", std::process::id());
     match Cgroup::create_under_self(&name, Some(limit)) {
         Ok(cgroup) => Some(cgroup),
         Err(err) => {
@@ -260,5 +265,26 @@ pub fn limited_cgroup(name: &str, limit: u64) -> Option<Cgroup> {
             );
             None
         }
+    }
+}
+
+/// The tests that must not overlap one another, as the threads of this one test process run
+/// two tests at once: each such test holds [`WHOLE_MACHINE`] while it runs, so it shares the
+/// machine only with light tests. They are the tests that load every core or much of the
+/// memory for long (the crash points, many builds at once, build farms of real daemons in
+/// cgroups), and those that bound a wall time or the moment a governor reacts (`fail_open`,
+/// `sessions`, `load`): next to one another, each would slow the other past its bounds on a
+/// loaded 2-core machine. The sccache farm's tests need it besides: sccache's client keeps one
+/// toolchain cache per user, which two builds starting daemons at once would open together.
+pub struct Exclusive(Mutex<()>);
+
+/// See [`Exclusive`].
+pub static WHOLE_MACHINE: Exclusive = Exclusive(Mutex::new(()));
+
+impl Exclusive {
+    /// Waits until no other test holds this lock, and holds it until the guard is dropped. A
+    /// test that failed while holding it does not fail the next one.
+    pub fn hold(&'static self) -> MutexGuard<'static, ()> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

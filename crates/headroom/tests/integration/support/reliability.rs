@@ -80,10 +80,33 @@ pub fn isolate(command: &mut Command, dir: &Path) {
 }
 
 /// Makes this process the reaper of its descendants' orphans, so what a killed CLI leaves
-/// running stays below it, to be found and waited for.
+/// running stays below it, to be found and waited for. It holds for the whole test process,
+/// every test's orphans alike: a test reaps only the processes of its own project
+/// ([`reap`], [`reap_and_wait`]), never any child (`waitpid(-1)`), which would take the exit
+/// status of another test's command from under it.
 pub fn become_subreaper() {
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
+}
+
+/// Reaps those of `pids` that are exited children of this process (orphans that came to it),
+/// without blocking; any other pid is left alone.
+pub fn reap(pids: &[i32]) {
+    for &pid in pids {
+        // SAFETY: waitpid(2) on one pid, without blocking; not a child of ours is ECHILD.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+}
+
+/// Whether `pid` was started for the project in `dir`: [`isolate`] puts `HOME=dir` in the
+/// environment of a project's command, and every process below it inherits it.
+fn of_project(pid: i32, dir: &Path) -> bool {
+    let home = format!("HOME={}", dir.display());
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+        environ
+            .split(|&byte| byte == 0)
+            .any(|entry| entry == home.as_bytes())
+    })
 }
 
 /// `root` and every process below it.
@@ -208,21 +231,25 @@ impl Leftovers {
     }
 }
 
-/// Waits for every process below this one (a subreaper: orphans come here) to end, reaping
-/// them; what stays stopped for `STOPPED_FOR`, or lives past `SETTLE`, is reported and killed.
-pub fn reap_and_wait() -> Leftovers {
+/// Waits for every process of the project in `dir` ([`isolate`]) below this one (a
+/// subreaper: orphans come here) to end, reaping them; what stays stopped for `STOPPED_FOR`,
+/// or lives past `SETTLE`, is reported and killed. Other tests' processes are left alone.
+pub fn reap_and_wait(dir: &Path) -> Leftovers {
     let me = std::process::id() as i32;
     let start = Instant::now();
     let mut stopped_since: Option<Instant> = None;
     let mut leftovers = Leftovers::default();
+    let mut seen: Vec<i32> = Vec::new();
     loop {
-        // SAFETY: reaps exited children of this process without blocking.
-        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        reap(&seen);
         let alive: Vec<ProcStat> = descendants(me)
             .into_iter()
             .filter(|p| p.pid != me && process_state(p.pid).is_some_and(|s| s != 'Z'))
+            .filter(|p| of_project(p.pid, dir))
             .collect();
+        seen.extend(alive.iter().map(|p| p.pid));
         if alive.is_empty() {
+            reap(&seen);
             return leftovers;
         }
         let stopped: Vec<&ProcStat> = alive

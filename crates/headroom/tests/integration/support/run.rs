@@ -101,14 +101,7 @@ pub fn have_python() -> bool {
 
 /// Whether this machine lets us make a memory-limited cgroup; prints why a test skips when not.
 pub fn can_make_cgroups() -> bool {
-    let name = format!("headroom-run-test-{}", std::process::id());
-    match headroom_probe::cgroup::Cgroup::create_under_self(&name, Some(64 * MIB)) {
-        Ok(cgroup) => cgroup.remove().is_ok(),
-        Err(e) => {
-            headroom_testkit::skip("cgroup", format!("cannot create a memory cgroup here: {e}"));
-            false
-        }
-    }
+    super::limited_cgroup("probe", 64 * MIB).is_some_and(|cgroup| cgroup.remove().is_ok())
 }
 
 pub fn stage<'a>(report: &'a serde_json::Value, rung: usize, name: &str) -> &'a serde_json::Value {
