@@ -159,18 +159,26 @@ fn admits_by_predicted_peak_and_learns_from_history() {
 }
 
 /// A project whose 1.5 s link waits on the shortest compile: b.o (1.2 s) starts first;
-/// c.o (0.9 s) and a.o (0.3 s) wait for an ungoverned step and then queue at once. a.o's
-/// path, with the link, is the longest (1.8 s).
+/// c.o (0.9 s) and a.o (0.3 s) wait for an ungoverned step, which ends once the governor
+/// says b.o runs (at most 60 s), and then queue at once. a.o's path, with the link, is the
+/// longest (1.8 s).
 fn long_link_project() -> Project {
     let project = Project::new();
+    let b_runs = format!(
+        "for i in $$(seq 1200); do {} status --json | tr -d ' \\n' \
+         | grep -q '\"label\":\"b.o\",\"state\":\"running\"' && break; sleep 0.05; done",
+        support::HEADROOM
+    );
     project.write(
         "Makefile",
-        "all: b.o c.o tool\n\
-         stamp:\n\tsleep 0.3 && touch stamp\n\
-         tool: a.o\n\tg++ --ms 1500 -o tool a.o\n\
-         a.o: stamp\n\tg++ --ms 300 -c a.cpp -o a.o\n\
-         b.o:\n\tg++ --ms 1200 -c b.cpp -o b.o\n\
-         c.o: stamp\n\tg++ --ms 900 -c c.cpp -o c.o\n",
+        &format!(
+            "all: b.o c.o tool\n\
+             stamp:\n\t{b_runs}; touch stamp\n\
+             tool: a.o\n\tg++ --ms 1500 -o tool a.o\n\
+             a.o: stamp\n\tg++ --ms 300 -c a.cpp -o a.o\n\
+             b.o:\n\tg++ --ms 1200 -c b.cpp -o b.o\n\
+             c.o: stamp\n\tg++ --ms 900 -c c.cpp -o c.o\n"
+        ),
     );
     project
 }
