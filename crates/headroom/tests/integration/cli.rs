@@ -18,10 +18,6 @@ fn headroom(args: &[&str]) -> Output {
         .expect("run headroom")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// Variables between headroom's own processes, or for its tests: not for users.
 const INTERNAL: &[&str] = &[
     "HEADROOM_JOB",                // set by the shim in a job's environment
@@ -70,7 +66,7 @@ fn variables_read() -> Vec<String> {
 
 #[test]
 fn every_variable_headroom_reads_is_in_its_help() {
-    let help = text(&headroom(&["--help"]).stdout);
+    let help = support::text(&headroom(&["--help"]).stdout);
     let read = variables_read();
     assert!(read.len() > 10, "the scan finds the variables: {read:?}");
     let missing: Vec<&String> = read
@@ -91,19 +87,19 @@ fn mistakes_on_the_command_line_are_reported_in_one_style() {
         &["report", "no-such-report.json"],
     ] {
         let output = headroom(args);
-        let stderr = text(&output.stderr);
+        let stderr = support::text(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
             stderr.starts_with("headroom: error: "),
             "{args:?}: {stderr}"
         );
     }
-    let budget = text(&headroom(&["build", "--budget", "-5", "make"]).stderr);
+    let budget = support::text(&headroom(&["build", "--budget", "-5", "make"]).stderr);
     assert!(
         budget.contains("--budget") && budget.contains("`6G`"),
         "{budget}"
     );
-    let machine = text(&headroom(&["sim", "--machine", "16/32", "trace.json"]).stderr);
+    let machine = support::text(&headroom(&["sim", "--machine", "16/32", "trace.json"]).stderr);
     assert!(machine.contains("`32G`"), "{machine}");
 }
 
@@ -112,13 +108,13 @@ fn completions_and_the_man_page_come_from_the_parser() {
     for shell in ["bash", "zsh", "fish"] {
         let output = headroom(&["completions", shell]);
         assert!(output.status.success(), "{shell}");
-        let script = text(&output.stdout);
+        let script = support::text(&output.stdout);
         assert!(
             script.contains("lower-flags") && script.contains("diagnose"),
             "{shell}"
         );
     }
-    let man = text(&headroom(&["man"]).stdout);
+    let man = support::text(&headroom(&["man"]).stdout);
     assert!(
         man.starts_with(".ie") || man.contains(".TH headroom 1"),
         "{man}"
@@ -146,7 +142,7 @@ fn switches_set_by_variables_take_1_and_0_like_true_and_false() {
         assert!(
             output.status.success(),
             "{variable}={value}: {}",
-            text(&output.stderr)
+            support::text(&output.stderr)
         );
     }
 }
@@ -196,7 +192,7 @@ fn output_to_a_reader_that_has_gone_ends_quietly() {
             .stdout(pipe_without_reader())
             .output()
             .unwrap();
-        let stderr = text(&output.stderr);
+        let stderr = support::text(&output.stderr);
         assert_eq!(
             output.status.signal(),
             Some(libc::SIGPIPE),
@@ -226,9 +222,9 @@ fn a_dash_writes_the_output_to_stdout() {
     let output = headroom_in(dir.path(), &["run", "--json", "-", "--", "true"])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(output.status.success(), "{}", support::text(&output.stderr));
     let report: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", text(&output.stdout)));
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", support::text(&output.stdout)));
     assert!(report["rungs"].is_array(), "{report}");
     assert!(!dir.path().join("-").exists(), "no file named `-`");
     let both = headroom_in(
@@ -239,9 +235,9 @@ fn a_dash_writes_the_output_to_stdout() {
     .unwrap();
     assert_eq!(both.status.code(), Some(2));
     assert!(
-        text(&both.stderr).contains("only one output can go to stdout"),
+        support::text(&both.stderr).contains("only one output can go to stdout"),
         "{}",
-        text(&both.stderr)
+        support::text(&both.stderr)
     );
 }
 
@@ -260,9 +256,9 @@ fn colour_codes_only_where_asked() {
         }
         let stderr = command.output().unwrap().stderr;
         assert!(
-            text(&stderr).contains("is not one"),
+            support::text(&stderr).contains("is not one"),
             "{args:?}: {}",
-            text(&stderr)
+            support::text(&stderr)
         );
         stderr.contains(&0x1b)
     };

@@ -59,7 +59,7 @@ impl Shared {
             .stdout(Stdio::piped())
             .output()
             .unwrap();
-        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert!(output.status.success(), "{}", support::text(&output.stderr));
         serde_json::from_slice(&output.stdout).unwrap()
     }
 
@@ -67,10 +67,6 @@ impl Shared {
         let json = std::fs::read(self.path(project).join("report.json")).unwrap();
         serde_json::from_slice(&json).unwrap()
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn finished(child: Child) -> Output {
@@ -142,11 +138,11 @@ fn two_builds_under_one_cap_share_its_budget_and_nothing_is_killed() {
             .stdout(Stdio::piped())
             .output()
             .unwrap();
-        let said = text(&output.stdout);
+        let said = support::text(&output.stdout);
         said.contains("waiting for other sessions") && said.contains("running ")
     });
     for output in children.into_iter().map(finished) {
-        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert!(output.status.success(), "{}", support::text(&output.stderr));
     }
     assert_eq!(cap.oom_kills(), 0, "the kernel killed nothing");
     let (a, b) = (shared.report("a"), shared.report("b"));
@@ -176,7 +172,7 @@ fn sessions_that_start_together_share_one_governor() {
             assert!(
                 output.status.success(),
                 "round {round}: {}",
-                text(&output.stderr)
+                support::text(&output.stderr)
             );
         }
         for project in ["a", "b"] {
@@ -212,10 +208,10 @@ fn a_killed_governor_is_replaced_by_the_next_session_and_no_build_fails() {
     let replacement = wait_for_sessions(&shared, 1).pid;
     assert_ne!(replacement, killed);
     let second = finished(second);
-    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert!(second.status.success(), "{}", support::text(&second.stderr));
     assert_eq!(shared.report("b").jobs.len(), 3, "the new governor governs");
     let first = finished(first);
-    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert!(first.status.success(), "{}", support::text(&first.stderr));
     for object in ["o0.o", "o1.o", "o2.o"] {
         for project in ["a", "b"] {
             assert!(
@@ -243,7 +239,7 @@ fn a_build_and_a_run_at_once_under_one_cap_share_its_budget() {
     let (build, run) = (build.spawn().unwrap(), run.spawn().unwrap());
     wait_for_sessions(&shared, 2);
     for output in [build, run].into_iter().map(finished) {
-        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert!(output.status.success(), "{}", support::text(&output.stderr));
     }
     assert_eq!(cap.oom_kills(), 0, "the kernel killed nothing");
     let run: serde_json::Value =
@@ -270,5 +266,8 @@ fn status_without_sessions_says_none_runs() {
         .output()
         .unwrap();
     assert!(output.status.success());
-    assert_eq!(text(&output.stdout), "no headroom session is running\n");
+    assert_eq!(
+        support::text(&output.stdout),
+        "no headroom session is running\n"
+    );
 }

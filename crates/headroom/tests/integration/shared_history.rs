@@ -65,7 +65,11 @@ impl Machine {
             .env("HOME", machine.root.join("home"))
             .output()
             .unwrap();
-        assert!(configured.status.success(), "{}", text(&configured.stderr));
+        assert!(
+            configured.status.success(),
+            "{}",
+            support::text(&configured.stderr)
+        );
         machine
     }
 
@@ -121,7 +125,7 @@ impl Machine {
             "-C",
             "build",
         ]);
-        assert!(built.status.success(), "{}", text(&built.stderr));
+        assert!(built.status.success(), "{}", support::text(&built.stderr));
         let report: BuildReport = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
         assert_eq!(
             report.jobs.len(),
@@ -129,14 +133,10 @@ impl Machine {
             "every compile and the link is a job: {:?}; outside admission: {:?}; stderr: {}",
             report.jobs.iter().map(|job| &job.label).collect::<Vec<_>>(),
             report.outside,
-            text(&built.stderr)
+            support::text(&built.stderr)
         );
         report
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn sources(report: &BuildReport) -> Vec<&str> {
@@ -181,7 +181,7 @@ fn a_new_machine_starts_warm(kind: Kind) {
     let cold = ci.build();
     assert!(sources(&cold).contains(&"default"), "{:?}", sources(&cold));
     let pushed = ci.headroom(&["history", "push", "--store", &server.url, "--json"]);
-    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    assert!(pushed.status.success(), "{}", support::text(&pushed.stderr));
     let pushed: serde_json::Value = serde_json::from_slice(&pushed.stdout).unwrap();
     assert_eq!(pushed["project"], "proj");
     assert_eq!(pushed["summary"]["entries"], UNITS + 2);
@@ -189,11 +189,11 @@ fn a_new_machine_starts_warm(kind: Kind) {
     // Another checkout path, another home, another path to the same compiler, no history.
     let laptop = Machine::new(dir.path().join("laptop/elsewhere"), "/usr/bin/c++");
     let pulled = laptop.headroom(&["history", "pull", "--store", &server.url]);
-    assert!(pulled.status.success(), "{}", text(&pulled.stderr));
+    assert!(pulled.status.success(), "{}", support::text(&pulled.stderr));
     assert!(
-        text(&pulled.stdout).contains(&format!("pulled {} measured peaks", UNITS + 2)),
+        support::text(&pulled.stdout).contains(&format!("pulled {} measured peaks", UNITS + 2)),
         "{}",
-        text(&pulled.stdout)
+        support::text(&pulled.stdout)
     );
     let first = laptop.build();
     assert_eq!(sources(&first), vec!["shared"; UNITS + 2]);
@@ -234,8 +234,8 @@ fn a_store_that_is_down_or_corrupt_leaves_the_history_as_it_was() {
     std::fs::create_dir_all(machine.project()).unwrap();
     let (down, _closed) = stores::down_url(Kind::S3, dir.path());
     let pulled = machine.headroom(&["history", "pull", "--store", &down]);
-    assert!(pulled.status.success(), "{}", text(&pulled.stderr));
-    let warning = text(&pulled.stderr);
+    assert!(pulled.status.success(), "{}", support::text(&pulled.stderr));
+    let warning = support::text(&pulled.stderr);
     assert!(
         warning.contains("warning") && warning.contains("going on with the local history"),
         "{warning}"
@@ -248,26 +248,26 @@ fn a_store_that_is_down_or_corrupt_leaves_the_history_as_it_was() {
     std::fs::write(&index, "{\"format\": \"headroom-history\", \"vers").unwrap();
     let url = format!("file://{}", store.display());
     let pulled = machine.headroom(&["history", "pull", "--store", &url]);
-    assert!(pulled.status.success(), "{}", text(&pulled.stderr));
+    assert!(pulled.status.success(), "{}", support::text(&pulled.stderr));
     assert!(
-        text(&pulled.stderr).contains("not a shared-history index"),
+        support::text(&pulled.stderr).contains("not a shared-history index"),
         "{}",
-        text(&pulled.stderr)
+        support::text(&pulled.stderr)
     );
     let bad = machine.headroom(&["history", "push", "--store", &url, "--project", "../x"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        text(&bad.stderr).contains("--project"),
+        support::text(&bad.stderr).contains("--project"),
         "{}",
-        text(&bad.stderr)
+        support::text(&bad.stderr)
     );
     let none = machine.headroom(&["history", "pull"]);
     assert_eq!(none.status.code(), Some(2));
     assert!(
-        text(&none.stderr).contains("HEADROOM_HISTORY_STORE")
-            && text(&none.stderr).contains("[build]"),
+        support::text(&none.stderr).contains("HEADROOM_HISTORY_STORE")
+            && support::text(&none.stderr).contains("[build]"),
         "{}",
-        text(&none.stderr)
+        support::text(&none.stderr)
     );
     assert!(Path::new(&dir.path().join("state/history.sqlite")).exists());
 }
@@ -311,14 +311,14 @@ fn eight_concurrent_pushers_lose_no_peak() {
         .collect();
     for pusher in pushers {
         let pushed = pusher.join().unwrap();
-        assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+        assert!(pushed.status.success(), "{}", support::text(&pushed.stderr));
     }
     let reader = Machine {
         root: dir.path().join("reader"),
     };
     std::fs::create_dir_all(reader.project()).unwrap();
     let pulled = reader.headroom(&["history", "pull", "--store", &server.url, "--json"]);
-    assert!(pulled.status.success(), "{}", text(&pulled.stderr));
+    assert!(pulled.status.success(), "{}", support::text(&pulled.stderr));
     let pulled: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
     assert_eq!(pulled["summary"]["entries"], PUSHERS * PEAKS_EACH);
     assert_eq!(pulled["summary"]["taken"]["new"], PUSHERS * PEAKS_EACH);

@@ -78,7 +78,12 @@ pub fn in_project(command: &mut Command, dir: &Path) {
 
 /// What a finished process wrote to stderr, as text.
 pub fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    text(&output.stderr)
+}
+
+/// What a process wrote, as text (invalid UTF-8 shown as U+FFFD).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A loopback port that nothing listens on, and that nothing else can take while this value
