@@ -1,0 +1,414 @@
+//! headroom is never why a build fails, stalls or builds the wrong thing: a hung or orphaned
+//! governor, a terminal's signals, a kill to make room, a runtime or state directory that is
+//! damaged or taken by another user, and goals that make must build in order. Each test is a
+//! fault found by hostile testing, reproduced with the real binary, real make and real
+//! processes (the stand-in compiler, or real g++ where its temporary files matter).
+
+use crate::support::{self, reliability};
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use reliability::{below, compilers, output_within_patience, process_state, wait_until};
+use support::{stderr, HEADROOM};
+
+/// `headroom build ARGS…` in the scratch project `dir`, with everything of its own there.
+fn build(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(HEADROOM);
+    command.arg("build").args(args);
+    reliability::isolate(&mut command, dir);
+    command
+}
+
+fn alive(pid: i32) -> bool {
+    process_state(pid).is_some_and(|state| state != 'Z')
+}
+
+fn objects(dir: &Path, count: usize) -> usize {
+    (0..count)
+        .filter(|i| dir.join(format!("o{i}.o")).exists())
+        .count()
+}
+
+#[test]
+fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 8, "--mem 4 --ms 400");
+    let mut command = build(dir.path(), &["--jobs", "1", "--", "make", "-j4"]);
+    // A group of its own, so that a build that never ends is killed whole, stopped governor
+    // included.
+    command
+        .env("HEADROOM_GOVERNOR_SILENCE_MS", "2000")
+        .process_group(0)
+        .stderr(Stdio::piped());
+    let cli = command.spawn().unwrap();
+    wait_until("a compile", || !compilers(cli.id()).is_empty());
+    let governor = below(cli.id(), "__governor")[0];
+    // SAFETY: kill(2) on the governor this test's build started.
+    unsafe { libc::kill(governor, libc::SIGSTOP) };
+    let start = Instant::now();
+    let output = output_within_patience(cli);
+    let waited = start.elapsed();
+    let said = stderr(&output);
+    assert!(output.status.success(), "{said}");
+    assert_eq!(objects(dir.path(), 8), 8, "{said}");
+    // Without a bound the build waited until the governor was resumed: never, here.
+    assert!(waited < Duration::from_secs(40), "took {waited:?}: {said}");
+    assert_eq!(
+        said.matches("the governor has not answered").count(),
+        1,
+        "said once: {said}"
+    );
+    assert!(
+        said.contains("compiler call(s) ran ungoverned because the governor"),
+        "{said}"
+    );
+    assert!(!alive(governor), "the CLI ended the hung governor");
+}
+
+/// A governor whose starting CLI died before it could join (SIGKILL between the start and
+/// the join) leaves after three silence bounds, removing its socket, and serves nobody.
+#[test]
+fn a_governor_that_no_session_joins_leaves() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let config = serde_json::json!({
+        "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
+        "command": "make", "cwd": "/", "started_unix_ms": 0, "ladder": [],
+        "sample_interval_ms": 100, "priorities": false, "parallelism_set": [],
+        "project_root": "/", "farm": null
+    });
+    let mut command = Command::new(HEADROOM);
+    command
+        .arg("__governor")
+        .env("HEADROOM_GOVERNOR_CONFIG", config.to_string())
+        .env("HEADROOM_GOVERNOR_SILENCE_MS", "300")
+        .stderr(Stdio::piped());
+    // SAFETY: in the child, before exec, on a descriptor this test owns: fd 3 is the
+    // listener, kept open across exec.
+    unsafe {
+        command.pre_exec(move || {
+            let moved = if fd == 3 {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if moved < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut governor = command.spawn().unwrap();
+    drop(listener);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = governor.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            governor.kill().unwrap();
+            panic!("a governor nobody joined kept serving");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "it waited for a session first"
+    );
+    assert!(!socket.exists(), "it removed its socket");
+}
+
+/// Starts a build of two compiles made with `recipe` in `dir`, in its own process group as a
+/// shell's job is (a terminal signals the whole group); returns it, its group and its two
+/// compilers once both run.
+fn two_compiles_as_a_job(dir: &Path, recipe: &str) -> (Child, i32, Vec<i32>) {
+    reliability::project(dir, 2, recipe);
+    let mut command = build(dir, &["--jobs", "2", "--", "make", "-j2"]);
+    command.process_group(0).stderr(Stdio::piped());
+    let cli = command.spawn().unwrap();
+    let group = cli.id() as i32;
+    wait_until("two compiles", || compilers(cli.id()).len() == 2);
+    let running = compilers(cli.id());
+    (cli, group, running)
+}
+
+#[test]
+fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 4000");
+    // SAFETY: kill(2) on the process group of this test's build.
+    unsafe { libc::kill(-group, libc::SIGTSTP) };
+    wait_until("every compiler stopped", || {
+        running
+            .iter()
+            .all(|&pid| matches!(process_state(pid), Some('T' | 't')))
+    });
+    // SAFETY: as above: what `fg` sends.
+    unsafe { libc::kill(-group, libc::SIGCONT) };
+    wait_until("every compiler running again", || {
+        running
+            .iter()
+            .all(|&pid| !matches!(process_state(pid), Some('T' | 't')))
+    });
+    let output = output_within_patience(cli);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(objects(dir.path(), 2), 2);
+}
+
+#[test]
+fn ctrl_backslash_ends_the_compilers_with_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::become_subreaper();
+    // Compiles far longer than the test waits for them to end.
+    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 600000");
+    // SAFETY: kill(2) on the process group of this test's build: what Ctrl-\ sends.
+    unsafe { libc::kill(-group, libc::SIGQUIT) };
+    let output = output_within_patience(cli);
+    assert_eq!(
+        output.status.code(),
+        Some(131),
+        "128 + SIGQUIT, as a shell reports it"
+    );
+    // Orphaned compilers come to this test, their subreaper: each must end, not compile on.
+    wait_until("every compiler ended", || {
+        reliability::reap(&running);
+        running.iter().all(|&pid| !alive(pid))
+    });
+}
+
+/// A project whose first job (`grow.o`, the stand-in compiler) outgrows what its history says
+/// and whose second (`real.o`, real g++ for 4 s) is the youngest job when it does: the
+/// governor kills `real.o` to make room and requeues it.
+fn project_with_a_job_to_kill(dir: &Path) {
+    reliability::project(dir, 0, "");
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/template-heavy");
+    let makefile = format!(
+        ".PHONY: all\nall: grow.o real.o\n\
+         grow.o:\n\tg++ --mem-file grow -c grow.cpp -o $@\n\
+         real.o:\n\t/usr/bin/g++ -std=c++17 --param ggc-min-expand=100 \
+         --param ggc-min-heapsize=131072 -O2 -DUNIT_NAME=real -DTARGET_MIB=300 \
+         -I{unit} -c {unit}/unit.cpp -o $@\n",
+        unit = unit.display()
+    );
+    std::fs::write(dir.join("Makefile"), makefile).unwrap();
+    std::fs::write(dir.join("grow"), "20 100").unwrap();
+}
+
+#[test]
+fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_files() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    if !reliability::have(&["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    project_with_a_job_to_kill(dir.path());
+    // All at one CPU priority: on a loaded machine a job started nicer grows so slowly that
+    // the other ends before it peaks, and nothing has to make room.
+    let args = [
+        "-v",
+        "--budget",
+        "500M",
+        "--jobs",
+        "2",
+        "--no-priorities",
+        "--",
+        "make",
+        "-j2",
+    ];
+    let first = build(dir.path(), &args).output().unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    // Now the stand-in grows to 400 MiB in half a second: faster than the real compile, so
+    // when the two reach the budget's suspend line the stand-in holds most of it, and the
+    // real compile's own growth then passes the budget and a job must be killed. (Over 2 s it
+    // reached the line only once the real compile had peaked: it was suspended, resumed when
+    // that compile ended, and nothing had to be killed.)
+    std::fs::write(dir.path().join("grow"), "400 500").unwrap();
+    for object in ["grow.o", "real.o"] {
+        std::fs::remove_file(dir.path().join(object)).unwrap();
+    }
+    let output = build(dir.path(), &args).output().unwrap();
+    let said = stderr(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.contains("kill and requeue job"),
+        "no kill happened: {said}"
+    );
+    assert!(
+        !said.contains("ran out of memory") && said.contains("OOM retries 0"),
+        "headroom's own kill is not an out-of-memory failure: {said}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("tmp"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name())
+        .collect();
+    assert!(left.is_empty(), "gcc's temporary files were left: {left:?}");
+    assert!(dir.path().join("real.o").exists());
+}
+
+#[test]
+fn a_runtime_directory_another_user_took_or_that_cannot_be_used_does_not_stop_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    for (name, setup) in [
+        ("another user's", "taken"),
+        ("a file as XDG_RUNTIME_DIR", "file"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+        let mut command = build(dir.path(), &["--", "make"]);
+        match setup {
+            "taken" => {
+                // The name earlier versions used under the temporary directory, taken first
+                // by another local user.
+                let taken = dir.path().join("tmp").join(format!(
+                    "headroom-{}",
+                    // SAFETY: getuid(2) cannot fail.
+                    unsafe { libc::getuid() }
+                ));
+                std::fs::create_dir(&taken).unwrap();
+                std::os::unix::fs::chown(&taken, Some(65534), Some(65534)).unwrap();
+                command.env_remove("XDG_RUNTIME_DIR");
+            }
+            _ => {
+                let file = dir.path().join("not-a-dir");
+                std::fs::write(&file, "").unwrap();
+                command.env("XDG_RUNTIME_DIR", &file);
+            }
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{name}: {}", stderr(&output));
+        assert_eq!(objects(dir.path(), 2), 2, "{name}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("jobs"),
+            "{name}: governed, with its summary: {}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn a_damaged_shim_directory_does_not_stop_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    for damage in ["a file", "a directory as the launcher"] {
+        let dir = tempfile::tempdir().unwrap();
+        reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+        let shims = dir.path().join("state/shims");
+        match damage {
+            "a file" => std::fs::write(&shims, "x").unwrap(),
+            _ => std::fs::create_dir_all(shims.join("headroom-launch/inside")).unwrap(),
+        }
+        let output = build(dir.path(), &["--", "make"]).output().unwrap();
+        assert!(output.status.success(), "{damage}: {}", stderr(&output));
+        assert_eq!(objects(dir.path(), 2), 2, "{damage}");
+        assert!(
+            stderr(&output).contains("cannot set up the shim directory"),
+            "{damage}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+/// A Makefile whose `clean` takes a while and whose `all` builds `out` from nothing: under
+/// `make -j`, `make clean all` runs both at once, and `clean` removes what `all` built.
+fn project_with_ordered_goals(dir: &Path) {
+    reliability::project(dir, 0, "");
+    std::fs::write(
+        dir.join("Makefile"),
+        ".PHONY: all clean\nall: out\nout:\n\tg++ --mem 4 --ms 10 -c out.cpp -o out\n\
+         clean:\n\tsleep 1\n\trm -f out\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn goals_named_in_order_are_built_in_order() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    project_with_ordered_goals(dir.path());
+    let output = build(dir.path(), &["--", "make", "clean", "all"])
+        .output()
+        .unwrap();
+    let said = stderr(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(
+        dir.path().join("out").exists(),
+        "clean ran after all: {said}"
+    );
+    assert!(said.contains("does not offer it jobs"), "{said}");
+}
+
+#[test]
+fn a_parallelism_the_user_set_or_refused_is_kept() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 1, "--mem 4 --ms 10");
+    let makeflags = |output: &Output| {
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap())
+                .unwrap();
+        let set = report["build"]["parallelism_set"].clone();
+        assert!(output.status.success(), "{}", stderr(output));
+        set.as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v.as_str().unwrap().starts_with("MAKEFLAGS"))
+            .count()
+    };
+    let offered = build(dir.path(), &["--report", "report.json", "--", "make", "-B"])
+        .output()
+        .unwrap();
+    assert_eq!(makeflags(&offered), 1, "one goal: make is offered jobs");
+    let mut empty = build(dir.path(), &["--report", "report.json", "--", "make", "-B"]);
+    empty.env("MAKEFLAGS", "");
+    assert_eq!(
+        makeflags(&empty.output().unwrap()),
+        0,
+        "MAKEFLAGS= is a choice"
+    );
+    let refused = build(
+        dir.path(),
+        &[
+            "--no-offer-jobs",
+            "--report",
+            "report.json",
+            "--",
+            "make",
+            "-B",
+        ],
+    )
+    .output()
+    .unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    assert!(refused.status.success(), "{}", stderr(&refused));
+    assert_eq!(report["build"]["parallelism_set"], serde_json::json!([]));
+}
+
+#[test]
+fn the_users_niceness_is_a_floor_for_every_compiler() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+    let mut command = Command::new("nice");
+    command.args(["-n", "15", HEADROOM, "build", "--", "make"]);
+    reliability::isolate(&mut command, dir.path());
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    for object in ["o0.o", "o1.o"] {
+        // The stand-in compiler writes the niceness it ran at into its output.
+        let text = std::fs::read_to_string(dir.path().join(object)).unwrap();
+        let (_, after) = text.split_once("nice ").expect("the niceness is named");
+        let nice: i32 = after.split(',').next().unwrap().parse().unwrap();
+        assert!(nice >= 15, "{object} ran at niceness {nice}");
+    }
+}
