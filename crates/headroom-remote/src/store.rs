@@ -301,7 +301,11 @@ impl Store {
             if self.operator.info().full_capability().rename {
                 let temp = format!("{key}.tmp-{:016x}", fastrand::u64(..));
                 self.operator.write(&temp, value).await?;
-                self.operator.rename(&temp, key).await
+                let renamed = self.operator.rename(&temp, key).await;
+                if renamed.is_err() {
+                    let _ = self.operator.delete(&temp).await;
+                }
+                renamed
             } else {
                 self.operator.write(key, value).await.map(drop)
             }
@@ -317,8 +321,16 @@ impl Store {
         if stored == Stored::Size(bytes.len() as u64) {
             return Ok((hash, false));
         }
-        self.put(&key, bytes)?;
-        Ok((hash, true))
+        match self.put(&key, bytes) {
+            Ok(()) => Ok((hash, true)),
+            // Pushers of the same bytes race to rename them into place, and a service may
+            // refuse the loser's rename (WsgiDAV answers 500 to two MOVEs onto one name): the
+            // blob is stored either way, since its name is its hash.
+            Err(error) => match self.runtime.block_on(self.stored_size(&key)) {
+                Stored::Size(size) if size == bytes.len() as u64 => Ok((hash, false)),
+                _ => Err(error),
+            },
+        }
     }
 
     /// Reads a blob of at most `max_bytes` and checks its bytes against its hash; a bigger one
