@@ -56,9 +56,8 @@ impl Project {
     /// `headroom SUBCOMMAND` in this project, with its own history and runtime directory and
     /// the fake compiler first on PATH.
     fn command(&self, subcommand: &str) -> Command {
-        let mut command = support::headroom_in(self.dir.path());
+        let mut command = support::headroom_in(self.dir.path(), &[subcommand]);
         command
-            .arg(subcommand)
             .env("HEADROOM_SAMPLE_INTERVAL_MS", "20")
             .env("HOME", self.dir.path());
         command

@@ -83,17 +83,6 @@ const UNITS: [&str; 5] = [
     "-G",
 ];
 
-fn have(tool: &str) -> bool {
-    let found = Command::new(tool).arg("--version").output().is_ok();
-    if !found {
-        headroom_testkit::skip(
-            tool,
-            format!("`{tool}` is not installed (apt-get install cmake ninja-build)"),
-        );
-    }
-    found
-}
-
 /// A copy of `examples/template-heavy`, configured with CMake outside headroom.
 fn configured_example() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -145,7 +134,7 @@ fn governed_build(dir: &std::path::Path, name: &str, args: &[&str]) -> Option<Bu
 
 #[test]
 fn a_tree_configured_before_headroom_is_governed_however_it_is_built() {
-    if !have("cmake") || !have("ninja") {
+    if !support::have(&["cmake", "ninja"]) {
         return;
     }
     let dir = configured_example();

@@ -12,72 +12,41 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use farm::MIB;
+use farm::{Node, MIB};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
-use support::{limited_cgroup, stderr, ClosedPort, Listening, HEADROOM};
+use support::{limited_cgroup, stderr, ClosedPort, HEADROOM};
 
-/// One farm node: a `distccd` in its own memory-limited cgroup, its log in `_dir`.
-struct Node {
-    daemon: Listening,
-    cgroup: Cgroup,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    /// Starts a node whose compiles may use `limit` bytes in all, running `slots` at once.
-    fn start(name: &str, limit: u64, slots: usize) -> Option<Node> {
-        let cgroup = limited_cgroup(name, limit)?;
-        let dir = tempfile::tempdir().unwrap();
-        // distccd refuses port 0, so it is offered free ports until one stays free.
-        let daemon = support::start_on_a_free_port(
-            "distccd",
-            |port| {
-                let mut daemon = Command::new("distccd");
-                daemon
-                    .args([
-                        "--no-detach",
-                        "--daemon",
-                        "--log-stderr",
-                        "--enable-tcp-insecure",
-                    ])
-                    .args(["--allow", "127.0.0.1", "--listen", "127.0.0.1"])
-                    .args(["--port", &port.to_string(), "--jobs", &slots.to_string()]);
-                cgroup.attach(&mut daemon);
-                daemon
-            },
-            &dir.path().join("distccd.log"),
-        );
-        Some(Node {
-            port: daemon.port,
-            daemon,
-            cgroup,
-            _dir: dir,
-        })
-    }
-
-    /// The node as `--farm` takes it, declaring `memory` and `slots`.
-    fn farm_flag(&self, memory: &str, slots: usize) -> String {
-        format!("--farm=127.0.0.1:{}={memory}/{slots}", self.port)
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Stops the node as a crash would: every process of it killed at once.
-    fn kill(&mut self) {
-        farm::kill_all(&self.cgroup);
-        let _ = self.daemon.child.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        farm::remove(&self.cgroup);
-    }
+/// Starts a farm node: a `distccd` in a memory-limited cgroup of its own, whose compiles may
+/// use `limit` bytes in all, running `slots` at once, its log in the node's directory.
+fn start_node(name: &str, limit: u64, slots: usize) -> Option<Node> {
+    let cgroup = limited_cgroup(name, limit)?;
+    let dir = tempfile::tempdir().unwrap();
+    // distccd refuses port 0, so it is offered free ports until one stays free.
+    let daemon = support::start_on_a_free_port(
+        "distccd",
+        |port| {
+            let mut daemon = Command::new("distccd");
+            daemon
+                .args([
+                    "--no-detach",
+                    "--daemon",
+                    "--log-stderr",
+                    "--enable-tcp-insecure",
+                ])
+                .args(["--allow", "127.0.0.1", "--listen", "127.0.0.1"])
+                .args(["--port", &port.to_string(), "--jobs", &slots.to_string()]);
+            cgroup.attach(&mut daemon);
+            daemon
+        },
+        &dir.path().join("distccd.log"),
+    );
+    Some(Node {
+        port: daemon.port,
+        daemons: vec![daemon],
+        cgroup,
+        _dir: dir,
+    })
 }
 
 /// This machine's cgroup, `(name, limit)`, and two nodes, each `(name, limit, slots)`; `None`
@@ -91,17 +60,11 @@ fn here_and_two_nodes(
         return None;
     }
     let here = limited_cgroup(here.0, here.1)?;
-    Some((
-        here,
-        Node::start(a.0, a.1, a.2)?,
-        Node::start(b.0, b.1, b.2)?,
-    ))
+    Some((here, start_node(a.0, a.1, a.2)?, start_node(b.0, b.1, b.2)?))
 }
 
 fn have_distcc() -> bool {
-    let found = ["distcc", "distccd"]
-        .iter()
-        .all(|tool| Command::new(tool).arg("--version").output().is_ok());
+    let found = support::on_path("distcc") && support::on_path("distccd");
     if !found {
         headroom_testkit::skip("distcc", "distcc is not installed (apt-get install distcc)");
     }

@@ -10,11 +10,11 @@
 use crate::support::{self, fakecc, farm};
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use farm::{free_port, wait_listening, MIB};
+use farm::{Node, MIB};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
 use support::{limited_cgroup, stderr, HEADROOM};
@@ -53,120 +53,99 @@ fn have_sccache_dist() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// One farm node: its own scheduler and one server behind it, the server (and the compiles it
-/// runs) in a memory-limited cgroup. The scheduler stays outside the cap, as it would on a
-/// host of its own.
-struct Node {
-    daemons: Vec<Child>,
-    cgroup: Cgroup,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    /// Starts a node whose compiles may use `limit` bytes in all.
-    fn start(sccache: &Path, name: &str, limit: u64) -> Option<Node> {
-        let cgroup = limited_cgroup(&format!("sccache-{name}"), limit)?;
-        let dir = tempfile::tempdir().unwrap();
-        let (port, server_port) = (free_port(), free_port());
-        let scheduler_config = format!(
-            "public_addr = \"127.0.0.1:{port}\"\n\
-             [client_auth]\ntype = \"token\"\ntoken = \"{TOKEN}\"\n\
-             [server_auth]\ntype = \"token\"\ntoken = \"{TOKEN}-server\"\n"
-        );
-        let server_config = format!(
-            "cache_dir = \"{dir}/toolchains\"\n\
-             public_addr = \"127.0.0.1:{server_port}\"\n\
-             bind_address = \"127.0.0.1:{server_port}\"\n\
-             scheduler_url = \"http://127.0.0.1:{port}\"\n\
-             [builder]\ntype = \"overlay\"\nbuild_dir = \"{dir}/build\"\nbwrap_path = \"{bwrap}\"\n\
-             [scheduler_auth]\ntype = \"token\"\ntoken = \"{TOKEN}-server\"\n",
-            dir = dir.path().display(),
-            bwrap = headroom_farm::find_on_path("bwrap")
-                .expect("bwrap is on PATH")
-                .display(),
-        );
-        let mut daemons = Vec::new();
-        for (role, config, listens_on) in [
-            ("scheduler", scheduler_config, port),
-            ("server", server_config, server_port),
-        ] {
-            let path = dir.path().join(format!("{role}.toml"));
-            std::fs::write(&path, config).unwrap();
-            let mut daemon = Command::new(sccache.join("sccache-dist"));
-            daemon
-                .args([role, "--config"])
-                .arg(&path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            if role == "server" {
-                cgroup.attach(&mut daemon);
-            }
-            daemons.push(daemon.spawn().expect("sccache-dist starts"));
-            wait_listening(listens_on, &format!("sccache-dist {role}"));
-        }
-        let node = Node {
-            daemons,
-            cgroup,
-            port,
-            _dir: dir,
-        };
-        node.wait_for_its_server();
-        Some(node)
-    }
-
-    /// A server counts for jobs once its scheduler has heard from it.
-    fn wait_for_its_server(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.servers() != Some(1) {
-            assert!(
-                Instant::now() < deadline,
-                "the server registers with its scheduler"
+/// Starts a farm node: its own scheduler and one server behind it, the server (and the
+/// compiles it runs) in a memory-limited cgroup whose compiles may use `limit` bytes in all.
+/// The scheduler stays outside the cap, as it would on a host of its own. Each daemon runs in
+/// the foreground (`SCCACHE_NO_DAEMON`), so it is this test's child: it says in its log, and
+/// by ending, when the port it was given was taken, and it is killed with the node.
+fn start_node(sccache: &Path, name: &str, limit: u64) -> Option<Node> {
+    let cgroup = limited_cgroup(&format!("sccache-{name}"), limit)?;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = |role: &str, config: String| {
+        let path = dir.path().join(format!("{role}.toml"));
+        std::fs::write(&path, config).unwrap();
+        let mut daemon = Command::new(sccache.join("sccache-dist"));
+        daemon
+            .args([role, "--config"])
+            .arg(&path)
+            .env("SCCACHE_NO_DAEMON", "1");
+        daemon
+    };
+    // sccache-dist must know its address before it binds, so it is offered free ports until
+    // one stays free.
+    let scheduler = support::start_on_a_free_port(
+        "sccache-dist scheduler",
+        |port| {
+            daemon(
+                "scheduler",
+                format!(
+                    "public_addr = \"127.0.0.1:{port}\"\n\
+                     [client_auth]\ntype = \"token\"\ntoken = \"{TOKEN}\"\n\
+                     [server_auth]\ntype = \"token\"\ntoken = \"{TOKEN}-server\"\n"
+                ),
+            )
+        },
+        &dir.path().join("scheduler.log"),
+    );
+    let bwrap = headroom_farm::find_on_path("bwrap").expect("bwrap is on PATH");
+    let server = support::start_on_a_free_port(
+        "sccache-dist server",
+        |port| {
+            let mut server = daemon(
+                "server",
+                format!(
+                    "cache_dir = \"{dir}/toolchains\"\n\
+                     public_addr = \"127.0.0.1:{port}\"\n\
+                     bind_address = \"127.0.0.1:{port}\"\n\
+                     scheduler_url = \"http://127.0.0.1:{scheduler}\"\n\
+                     [builder]\ntype = \"overlay\"\nbuild_dir = \"{dir}/build\"\nbwrap_path = \"{bwrap}\"\n\
+                     [scheduler_auth]\ntype = \"token\"\ntoken = \"{TOKEN}-server\"\n",
+                    dir = dir.path().display(),
+                    scheduler = scheduler.port,
+                    bwrap = bwrap.display(),
+                ),
             );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+            cgroup.attach(&mut server);
+            server
+        },
+        &dir.path().join("server.log"),
+    );
+    let node = Node {
+        port: scheduler.port,
+        daemons: vec![scheduler, server],
+        cgroup,
+        _dir: dir,
+    };
+    wait_for_its_server(&node);
+    Some(node)
+}
 
-    /// How many servers the node's scheduler knows: the first field of its status (bincode,
-    /// three little-endian u64s: servers, CPUs, jobs in progress).
-    fn servers(&self) -> Option<u64> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream
-            .write_all(b"GET /api/v1/scheduler/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .ok()?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).ok()?;
-        let body = response.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-        let servers = response.get(body..body + 8)?;
-        Some(u64::from_le_bytes(servers.try_into().ok()?))
-    }
-
-    /// The node as `--farm` takes it, declaring `memory` and `slots`.
-    fn farm_flag(&self, memory: &str, slots: usize) -> String {
-        format!("--farm=127.0.0.1:{}={memory}/{slots}", self.port)
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Stops the node as a crash would: every process of it killed at once.
-    fn kill(&mut self) {
-        farm::kill_all(&self.cgroup);
-        for daemon in &mut self.daemons {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-        }
+/// A server counts for jobs once its scheduler has heard from it.
+fn wait_for_its_server(node: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while servers(node) != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "the server registers with its scheduler"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        farm::remove(&self.cgroup);
-    }
+/// How many servers the node's scheduler knows: the first field of its status (bincode,
+/// three little-endian u64s: servers, CPUs, jobs in progress).
+fn servers(node: &Node) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", node.port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /api/v1/scheduler/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let body = response.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let servers = response.get(body..body + 8)?;
+    Some(u64::from_le_bytes(servers.try_into().ok()?))
 }
 
 /// This machine's cgroup, `(name, limit)`, and two nodes, each `(name, limit)`, held by this
@@ -187,8 +166,8 @@ fn here_and_two_nodes(
         }
     };
     let here = limited_cgroup(here.0, here.1)?;
-    let a = Node::start(&sccache, a.0, a.1)?;
-    let b = Node::start(&sccache, b.0, b.1)?;
+    let a = start_node(&sccache, a.0, a.1)?;
+    let b = start_node(&sccache, b.0, b.1)?;
     Some((one, sccache, here, a, b))
 }
 

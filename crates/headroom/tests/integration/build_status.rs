@@ -17,7 +17,7 @@ fn project(dir: &Path) {
 
 #[test]
 fn a_build_on_a_terminal_shows_its_jobs_and_memory_and_gives_the_last_line_back() {
-    if !reliability::have(&["script", "stty"]) {
+    if !support::have(&["script", "stty"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

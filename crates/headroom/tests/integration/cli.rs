@@ -8,15 +8,8 @@ use crate::support;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use support::HEADROOM;
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(HEADROOM)
-        .args(args)
-        .output()
-        .expect("run headroom")
-}
+use std::process::{Command, Stdio};
+use support::headroom;
 
 /// Variables between headroom's own processes, or for its tests: not for users.
 const INTERNAL: &[&str] = &[
@@ -66,7 +59,7 @@ fn variables_read() -> Vec<String> {
 
 #[test]
 fn every_variable_headroom_reads_is_in_its_help() {
-    let help = support::text(&headroom(&["--help"]).stdout);
+    let help = support::text(&headroom(&["--help"]).output().unwrap().stdout);
     let read = variables_read();
     assert!(read.len() > 10, "the scan finds the variables: {read:?}");
     let missing: Vec<&String> = read
@@ -86,7 +79,7 @@ fn mistakes_on_the_command_line_are_reported_in_one_style() {
         &["sim", "--machine", "16/32", "trace.json"],
         &["report", "no-such-report.json"],
     ] {
-        let output = headroom(args);
+        let output = headroom(args).output().unwrap();
         let stderr = support::text(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
@@ -94,19 +87,29 @@ fn mistakes_on_the_command_line_are_reported_in_one_style() {
             "{args:?}: {stderr}"
         );
     }
-    let budget = support::text(&headroom(&["build", "--budget", "-5", "make"]).stderr);
+    let budget = support::text(
+        &headroom(&["build", "--budget", "-5", "make"])
+            .output()
+            .unwrap()
+            .stderr,
+    );
     assert!(
         budget.contains("--budget") && budget.contains("`6G`"),
         "{budget}"
     );
-    let machine = support::text(&headroom(&["sim", "--machine", "16/32", "trace.json"]).stderr);
+    let machine = support::text(
+        &headroom(&["sim", "--machine", "16/32", "trace.json"])
+            .output()
+            .unwrap()
+            .stderr,
+    );
     assert!(machine.contains("`32G`"), "{machine}");
 }
 
 #[test]
 fn completions_and_the_man_page_come_from_the_parser() {
     for shell in ["bash", "zsh", "fish"] {
-        let output = headroom(&["completions", shell]);
+        let output = headroom(&["completions", shell]).output().unwrap();
         assert!(output.status.success(), "{shell}");
         let script = support::text(&output.stdout);
         assert!(
@@ -114,7 +117,7 @@ fn completions_and_the_man_page_come_from_the_parser() {
             "{shell}"
         );
     }
-    let man = support::text(&headroom(&["man"]).stdout);
+    let man = support::text(&headroom(&["man"]).output().unwrap().stdout);
     assert!(
         man.starts_with(".ie") || man.contains(".TH headroom 1"),
         "{man}"
@@ -133,8 +136,7 @@ fn switches_set_by_variables_take_1_and_0_like_true_and_false() {
         ("HEADROOM_NO_PRIORITIES", "0"),
         ("HEADROOM_LOWER_FLAGS", "yes"),
     ] {
-        let output = Command::new(HEADROOM)
-            .args(["build", "--no-history", "true"])
+        let output = headroom(&["build", "--no-history", "true"])
             .env(variable, value)
             .env("HEADROOM_STATE_DIR", state.path())
             .output()
@@ -157,19 +159,13 @@ fn pipe_without_reader() -> Stdio {
     Stdio::from(writer)
 }
 
-/// `headroom ARGS` with its own state, run in `dir`.
-fn headroom_in(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(HEADROOM);
+/// `headroom ARGS` in the project `dir`, its home there too, with no colour asked for.
+fn headroom_at_home(dir: &Path, args: &[&str]) -> Command {
+    let mut command = support::headroom_in(dir, args);
     command
-        .args(args)
-        .current_dir(dir)
-        .env("HEADROOM_STATE_DIR", dir.join("state"))
-        .env("XDG_RUNTIME_DIR", dir)
         .env("HOME", dir)
-        .env_remove("HEADROOM_LOG")
         .env_remove("HEADROOM_COLOR")
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null());
+        .env_remove("NO_COLOR");
     command
 }
 
@@ -188,7 +184,7 @@ fn output_to_a_reader_that_has_gone_ends_quietly() {
         &["diagnose", "--json", "build.log"],
         &["diagnose", "build.log"],
     ] {
-        let output = headroom_in(dir.path(), args)
+        let output = headroom_at_home(dir.path(), args)
             .stdout(pipe_without_reader())
             .output()
             .unwrap();
@@ -206,7 +202,7 @@ fn output_to_a_reader_that_has_gone_ends_quietly() {
 #[test]
 fn a_build_whose_stderr_reader_has_gone_keeps_its_exit_status() {
     let dir = tempfile::tempdir().unwrap();
-    let output = headroom_in(
+    let output = headroom_at_home(
         dir.path(),
         &["build", "--", "sh", "-c", "sleep 0.5; exit 3"],
     )
@@ -219,7 +215,7 @@ fn a_build_whose_stderr_reader_has_gone_keeps_its_exit_status() {
 #[test]
 fn a_dash_writes_the_output_to_stdout() {
     let dir = tempfile::tempdir().unwrap();
-    let output = headroom_in(dir.path(), &["run", "--json", "-", "--", "true"])
+    let output = headroom_at_home(dir.path(), &["run", "--json", "-", "--", "true"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", support::text(&output.stderr));
@@ -227,7 +223,7 @@ fn a_dash_writes_the_output_to_stdout() {
         .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", support::text(&output.stdout)));
     assert!(report["rungs"].is_array(), "{report}");
     assert!(!dir.path().join("-").exists(), "no file named `-`");
-    let both = headroom_in(
+    let both = headroom_at_home(
         dir.path(),
         &["run", "--json", "-", "--html", "-", "--", "true"],
     )
@@ -250,7 +246,7 @@ fn colour_codes_only_where_asked() {
         let mut args = vec!["-vv"];
         args.extend_from_slice(extra);
         args.extend(["diagnose", "not-a-report.json"]);
-        let mut command = headroom_in(dir.path(), &args);
+        let mut command = headroom_at_home(dir.path(), &args);
         if let Some(value) = no_color {
             command.env("NO_COLOR", value);
         }

@@ -303,7 +303,7 @@ fn run_point(mode: Mode, usual: Duration) -> Outcome {
 #[test]
 fn killed_builds_leave_consistent_caches_and_histories() {
     let _alone = support::WHOLE_MACHINE.hold();
-    if !reliability::have(&["make", "clang-19"]) {
+    if !support::have(&["make", "clang-19"]) {
         return;
     }
     let points: usize = std::env::var("HEADROOM_CRASH_POINTS")

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::{stderr, HEADROOM};
+use support::stderr;
 
 /// A fresh directory for one test; the binary runs in it.
 struct Scratch(tempfile::TempDir);
@@ -29,19 +29,13 @@ impl Scratch {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(HEADROOM);
-        command
-            .args(args)
-            .current_dir(self.0.path())
-            .env_remove("HEADROOM_LOG");
+        let mut command = support::headroom(args);
+        command.current_dir(self.0.path());
         command
     }
 
     fn headroom(&self, args: &[&str]) -> Output {
-        self.command(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run headroom")
+        self.command(args).output().expect("run headroom")
     }
 
     /// `headroom ARGS` with `input` on stdin.

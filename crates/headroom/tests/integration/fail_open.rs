@@ -207,7 +207,7 @@ fn project_with_a_job_to_kill(dir: &Path) {
 #[test]
 fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_files() {
     let _alone = support::WHOLE_MACHINE.hold();
-    if !reliability::have(&["g++"]) {
+    if !support::have(&["g++"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -104,7 +104,7 @@ fn recorded_jobs(project: &Path) -> usize {
 
 #[test]
 fn a_full_disk_fails_kernel_builds_cleanly_and_builds_go_on() {
-    if !reliability::have(&["make", "clang-19", "mount", "umount"]) {
+    if !support::have(&["make", "clang-19", "mount", "umount"]) {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -179,7 +179,7 @@ fn a_full_disk_fails_kernel_builds_cleanly_and_builds_go_on() {
 #[test]
 fn a_disk_that_fills_mid_build_leaves_the_summary_whole() {
     const SLOW_JOBS: usize = 8;
-    if !reliability::have(&["make", "mount", "umount"]) {
+    if !support::have(&["make", "mount", "umount"]) {
         return;
     }
     let project = tempfile::tempdir().unwrap();

@@ -10,17 +10,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_store::{BuildReport, History};
-use support::{stderr, HEADROOM};
+use support::stderr;
 
 /// How long any state this test waits for may take to appear on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(120);
-
-fn headroom(project: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(HEADROOM);
-    command.args(args);
-    reliability::isolate(&mut command, project);
-    command
-}
 
 /// Waits until `ready` holds, at most [`PATIENCE`].
 fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
@@ -66,14 +59,14 @@ fn hold_lock(history: &Path) -> Child {
 
 #[test]
 fn a_locked_history_stalls_no_compiler_and_the_summary_comes_from_memory() {
-    if !reliability::have(&["make", "python3"]) {
+    if !support::have(&["make", "python3"]) {
         return;
     }
     const JOBS: usize = 40;
     let project = tempfile::tempdir().unwrap();
     let project = project.path();
     reliability::project(project, JOBS, "--mem 4 --ms 100");
-    let mut build = headroom(
+    let mut build = reliability::headroom(
         project,
         &["build", "--report", "report.json", "--", "make", "-s"],
     )
@@ -136,14 +129,14 @@ fn governor_of(cli: u32) -> Option<i32> {
 
 #[test]
 fn a_build_whose_governor_was_killed_is_reported_incomplete() {
-    if !reliability::have(&["make"]) {
+    if !support::have(&["make"]) {
         return;
     }
     const JOBS: usize = 8;
     let project = tempfile::tempdir().unwrap();
     let project = project.path();
     reliability::project(project, JOBS, "--mem 4 --ms 300");
-    let build = headroom(project, &["build", "--", "make", "-s"])
+    let build = reliability::headroom(project, &["build", "--", "make", "-s"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -158,7 +151,9 @@ fn a_build_whose_governor_was_killed_is_reported_incomplete() {
         assert!(project.join(&object).exists(), "{object} was built");
     }
 
-    let report = headroom(project, &["report"]).output().unwrap();
+    let report = reliability::headroom(project, &["report"])
+        .output()
+        .unwrap();
     let shown = String::from_utf8_lossy(&report.stdout);
     eprintln!("{shown}{}", stderr(&report));
     assert!(report.status.success(), "{}", stderr(&report));
@@ -169,11 +164,13 @@ fn a_build_whose_governor_was_killed_is_reported_incomplete() {
     assert!(!shown.contains("nothing to rebuild"), "{shown}");
 
     // A build after it: `--list` shows both, the first as died.
-    let again = headroom(project, &["build", "--", "make", "-s"])
+    let again = reliability::headroom(project, &["build", "--", "make", "-s"])
         .output()
         .unwrap();
     assert!(again.status.success(), "{}", stderr(&again));
-    let listed = headroom(project, &["report", "--list"]).output().unwrap();
+    let listed = reliability::headroom(project, &["report", "--list"])
+        .output()
+        .unwrap();
     let table = String::from_utf8_lossy(&listed.stdout);
     eprintln!("{table}");
     let rows: Vec<&str> = table.lines().skip(1).collect();
@@ -187,7 +184,7 @@ fn a_build_whose_governor_was_killed_is_reported_incomplete() {
         "{table}"
     );
     assert!(rows[1].contains(&project.display().to_string()), "{table}");
-    let json = headroom(project, &["report", "--list", "--json", "list.json"])
+    let json = reliability::headroom(project, &["report", "--list", "--json", "list.json"])
         .output()
         .unwrap();
     assert!(json.status.success(), "{}", stderr(&json));

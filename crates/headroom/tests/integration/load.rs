@@ -36,7 +36,7 @@ fn peak_rss(pid: i32) -> Option<u64> {
 #[test]
 fn concurrent_builds_sharing_a_history_lose_no_rows() {
     let _alone = support::WHOLE_MACHINE.hold();
-    if !reliability::have(&["make"]) {
+    if !support::have(&["make"]) {
         return;
     }
     let builds = number("HEADROOM_LOAD_BUILDS", 4);

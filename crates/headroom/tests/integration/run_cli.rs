@@ -111,10 +111,9 @@ fn an_output_that_cannot_be_written_fails_before_the_command_runs() {
 fn ctrl_c_is_forwarded_and_a_partial_report_is_written() {
     // Python, not `sh -c 'echo …; sleep 30'`: a shell that gets SIGINT between its echo and
     // forking sleep may carry on, so the test would race; Python handles SIGINT from its start.
-    if !have_python() {
+    let Some(scratch) = Scratch::with_python() else {
         return;
-    }
-    let scratch = Scratch::new();
+    };
     let mut child = scratch.spawn_piped(&[
         "run",
         "--json",

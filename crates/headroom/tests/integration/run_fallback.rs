@@ -7,25 +7,13 @@ use support::stderr;
 
 #[test]
 fn a_memory_failure_moves_to_the_next_rung_which_succeeds() {
-    if !have_python() {
+    let Some(scratch) = Scratch::with_python() else {
         return;
-    }
-    let scratch = Scratch::new();
+    };
     // The first rung asks for 32 TiB and gets a real MemoryError; the override shrinks it.
     let program = "import os; n = int(os.environ.get('ALLOC_MB', 1 << 25)); print('##headroom stage allocate', flush=True); b = bytearray(n << 20)";
-    let output = scratch.headroom(&[
-        "run",
-        "--json",
-        "r.json",
-        "--fallback",
-        "ALLOC_MB=16",
-        "--",
-        "python3",
-        "-c",
-        program,
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = scratch.json("r.json");
+    let (output, report) =
+        scratch.run_ok(&["--fallback", "ALLOC_MB=16", "--", "python3", "-c", program]);
     assert_eq!(report["succeeded_rung"], 1);
     let first = &report["rungs"][0];
     assert_eq!(first["diagnosis"]["kind"], "python_memory_error");
@@ -41,10 +29,7 @@ fn a_memory_failure_moves_to_the_next_rung_which_succeeds() {
 #[test]
 fn a_non_memory_failure_stops_the_ladder() {
     let scratch = Scratch::new();
-    let output = scratch.headroom(&[
-        "run",
-        "--json",
-        "r.json",
+    let output = scratch.run(&[
         "--fallback",
         "true",
         "--",
@@ -65,10 +50,7 @@ fn an_oom_killed_first_rung_falls_back_inside_a_memory_limit() {
     }
     let scratch = Scratch::new();
     let alloc = scratch.alloc_py();
-    let output = scratch.headroom(&[
-        "run",
-        "--json",
-        "r.json",
+    let (_, report) = scratch.run_ok(&[
         "--memory-limit",
         "96M",
         "--fallback",
@@ -79,8 +61,6 @@ fn an_oom_killed_first_rung_falls_back_inside_a_memory_limit() {
         "load:8:0.1",
         "compute:256:0.1",
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = scratch.json("r.json");
     assert_eq!(report["rungs"][0]["diagnosis"]["kind"], "kernel_oom_kill");
     assert_eq!(report["succeeded_rung"], 1);
 }

@@ -14,10 +14,7 @@ fn oom_kill_in_a_limited_cgroup_is_named_with_its_stage() {
     }
     let scratch = Scratch::new();
     let alloc = scratch.alloc_py();
-    let output = scratch.headroom(&[
-        "run",
-        "--json",
-        "r.json",
+    let output = scratch.run(&[
         "--memory-limit",
         "80M",
         "--",

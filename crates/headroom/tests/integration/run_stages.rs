@@ -8,15 +8,11 @@ use support::stderr;
 
 #[test]
 fn stages_get_their_own_entry_peak_and_exit() {
-    if !have_python() {
+    let Some(scratch) = Scratch::with_python() else {
         return;
-    }
-    let scratch = Scratch::new();
+    };
     let alloc = scratch.alloc_py();
-    let output = scratch.headroom(&[
-        "run",
-        "--json",
-        "r.json",
+    let (output, report) = scratch.run_ok(&[
         "--interval",
         "20ms",
         "--",
@@ -26,8 +22,6 @@ fn stages_get_their_own_entry_peak_and_exit() {
         "big:160:0.4",
         "free:0:0.4",
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = scratch.json("r.json");
     let (small, big, free) = (
         stage(&report, 0, "small"),
         stage(&report, 0, "big"),
@@ -60,22 +54,11 @@ fn stages_get_their_own_entry_peak_and_exit() {
 
 #[test]
 fn sampled_peak_matches_the_kernels_for_one_process() {
-    if !have_python() {
+    let Some(scratch) = Scratch::with_python() else {
         return;
-    }
-    let scratch = Scratch::new();
+    };
     let alloc = scratch.alloc_py();
-    let output = scratch.headroom(&[
-        "run",
-        "--json",
-        "r.json",
-        "--",
-        "python3",
-        &alloc,
-        "hold:256:0.5",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = scratch.json("r.json");
+    let (_, report) = scratch.run_ok(&["--", "python3", &alloc, "hold:256:0.5"]);
     let sampled = bytes(&report["rungs"][0]["peak"]["rss"]);
     let kernel = bytes(&report["rungs"][0]["peak"]["kernel"]["largest_process"]);
     let error = sampled.abs_diff(kernel) as f64 / kernel as f64;
@@ -90,17 +73,14 @@ fn sampled_peak_matches_the_kernels_for_one_process() {
 
 #[test]
 fn a_tree_with_a_double_forked_daemon_is_summed() {
-    if !have_python() {
+    let Some(scratch) = Scratch::with_python() else {
         return;
-    }
-    let scratch = Scratch::new();
+    };
     let alloc = scratch.alloc_py();
     // The daemon's parent subshell exits at once, orphaning it; it still counts.
     let script =
         format!("(python3 {alloc} daemon:96:1.2 >/dev/null &) ; python3 {alloc} main:64:1.2");
-    let output = scratch.headroom(&["run", "--json", "r.json", "--", "sh", "-c", &script]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = scratch.json("r.json");
+    let (_, report) = scratch.run_ok(&["--", "sh", "-c", &script]);
     let peak = bytes(&report["rungs"][0]["peak"]["rss"]);
     assert!(peak >= 160 * MIB, "both pythons counted: peak {peak}");
     // Both pythons are listed by their own peak: 96 MiB (the daemon) and 64 MiB.
@@ -120,12 +100,10 @@ fn a_tree_with_a_double_forked_daemon_is_summed() {
 #[test]
 fn stage_regex_starts_stages_from_existing_log_lines() {
     let scratch = Scratch::new();
-    let output = scratch.headroom(&[
-        "run", "--json", "r.json", "--stage-regex", r"Memory at (\w+):", "--", "sh", "-c",
+    let (_, report) = scratch.run_ok(&[
+        "--stage-regex", r"Memory at (\w+):", "--", "sh", "-c",
         "echo 'Memory at model_loaded_cpu: 1 GB'; sleep 0.2; echo 'Memory at compiled: 2 GB'; sleep 0.2",
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report = scratch.json("r.json");
     let names: Vec<&str> = report["rungs"][0]["stages"]
         .as_array()
         .unwrap()

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 use headroom_govern::protocol::GovernorStatus;
 use headroom_store::BuildReport;
-use reliability::{isolate, output_within_patience, wait_until};
-use support::{limited_cgroup, HEADROOM};
+use reliability::{output_within_patience, wait_until};
+use support::limited_cgroup;
 
 /// Two projects of `jobs` stand-in compiles with `recipe` each, and the home they share:
 /// one state directory (so one history), one runtime directory, one temporary directory.
@@ -39,14 +39,11 @@ impl Shared {
     /// `headroom ARGS` in project `project`, with the shared state, runtime and temporary
     /// directories.
     fn headroom(&self, project: &str, args: &[&str]) -> Command {
-        let mut command = Command::new(HEADROOM);
-        isolate(&mut command, &self.path(project));
+        let mut command = reliability::headroom(&self.path(project), args);
         command
-            .args(args)
             .env("HEADROOM_STATE_DIR", self.path("state"))
             .env("XDG_RUNTIME_DIR", self.path("run"))
             .env("TMPDIR", self.path("tmp"))
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         command

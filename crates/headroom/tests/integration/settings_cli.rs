@@ -6,8 +6,7 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use support::HEADROOM;
+use std::process::Output;
 
 /// A project directory with `headroom.toml` (when written) and a home of its own.
 struct Place {
@@ -38,19 +37,12 @@ impl Place {
 
     /// `headroom ARGS…` in the project, reading no settings but this place's.
     fn headroom(&self, args: &[&str], env: &[(&str, &Path)]) -> Output {
-        let mut command = Command::new(HEADROOM);
+        let mut command = support::headroom(args);
         command
-            .args(args)
             .current_dir(self.path("project"))
             .env("HOME", self.path("home"))
             .env("XDG_RUNTIME_DIR", self.path("run"))
-            .env("HEADROOM_STATE_DIR", self.path("state"))
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("HEADROOM_CONFIG")
-            .env_remove("HEADROOM_BUDGET")
-            .env_remove("HEADROOM_JOBS")
-            .env_remove("HEADROOM_LOG")
-            .env_remove("MAKEFLAGS");
+            .env("HEADROOM_STATE_DIR", self.path("state"));
         for (name, value) in env {
             command.env(name, value);
         }

@@ -12,7 +12,6 @@ use std::process::{Command, Output};
 
 use headroom_store::BuildReport;
 use stores::{Kind, Server, AWS_SECRET};
-use support::HEADROOM;
 
 const UNITS: usize = 4;
 
@@ -84,9 +83,8 @@ impl Machine {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(HEADROOM);
+        let mut command = support::headroom(args);
         command
-            .args(args)
             .current_dir(self.project())
             .env("HEADROOM_STATE_DIR", self.root.join("state"))
             .env("XDG_RUNTIME_DIR", self.root.join("run"))
@@ -98,11 +96,7 @@ impl Machine {
             .env(
                 "AWS_SHARED_CREDENTIALS_FILE",
                 self.root.join("no-aws-credentials"),
-            )
-            .env_remove("HEADROOM_HISTORY_STORE")
-            .env_remove("HEADROOM_BUDGET")
-            .env_remove("HEADROOM_JOBS")
-            .env_remove("MAKEFLAGS");
+            );
         command
     }
 

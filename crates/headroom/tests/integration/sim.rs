@@ -4,11 +4,7 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::HEADROOM;
-
-fn headroom() -> Command {
-    Command::new(HEADROOM)
-}
+use support::headroom;
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces")
@@ -17,7 +13,7 @@ fn corpus() -> PathBuf {
 #[test]
 fn generate_reproduces_the_committed_synthetic_corpus() {
     let out = tempfile::tempdir().expect("temp dir");
-    let status = headroom()
+    let status = headroom(&[])
         .args(["sim", "generate", "--seed", "1", "--out"])
         .arg(out.path())
         .status()
@@ -54,7 +50,7 @@ fn json_of(command: &mut Command) -> serde_json::Value {
 #[test]
 fn sim_prints_json_per_trace_machine_and_policy() {
     let html = tempfile::NamedTempFile::new().expect("temp file");
-    let mut command = headroom();
+    let mut command = headroom(&[]);
     command
         .args([
             "sim",
@@ -85,7 +81,7 @@ fn sim_prints_json_per_trace_machine_and_policy() {
 fn headroom_keeps_to_the_budget_it_is_given() {
     let simulate = |budget: &str| {
         let comparisons = json_of(
-            headroom()
+            headroom(&[])
                 .args(["sim", "--machine", "16c/32G", "--policy", "headroom-warm"])
                 .args(["--budget", budget, "--json"])
                 .arg(corpus().join("torch-extension.json")),
@@ -111,7 +107,7 @@ fn headroom_keeps_to_the_budget_it_is_given() {
 #[test]
 fn sim_compares_placement_on_each_farm() {
     let comparisons = json_of(
-        headroom()
+        headroom(&[])
             .args(["sim", "--machine", "16c/32G", "--json"])
             .args(["--farm", "1x16c/32G,4x16c/32G"])
             .arg(corpus().join("flash-attention.json")),
@@ -141,7 +137,7 @@ fn sim_compares_placement_on_each_farm() {
 
 #[test]
 fn sim_compares_sessions_under_one_governor_and_one_each() {
-    let mut command = headroom();
+    let mut command = headroom(&[]);
     command
         .args(["sim", "--sessions", "2", "--machine", "8c/16G"])
         .args(["--policy", "headroom-warm", "--json"])
@@ -178,7 +174,7 @@ fn sim_compares_sessions_under_one_governor_and_one_each() {
     assert_eq!(ends.len(), 2);
 
     // The table names each way of governing, against the union.
-    let output = headroom()
+    let output = headroom(&[])
         .args(["sim", "--sessions", "2", "--machine", "8c/16G"])
         .args(["--policy", "headroom-warm"])
         .arg(corpus().join("torch-extension.json"))
@@ -197,7 +193,7 @@ fn sim_compares_sessions_under_one_governor_and_one_each() {
 
 /// `headroom sim ARGS` exits 2, and its error names every one of `needles`.
 fn refused_naming(args: &[&str], needles: &[&str]) {
-    let output = headroom()
+    let output = headroom(&[])
         .arg("sim")
         .args(args)
         .output()

@@ -1,5 +1,6 @@
-//! What the farm tests share: memory-limited cgroups for this machine and for each node,
-//! and `headroom build` run inside this machine's cgroup.
+//! What the farm tests share: a node (its daemons and its memory-limited cgroup), this
+//! machine's cgroup, and `headroom build` run inside it. Each engine's test starts its own
+//! daemons, on ports that `support::start_on_a_free_port` hands out.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -8,30 +9,51 @@ use std::time::{Duration, Instant};
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
 
-use super::stderr;
+use super::{stderr, Listening};
 
 pub const MIB: u64 = 1 << 20;
 
-/// A loopback port that was free a moment ago, for sccache-dist: it must be told its
-/// address before it binds, and it daemonizes (the process started exits 0 at once), so
-/// neither its process tree nor its exit says which port it got; [`wait_listening`] is the
-/// only sign. distccd, moto, redis and wsgidav are started with `support::start_on_*`.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+/// One farm node on loopback: its daemons (the first listens on `port`, where `--farm` points),
+/// the memory-limited cgroup its compiles run in, and the directory of its logs and files.
+/// Dropping it kills every process of it and removes its cgroup.
+pub struct Node {
+    pub daemons: Vec<Listening>,
+    pub cgroup: Cgroup,
+    pub port: u16,
+    pub _dir: tempfile::TempDir,
 }
 
-/// Waits until something listens on loopback `port`.
-pub fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
+impl Node {
+    /// The node as `--farm` takes it, declaring `memory` and `slots`.
+    pub fn farm_flag(&self, memory: &str, slots: usize) -> String {
+        format!("--farm={}={memory}/{slots}", self.address())
+    }
+
+    /// Where the node listens, as a build report names it.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the node as a crash would: every process of it killed at once, those in its
+    /// cgroup and its daemons that run outside it.
+    pub fn kill(&mut self) {
+        kill_all(&self.cgroup);
+        for daemon in &mut self.daemons {
+            let _ = daemon.child.kill();
+            let _ = daemon.child.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        remove(&self.cgroup);
     }
 }
 
 /// Kills every process in `cgroup` at once, as a crash would.
-pub fn kill_all(cgroup: &Cgroup) {
+fn kill_all(cgroup: &Cgroup) {
     for pid in cgroup.pids().unwrap_or_default() {
         // SAFETY: kill(2) on the processes of this test's own daemons.
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -39,7 +61,7 @@ pub fn kill_all(cgroup: &Cgroup) {
 }
 
 /// Kills what is left in `cgroup` and removes it.
-pub fn remove(cgroup: &Cgroup) {
+fn remove(cgroup: &Cgroup) {
     kill_all(cgroup);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !cgroup.pids().unwrap_or_default().is_empty() && Instant::now() < deadline {

@@ -17,7 +17,7 @@ pub mod stores;
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -45,12 +45,26 @@ const CALLERS_VARIABLES: &[&str] = &[
     "HEADROOM_FARM",
     "HEADROOM_FARM_ENGINE",
     "HEADROOM_FARM_TOKEN",
+    "HEADROOM_HISTORY_STORE",
     "XDG_STATE_HOME",
+    "XDG_CONFIG_HOME",
 ];
 
-/// `headroom` run in the project `dir`; see [`in_project`].
-pub fn headroom_in(dir: &Path) -> Command {
+/// `headroom ARGS…`, its stdin empty, with none of the caller's variables that would change
+/// what headroom does: the start of every test's headroom command, to which the test adds
+/// where it runs ([`headroom_in`], `reliability::headroom`) and what it sets.
+pub fn headroom(args: &[&str]) -> Command {
     let mut command = Command::new(HEADROOM);
+    command.args(args).stdin(Stdio::null());
+    for variable in CALLERS_VARIABLES {
+        command.env_remove(variable);
+    }
+    command
+}
+
+/// `headroom ARGS…` run in the project `dir`; see [`in_project`].
+pub fn headroom_in(dir: &Path, args: &[&str]) -> Command {
+    let mut command = headroom(args);
     in_project(&mut command, dir);
     command
 }
@@ -84,6 +98,24 @@ pub fn stderr(output: &Output) -> String {
 /// What a process wrote, as text (invalid UTF-8 shown as U+FFFD).
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Whether every one of `tools` is on PATH; where one is not, says so under its own name
+/// (see `headroom_testkit::skip`) and returns false.
+pub fn have(tools: &[&str]) -> bool {
+    for tool in tools {
+        if !on_path(tool) {
+            headroom_testkit::skip(tool, format!("`{tool}` is not on PATH"));
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `tool` is a file in a directory of PATH.
+pub fn on_path(tool: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(tool).is_file())
 }
 
 /// A loopback port that nothing listens on, and that nothing else can take while this value
@@ -243,7 +275,7 @@ fn spawn_logging(what: &str, command: &mut Command, log: &Path) -> Child {
     let out = File::create(log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
     let err = out.try_clone().unwrap();
     command
-        .stdin(std::process::Stdio::null())
+        .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .spawn()

@@ -32,24 +32,6 @@ const STOPPED_FOR: Duration = Duration::from_secs(5);
 /// How long the processes of a killed run may take to finish on their own.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Whether every tool is on PATH; says which is missing when not.
-pub fn have(tools: &[&str]) -> bool {
-    for tool in tools {
-        if which(tool).is_none() {
-            headroom_testkit::skip(tool, format!("`{tool}` is not on PATH"));
-            return false;
-        }
-    }
-    true
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|candidate| candidate.is_file())
-}
-
 /// A scratch project in `dir`: `bin/g++` (the fake compiler), a Makefile of `jobs` fake
 /// compiles with `recipe` (which `make -B` does not try to remake itself), a kernel manifest with its source, and empty `state/`, `run/` and
 /// `tmp/` directories for `isolate`.
@@ -66,6 +48,13 @@ pub fn project(dir: &Path, jobs: usize, recipe: &str) {
     std::fs::write(dir.join("Makefile"), makefile).unwrap();
     std::fs::write(dir.join("kernels.toml"), MANIFEST).unwrap();
     std::fs::write(dir.join("vector_add.cu"), SOURCE).unwrap();
+}
+
+/// `headroom ARGS…` in the project `dir`, with everything of its own there (see [`isolate`]).
+pub fn headroom(dir: &Path, args: &[&str]) -> Command {
+    let mut command = super::headroom(args);
+    isolate(&mut command, dir);
+    command
 }
 
 /// Runs `command` in `dir` with everything of its own there: state (`state/`), runtime

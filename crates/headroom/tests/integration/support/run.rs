@@ -34,6 +34,12 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// A scratch directory for a test that runs python3; `None`, saying why the test skips,
+    /// where python3 is missing.
+    pub fn with_python() -> Option<Scratch> {
+        have_python().then(Scratch::new)
+    }
+
     pub fn new() -> Scratch {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("alloc.py"), ALLOC_PY).expect("write alloc.py");
@@ -64,6 +70,18 @@ impl Scratch {
             .env("XDG_RUNTIME_DIR", self.path("run"))
             .env_remove("HEADROOM_BUDGET");
         command
+    }
+
+    /// `headroom run --json r.json ARGS…` in the scratch directory, run to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.headroom(&[&["run", "--json", "r.json"], args].concat())
+    }
+
+    /// [`Scratch::run`], which must succeed; how it ended and its report.
+    pub fn run_ok(&self, args: &[&str]) -> (Output, serde_json::Value) {
+        let output = self.run(args);
+        assert!(output.status.success(), "{}", super::stderr(&output));
+        (output, self.json("r.json"))
     }
 
     /// `headroom ARGS…` in the scratch directory, run to its end.
