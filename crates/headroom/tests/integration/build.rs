@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 
 use headroom_store::BuildReport;
 use reliability::{below, compilers, output_within_patience, process_state, shims, wait_until};
-use support::stderr;
+use support::{assert_said, stderr};
 
 const MIB: u64 = 1 << 20;
 
@@ -448,17 +448,9 @@ fn a_job_killed_for_memory_is_retried_alone_unseen_by_make() {
         .map(|event| event.job_id)
         .collect();
     assert_eq!(out_of_memory, [a.job_id], "{:?}", report.events);
-    assert!(
-        stderr(&output).contains("a.o alone: it ran out of memory"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "a.o alone: it ran out of memory");
     assert!(project.path("marker").exists() && project.path("a.o").exists());
-    assert!(
-        stderr(&output).contains("OOM retries 1"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "OOM retries 1");
 }
 
 #[test]
@@ -468,11 +460,7 @@ fn the_flag_ladder_is_opt_in_and_reported_loudly() {
 
     let without = project.run(&["--", "make"]);
     assert!(!without.status.success());
-    assert!(
-        stderr(&without).contains("virtual memory exhausted"),
-        "{}",
-        stderr(&without)
-    );
+    assert_said(&without, "virtual memory exhausted");
 
     let with = project.run(&["--lower-flags", "--report", "report.json", "--", "make"]);
     assert!(with.status.success(), "{}", stderr(&with));
@@ -480,11 +468,7 @@ fn the_flag_ladder_is_opt_in_and_reported_loudly() {
     let flags = report.jobs[0].lowered_flags.as_deref().unwrap();
     assert!(flags.contains("-O*=-O0"), "{flags}");
     assert_eq!(report.jobs[0].oom_retries, 4, "alone, then three rungs");
-    assert!(
-        stderr(&with).contains("WARNING: 1 jobs were built with lower-memory flags"),
-        "{}",
-        stderr(&with)
-    );
+    assert_said(&with, "WARNING: 1 jobs were built with lower-memory flags");
 }
 
 #[test]
@@ -583,11 +567,8 @@ fn a_budget_smaller_than_a_job_runs_it_alone_and_says_so() {
     // The second build knows big.o's peak (200M) exceeds the 100M budget.
     std::fs::remove_file(project.path("big.o")).unwrap();
     let again = project.run(&["--budget", "100M", "--", "make"]);
-    assert!(
-        stderr(&again).contains("big.o is predicted at") && stderr(&again).contains("ran alone"),
-        "{}",
-        stderr(&again)
-    );
+    assert_said(&again, "big.o is predicted at");
+    assert_said(&again, "ran alone");
 }
 
 #[test]
@@ -598,16 +579,8 @@ fn a_corrupt_history_is_set_aside_and_the_build_goes_on() {
     project.makefile(&[("a.o", "--mem 10 --ms 50".into())]);
     let output = project.run(&["--", "make"]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("is corrupt"),
-        "{}",
-        stderr(&output)
-    );
-    assert!(
-        stderr(&output).contains("headroom: 1 jobs"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "is corrupt");
+    assert_said(&output, "headroom: 1 jobs");
 }
 
 #[test]
@@ -921,8 +894,8 @@ fn a_state_directory_or_history_that_cannot_be_used_still_gives_a_governed_build
             .output()
             .unwrap();
         assert!(output.status.success(), "{}", stderr(&output));
-        assert!(stderr(&output).contains(says), "{}", stderr(&output));
-        assert!(stderr(&output).contains("2 jobs"), "{}", stderr(&output));
+        assert_said(&output, says);
+        assert_said(&output, "2 jobs");
         assert_eq!(project.report().jobs.len(), 2, "governed, and reported");
     }
 }
@@ -969,11 +942,7 @@ fn report_renders_the_last_build_as_html_and_json() {
         summary.contains("a.o"),
         "the summary is on stdout: {summary}"
     );
-    assert!(
-        stderr(&output).contains("ran no job"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "ran no job");
     let html = std::fs::read_to_string(project.path("timeline.html")).unwrap();
     assert!(
         html.contains("<svg") && html.contains("a.o") && html.contains("budget"),
@@ -992,11 +961,7 @@ fn sim_import_turns_the_last_build_into_a_trace_that_sim_replays() {
     let import = ["import", "--out", "trace.json", "--machine", "2c/8G"];
     let output = sim(&import);
     assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("no build history"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "no build history");
 
     project.write(
         "Makefile",
@@ -1045,7 +1010,7 @@ fn a_report_that_cannot_be_written_fails_before_the_build_runs() {
     ] {
         let output = project.run(&["--report", report, "--", "make"]);
         assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+        assert_said(&output, says);
         assert!(!project.path("a.o").exists(), "the build must not have run");
     }
     let output = project.run(&["--no-history", "--report", "report.json", "--", "make"]);

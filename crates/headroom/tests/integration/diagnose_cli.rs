@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::stderr;
+use support::{assert_said, stderr};
 
 /// A fresh directory for one test; the binary runs in it.
 struct Scratch(tempfile::TempDir);
@@ -254,11 +254,7 @@ fn each_exit_status_of_the_policy() {
     );
     let missing = scratch.headroom(&["diagnose", "oom.log", "no-such.log"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(
-        stderr(&missing).contains("cannot read no-such.log: No such file"),
-        "{}",
-        stderr(&missing)
-    );
+    assert_said(&missing, "cannot read no-such.log: No such file");
     assert!(missing.stdout.is_empty(), "no half report before the error");
 }
 
@@ -268,11 +264,7 @@ fn an_unreadable_file_is_named_with_the_reason() {
     std::fs::create_dir(scratch.path("logs")).unwrap();
     let output = scratch.headroom(&["diagnose", "logs"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("cannot read logs: Is a directory"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "cannot read logs: Is a directory");
     let secret = scratch.write("secret.log", "MemoryError\n");
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     if std::fs::File::open(&secret).is_ok() {
@@ -281,11 +273,7 @@ fn an_unreadable_file_is_named_with_the_reason() {
     }
     let output = scratch.headroom(&["diagnose", "secret.log"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("cannot read secret.log: Permission denied"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "cannot read secret.log: Permission denied");
 }
 
 #[test]
@@ -448,9 +436,5 @@ fn kernel_log_and_files_do_not_mix() {
     let scratch = Scratch::new();
     let output = scratch.headroom(&["diagnose", "--kernel-log", "build.log"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("cannot be used with"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "cannot be used with");
 }

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use headroom_kernels::cache::Cache;
 use headroom_kernels::manifest::Manifest;
-use support::{stderr, HEADROOM};
+use support::{assert_not_said, assert_said, stderr, HEADROOM};
 
 /// A CUDA and a HIP kernel for a few targets each, built with clang.
 const MANIFEST: &str = r#"
@@ -263,20 +263,15 @@ fn resolve_prints_the_artifact_or_exits_1_with_advice() {
 
     let old = project.run(&["resolve", "vector_add", "--device", "sm_70", "--explain"]);
     assert_eq!(old.status.code(), Some(1));
-    assert!(
-        stderr(&old).contains("cannot be JIT-compiled for the older device 7.0"),
-        "{}",
-        stderr(&old)
-    );
-    assert!(
-        stderr(&old).contains("none of the 5 artifacts of kernel `vector_add` runs on sm_70"),
-        "{}",
-        stderr(&old)
+    assert_said(&old, "cannot be JIT-compiled for the older device 7.0");
+    assert_said(
+        &old,
+        "none of the 5 artifacts of kernel `vector_add` runs on sm_70",
     );
 
     let bad = project.run(&["resolve", "vector_add", "--device", "nv100"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("--device"), "{}", stderr(&bad));
+    assert_said(&bad, "--device");
 }
 
 #[test]
@@ -311,21 +306,13 @@ fn manifest_errors_name_the_line_and_exit_2() {
     );
     let output = project.run(&["build"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("kernels.toml:4:21: unknown target `sm_9x`"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "kernels.toml:4:21: unknown target `sm_9x`");
 
     let missing = Project::new("");
     std::fs::remove_file(missing.dir.path().join("kernels.toml")).unwrap();
     let output = missing.run(&["build"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("pass its location with --manifest"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "pass its location with --manifest");
 }
 
 #[test]
@@ -500,11 +487,7 @@ fn an_unknown_kernel_is_named_with_the_kernels_that_exist() {
     // A kernel of the manifest that is not built yet still says to build it.
     let unbuilt = project.run(&["resolve", "vector_add", "--device", "sm_89"]);
     assert_eq!(unbuilt.status.code(), Some(1));
-    assert!(
-        stderr(&unbuilt).contains("run `headroom kernels build`"),
-        "{}",
-        stderr(&unbuilt)
-    );
+    assert_said(&unbuilt, "run `headroom kernels build`");
 
     std::fs::remove_file(project.dir.path().join("kernels.toml")).unwrap();
     let nothing = project.run(&["resolve", "vector_add", "--device", "sm_89"]);
@@ -578,12 +561,8 @@ fn a_metal_kernel_off_macos_is_skipped_and_a_missing_nvcc_still_fails() {
     // incomplete build (exit 1), as before.
     let missing = run(&["build"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(
-        stderr(&missing).contains("no toolchain for kernel `k`: nvcc"),
-        "{}",
-        stderr(&missing)
-    );
-    assert!(!stderr(&missing).contains("scale"), "{}", stderr(&missing));
+    assert_said(&missing, "no toolchain for kernel `k`: nvcc");
+    assert_not_said(&missing, "scale");
     let keep_going = run(&["build", "--keep-going", "--json"]);
     assert_eq!(keep_going.status.code(), Some(1));
     assert!(pair_statuses(&keep_going).contains(&(
@@ -1011,13 +990,11 @@ fn without_a_gpu_local_says_to_name_the_device() {
     let project = Project::new(MANIFEST);
     let output = project.run(&["resolve", "vector_add"]);
     assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
-    assert!(
-        stderr(&output).contains(
-            "--device local found no GPU here: the NVIDIA driver's libcuda.so.1 does not load"
-        ) && stderr(&output).contains("name the device instead, e.g. --device sm_90"),
-        "{}",
-        stderr(&output)
+    assert_said(
+        &output,
+        "--device local found no GPU here: the NVIDIA driver's libcuda.so.1 does not load",
     );
+    assert_said(&output, "name the device instead, e.g. --device sm_90");
 }
 
 /// A manifest that exists but cannot be read is an error for `resolve`, not a reason to take
@@ -1027,10 +1004,6 @@ fn resolve_with_a_broken_manifest_names_it_and_the_flag() {
     let project = Project::new("[kernel.vector_add]\nlanguage = \"cuda\"\n");
     let output = project.run(&["resolve", "vector_add", "--device", "sm_90"]);
     assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
-    assert!(
-        stderr(&output).contains("kernels.toml:1:1: missing field `sources`")
-            && stderr(&output).contains("pass the project's manifest with --manifest"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "kernels.toml:1:1: missing field `sources`");
+    assert_said(&output, "pass the project's manifest with --manifest");
 }

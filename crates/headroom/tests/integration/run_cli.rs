@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use run::*;
-use support::{stderr, HEADROOM};
+use support::{assert_said, stderr, HEADROOM};
 
 #[test]
 fn binary_output_passes_through_untouched() {
@@ -49,11 +49,7 @@ fn a_missing_command_exits_127() {
     let scratch = Scratch::new();
     let output = scratch.headroom(&["run", "--", "no-such-command-headroom"]);
     assert_eq!(output.status.code(), Some(127));
-    assert!(
-        stderr(&output).contains("no-such-command-headroom"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "no-such-command-headroom");
 }
 
 #[test]
@@ -61,32 +57,21 @@ fn bad_input_is_a_clear_error_naming_the_flag() {
     let scratch = Scratch::new();
     let regex = scratch.headroom(&["run", "--stage-regex", "(unclosed", "--", "true"]);
     assert_eq!(regex.status.code(), Some(2));
-    assert!(
-        stderr(&regex).contains("--stage-regex"),
-        "{}",
-        stderr(&regex)
-    );
+    assert_said(&regex, "--stage-regex");
     let size = scratch.headroom(&["run", "--memory-limit", "lots", "--", "true"]);
     assert_eq!(size.status.code(), Some(2));
-    assert!(
-        stderr(&size).contains("--memory-limit") && stderr(&size).contains("512M"),
-        "{}",
-        stderr(&size)
-    );
+    assert_said(&size, "--memory-limit");
+    assert_said(&size, "512M");
     let missing = scratch.headroom(&["run"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(stderr(&missing).contains("CMD"), "{}", stderr(&missing));
+    assert_said(&missing, "CMD");
     let fallback = scratch.headroom(&["run", "--fallback", "echo 'open", "--", "true"]);
     assert_eq!(fallback.status.code(), Some(2));
-    assert!(
-        stderr(&fallback).contains("--fallback"),
-        "{}",
-        stderr(&fallback)
-    );
+    assert_said(&fallback, "--fallback");
     // A misspelt flag is not taken for the command.
     let flag = scratch.headroom(&["run", "--jsn", "out.json", "--", "true"]);
     assert_eq!(flag.status.code(), Some(2));
-    assert!(stderr(&flag).contains("'--jsn'"), "{}", stderr(&flag));
+    assert_said(&flag, "'--jsn'");
 }
 
 #[test]
@@ -95,10 +80,9 @@ fn an_output_that_cannot_be_written_fails_before_the_command_runs() {
     for flag in ["--json", "--html", "--mprof"] {
         let output = scratch.headroom(&["run", flag, "missing/out", "--", "touch", "ran"]);
         assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-        assert!(
-            stderr(&output).contains(&format!("{flag} missing/out: there is no directory")),
-            "{}",
-            stderr(&output)
+        assert_said(
+            &output,
+            &format!("{flag} missing/out: there is no directory"),
         );
         assert!(
             !scratch.path("ran").exists(),

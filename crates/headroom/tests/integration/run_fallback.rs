@@ -3,7 +3,7 @@
 use crate::support::{self, run};
 
 use run::*;
-use support::stderr;
+use support::assert_said;
 
 #[test]
 fn a_memory_failure_moves_to_the_next_rung_which_succeeds() {
@@ -19,11 +19,7 @@ fn a_memory_failure_moves_to_the_next_rung_which_succeeds() {
     assert_eq!(first["diagnosis"]["kind"], "python_memory_error");
     assert_eq!(first["diagnosis"]["stage"], "allocate");
     assert_eq!(report["rungs"][1]["env"][0][0], "ALLOC_MB");
-    assert!(
-        stderr(&output).contains("rung 1 succeeded"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "rung 1 succeeded");
 }
 
 #[test]

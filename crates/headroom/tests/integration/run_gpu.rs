@@ -7,7 +7,7 @@ use crate::support::{self, run};
 use std::process::Command;
 
 use run::*;
-use support::{stderr, HEADROOM};
+use support::{assert_said, stderr, HEADROOM};
 
 /// Builds the stand-in NVML into the scratch directory; prints why a test skips when it cannot.
 fn build_fake_nvml(scratch: &Scratch) -> bool {
@@ -62,11 +62,7 @@ fn gpu_memory_of_the_tree_is_recorded_per_sample_and_per_stage() {
         "no 'NVML missing' note when it loads: {}",
         rung["notes"]
     );
-    assert!(
-        stderr(&output).contains("GPU 3.00 GiB"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "GPU 3.00 GiB");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use crate::support::{self, run};
 
 use run::*;
-use support::{stderr, HEADROOM};
+use support::{assert_said, stderr, HEADROOM};
 
 #[test]
 fn oom_kill_in_a_limited_cgroup_is_named_with_its_stage() {
@@ -45,10 +45,9 @@ fn oom_kill_in_a_limited_cgroup_is_named_with_its_stage() {
     assert_eq!(rung["tracking"], "cgroup");
     let limit = 80 * MIB;
     assert!(bytes(&rung["peak"]["kernel"]["cgroup"]) <= limit + MIB);
-    assert!(
-        stderr(&output).contains("killed by the kernel OOM killer in stage `compile`"),
-        "{}",
-        stderr(&output)
+    assert_said(
+        &output,
+        "killed by the kernel OOM killer in stage `compile`",
     );
 }
 
@@ -92,9 +91,5 @@ fn a_memory_limit_that_cannot_be_made_is_a_clear_error() {
         return;
     };
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("--memory-limit"),
-        "{}",
-        stderr(&output)
-    );
+    assert_said(&output, "--memory-limit");
 }

@@ -95,6 +95,23 @@ pub fn stderr(output: &Output) -> String {
     text(&output.stderr)
 }
 
+/// Asserts that a command said `text` on stderr, and shows what it said when it did not.
+#[track_caller]
+pub fn assert_said(output: &Output, text: &str) {
+    let said = stderr(output);
+    assert!(said.contains(text), "expected {text:?} on stderr:\n{said}");
+}
+
+/// Asserts that a command did not say `text` on stderr, and shows what it said when it did.
+#[track_caller]
+pub fn assert_not_said(output: &Output, text: &str) {
+    let said = stderr(output);
+    assert!(
+        !said.contains(text),
+        "did not expect {text:?} on stderr:\n{said}"
+    );
+}
+
 /// What a process wrote, as text (invalid UTF-8 shown as U+FFFD).
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
