@@ -16,6 +16,11 @@ use support::{assert_said, stderr};
 const MIB: u64 = 1 << 20;
 
 /// A fresh project directory with its own history and a `bin/` holding the fake `g++`.
+/// The jobs of a Makefile whose objects all compile with the same fake-compiler `args`.
+fn each<'a>(objects: &[&'a str], args: &str) -> Vec<(&'a str, String)> {
+    objects.iter().map(|o| (*o, args.to_string())).collect()
+}
+
 struct Project {
     dir: tempfile::TempDir,
 }
@@ -91,10 +96,10 @@ fn max_overlap(report: &BuildReport) -> usize {
 #[test]
 fn admits_by_predicted_peak_and_learns_from_history() {
     let project = Project::new();
-    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"]
-        .iter()
-        .map(|o| (*o, "--mem 300 --ms 600".to_string()))
-        .collect();
+    let jobs = each(
+        &["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"],
+        "--mem 300 --ms 600",
+    );
     project.makefile(&jobs);
     let build = [
         "--budget",
@@ -336,10 +341,7 @@ fn the_longest_job_of_a_burst_starts_first_whichever_connects_first() {
 #[test]
 fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
     let project = Project::new();
-    let jobs: Vec<(&str, String)> = ["a.o", "b.o"]
-        .iter()
-        .map(|o| (*o, "--mem 200 --ms 1500".to_string()))
-        .collect();
+    let jobs = each(&["a.o", "b.o"], "--mem 200 --ms 1500");
     project.makefile(&jobs);
     let build = project.run(&["--report", "report.json", "--", "make", "-j2"]);
     assert!(build.status.success(), "{}", stderr(&build));
@@ -370,10 +372,7 @@ fn each_jobs_memory_over_time_is_remembered_for_the_next_build() {
 fn suspends_and_requeues_jobs_that_outgrow_their_history() {
     let project = Project::new();
     project.write("mem", "60 100");
-    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o"]
-        .iter()
-        .map(|o| (*o, "--mem-file mem".to_string()))
-        .collect();
+    let jobs = each(&["a.o", "b.o", "c.o"], "--mem-file mem");
     project.makefile(&jobs);
     // All at one CPU priority: on a loaded machine a job started nicer grows so slowly that
     // the others end before it peaks, and nothing outgrows the budget together.
@@ -696,10 +695,7 @@ fn any_stopped(pids: &[i32]) -> bool {
 #[test]
 fn ctrl_c_stops_every_job_and_leaves_nothing_stopped() {
     let project = Project::new();
-    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o", "d.o"]
-        .iter()
-        .map(|o| (*o, "--mem-file mem".to_string()))
-        .collect();
+    let jobs = each(&["a.o", "b.o", "c.o", "d.o"], "--mem-file mem");
     project.makefile(&jobs);
     // Teach a small history, so the jobs outgrow it and some are stopped when Ctrl-C comes.
     project.write("mem", "30 50");
@@ -730,10 +726,10 @@ fn ctrl_c_stops_every_job_and_leaves_nothing_stopped() {
 #[test]
 fn sigterm_stops_the_build_without_starting_the_queued_jobs() {
     let project = Project::new();
-    let jobs: Vec<(&str, String)> = ["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"]
-        .iter()
-        .map(|o| (*o, "--mem 20 --ms 6000".to_string()))
-        .collect();
+    let jobs = each(
+        &["a.o", "b.o", "c.o", "d.o", "e.o", "f.o"],
+        "--mem 20 --ms 6000",
+    );
     project.makefile(&jobs);
     reliability::become_subreaper();
     // One slot: one job runs, make has offered the other five and their shims wait.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::{assert_said, stderr};
+use support::{assert_printed, assert_said, stderr, stdout};
 
 /// A fresh directory for one test; the binary runs in it.
 struct Scratch(tempfile::TempDir);
@@ -50,10 +50,6 @@ impl Scratch {
         child.stdin.take().unwrap().write_all(input).unwrap();
         child.wait_with_output().unwrap()
     }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn json(output: &Output) -> Value {
@@ -247,11 +243,7 @@ fn each_exit_status_of_the_policy() {
     );
     assert_eq!(code(&["diagnose", "clean.log"]), Some(3), "nothing");
     let nothing = scratch.headroom(&["diagnose", "clean.log"]);
-    assert!(
-        stdout(&nothing).contains("nothing recognised"),
-        "{}",
-        stdout(&nothing)
-    );
+    assert_printed(&nothing, "nothing recognised");
     let missing = scratch.headroom(&["diagnose", "oom.log", "no-such.log"]);
     assert_eq!(missing.status.code(), Some(2));
     assert_said(&missing, "cannot read no-such.log: No such file");

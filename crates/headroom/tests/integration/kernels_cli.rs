@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use headroom_kernels::cache::Cache;
 use headroom_kernels::manifest::Manifest;
-use support::{assert_not_said, assert_said, stderr, HEADROOM};
+use support::{assert_not_said, assert_printed, assert_said, stderr, stdout, HEADROOM};
 
 /// A CUDA and a HIP kernel for a few targets each, built with clang.
 const MANIFEST: &str = r#"
@@ -111,10 +111,6 @@ impl Project {
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// `("kernel target", status, reason)` for each pair of a `build --json` report.
@@ -340,16 +336,8 @@ fn a_failed_compile_exits_1_and_shows_the_compiler_error() {
     .unwrap();
     let output = project.run(&["build", "--keep-going"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stdout(&output).contains("error: vector_add sm_75: `"),
-        "{}",
-        stdout(&output)
-    );
-    assert!(
-        stdout(&output).contains("error: expected unqualified-id"),
-        "{}",
-        stdout(&output)
-    );
+    assert_printed(&output, "error: vector_add sm_75: `");
+    assert_printed(&output, "error: expected unqualified-id");
 }
 
 /// A scripted nvcc that is slow for sm_90 only, to interrupt a build half-way.
@@ -546,16 +534,8 @@ fn a_metal_kernel_off_macos_is_skipped_and_a_missing_nvcc_still_fails() {
     );
     let table = run(&["build", "--kernel", "scale"]);
     assert_eq!(table.status.code(), Some(0));
-    assert!(
-        stdout(&table).contains("scale   apple7    skipped (Metal needs macOS)"),
-        "{}",
-        stdout(&table)
-    );
-    assert!(
-        stdout(&table).contains("0 failed, 2 skipped"),
-        "{}",
-        stdout(&table)
-    );
+    assert_printed(&table, "scale   apple7    skipped (Metal needs macOS)");
+    assert_printed(&table, "0 failed, 2 skipped");
 
     // nvcc could be installed, so its absence is an error (exit 2), or with --keep-going an
     // incomplete build (exit 1), as before.
@@ -654,10 +634,9 @@ fn nvcc_is_found_through_cuda_home_then_cuda_path_then_path() {
     assert_eq!(nvcc(&[]), program("bin"));
 
     let help = project.run(&["build", "--help"]);
-    assert!(
-        stdout(&help).contains("$CUDA_HOME/bin/nvcc, else $CUDA_PATH/bin/nvcc, else nvcc on"),
-        "{}",
-        stdout(&help)
+    assert_printed(
+        &help,
+        "$CUDA_HOME/bin/nvcc, else $CUDA_PATH/bin/nvcc, else nvcc on",
     );
 }
 

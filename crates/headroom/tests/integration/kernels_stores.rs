@@ -19,7 +19,7 @@ use headroom_remote::Store;
 use crate::support::{self, stores};
 
 use stores::{down_url, Kind, Server, AWS_SECRET, DAV_PASSWORD, REDIS_PASSWORD};
-use support::HEADROOM;
+use support::{stdout, HEADROOM};
 
 /// `headroom kernels` with a cache, a store and nothing from this machine's settings.
 fn command(cache: &Path, store: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
@@ -49,10 +49,6 @@ fn command(cache: &Path, store: &str, args: &[&str], env: &[(&str, &str)]) -> Co
         .env("HEADROOM_LOG", "trace")
         .envs(env.iter().copied());
     command
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Stderr less headroom's own tracing (the commands run with `HEADROOM_LOG=trace`, so that

@@ -95,6 +95,21 @@ pub fn stderr(output: &Output) -> String {
     text(&output.stderr)
 }
 
+/// What a process printed on stdout, as text.
+pub fn stdout(output: &Output) -> String {
+    text(&output.stdout)
+}
+
+/// Asserts that a command printed `text` on stdout, and shows what it printed when it did not.
+#[track_caller]
+pub fn assert_printed(output: &Output, text: &str) {
+    let printed = stdout(output);
+    assert!(
+        printed.contains(text),
+        "expected {text:?} on stdout:\n{printed}"
+    );
+}
+
 /// Asserts that a command said `text` on stderr, and shows what it said when it did not.
 #[track_caller]
 pub fn assert_said(output: &Output, text: &str) {
