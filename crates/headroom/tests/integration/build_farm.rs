@@ -10,7 +10,6 @@ use crate::support::{self, fakecc, farm};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use farm::{Node, MIB};
 use headroom_probe::cgroup::Cgroup;
@@ -204,12 +203,7 @@ fn a_node_stopped_mid_build_loses_no_job() {
     ];
     let (output, report) = std::thread::scope(|scope| {
         let build = scope.spawn(|| headroom_build(dir.path(), &here, &args));
-        // Stop it while it compiles a unit: one has taken memory on it.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while doomed.cgroup.peak().unwrap_or(0) < 100 * MIB && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        doomed.kill();
+        doomed.kill_while_compiling(100 * MIB);
         build.join().unwrap()
     });
     let log = stderr(&output);

@@ -354,12 +354,7 @@ fn with_sccache_dist_a_node_stopped_mid_build_sends_its_jobs_elsewhere_never_her
     let units = ["HEAVY=4", "HEAVY_MIB=500", "LIGHT=0"];
     let (output, report) = std::thread::scope(|scope| {
         let build = scope.spawn(|| headroom_build(&sccache, dir.path(), &here, &args, &units));
-        // Stop it while it compiles a unit.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while doomed.cgroup.peak().unwrap_or(0) < 200 * MIB && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        doomed.kill();
+        doomed.kill_while_compiling(200 * MIB);
         build.join().unwrap()
     });
     let log = stderr(&output);

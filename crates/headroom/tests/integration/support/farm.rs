@@ -34,6 +34,16 @@ impl Node {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Kills the node (as [`Node::kill`]) once a compile on it has taken `bytes`, or after a
+    /// minute if none does: a node that dies mid-compile.
+    pub fn kill_while_compiling(&mut self, bytes: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.cgroup.peak().unwrap_or(0) < bytes && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+    }
+
     /// Stops the node as a crash would: every process of it killed at once, those in its
     /// cgroup and its daemons that run outside it.
     pub fn kill(&mut self) {
