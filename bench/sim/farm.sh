@@ -6,15 +6,10 @@
 # Writes OUTPUT-DIR/farm.json (every outcome) and OUTPUT-DIR/farm.md (the table).
 # Usage: bench/sim/farm.sh OUTPUT-DIR   (HEADROOM=path/to/headroom skips the release build)
 set -euo pipefail
-[ $# -eq 1 ] || { echo "usage: bench/sim/farm.sh OUTPUT-DIR" >&2; exit 2; }
-mkdir -p "$1"
-out=$(cd "$1" && pwd)
+source "$(dirname "$0")/../lib.sh"
+output_dir "bench/sim/farm.sh OUTPUT-DIR" "$@"
 cd "$(dirname "$0")/../.."
-headroom=${HEADROOM:-}
-if [ -z "$headroom" ]; then
-    cargo build --release -p headroom
-    headroom=target/release/headroom
-fi
+release_headroom
 
 machine=16c/32G
 node=16c/32G

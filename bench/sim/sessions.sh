@@ -8,15 +8,10 @@
 # Writes OUTPUT-DIR/sessions-N.json (every outcome) and OUTPUT-DIR/sessions.md (the table).
 # Usage: bench/sim/sessions.sh OUTPUT-DIR   (HEADROOM=path/to/headroom skips the release build)
 set -euo pipefail
-[ $# -eq 1 ] || { echo "usage: bench/sim/sessions.sh OUTPUT-DIR" >&2; exit 2; }
-mkdir -p "$1"
-out=$(cd "$1" && pwd)
+source "$(dirname "$0")/../lib.sh"
+output_dir "bench/sim/sessions.sh OUTPUT-DIR" "$@"
 cd "$(dirname "$0")/../.."
-headroom=${HEADROOM:-}
-if [ -z "$headroom" ]; then
-    cargo build --release -p headroom
-    headroom=target/release/headroom
-fi
+release_headroom
 
 for sessions in 2 4; do
     "$headroom" sim --sessions "$sessions" traces/flash-attention.json traces/lto-links.json \

@@ -88,6 +88,24 @@ pub struct Region<'a> {
     pub dtype: DType,
 }
 
+impl<'a> Region<'a> {
+    /// The bytes that `layout` covers from `address` of `backend`'s memory in `scope`.
+    fn of(
+        backend: &'a Arc<dyn Backend>,
+        scope: Scope,
+        address: u64,
+        layout: &TensorLayout,
+    ) -> Self {
+        Region {
+            backend,
+            scope,
+            address,
+            bytes: layout.size_bytes(),
+            dtype: layout.dtype(),
+        }
+    }
+}
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -249,37 +267,25 @@ tensor_accessors!(Buffer, BufferView, BufferViewMut);
 
 impl DeviceMemory for Buffer<'_> {
     fn region(&self) -> Region<'_> {
-        Region {
-            backend: self.allocation.pool.backend(),
-            scope: self.allocation.scope,
-            address: self.allocation.address,
-            bytes: self.layout.size_bytes(),
-            dtype: self.layout.dtype(),
-        }
+        let allocation = &self.allocation;
+        Region::of(
+            allocation.pool.backend(),
+            allocation.scope,
+            allocation.address,
+            &self.layout,
+        )
     }
 }
 
 impl DeviceMemory for BufferView<'_> {
     fn region(&self) -> Region<'_> {
-        Region {
-            backend: self.backend,
-            scope: self.scope,
-            address: self.address,
-            bytes: self.layout.size_bytes(),
-            dtype: self.layout.dtype(),
-        }
+        Region::of(self.backend, self.scope, self.address, &self.layout)
     }
 }
 
 impl DeviceMemory for BufferViewMut<'_> {
     fn region(&self) -> Region<'_> {
-        Region {
-            backend: self.backend,
-            scope: self.scope,
-            address: self.address,
-            bytes: self.layout.size_bytes(),
-            dtype: self.layout.dtype(),
-        }
+        Region::of(self.backend, self.scope, self.address, &self.layout)
     }
 }
 

@@ -399,18 +399,10 @@ pub(crate) mod tests {
             peak,
             cpu_ms: 480,
             exit_code: Some(0),
-            signal: None,
             predicted: 1 << 30,
             prediction_source: "default".into(),
             attempts: 1,
-            suspends: 0,
-            requeues: 0,
-            oom_retries: 0,
-            lowered_flags: None,
-            over_budget: false,
-            nice: 0,
-            node: None,
-            node_start_ms: None,
+            ..JobRecord::default()
         }
     }
 

@@ -140,6 +140,26 @@ impl BuildQueue {
         }
         actions
     }
+
+    /// Starts queued jobs in order until `jobs` run, whatever they use (make's `-jN`).
+    fn start_up_to(&mut self, running: &[RunningJob], jobs: usize) -> Vec<Action> {
+        let mut count = running.len();
+        self.start_while(running, Order::Strict, |_| {
+            count += 1;
+            count <= jobs
+        })
+    }
+
+    /// Starts the next queued job when `room` says there is room: at most one per check,
+    /// as GNU parallel does.
+    fn start_one_if(&mut self, running: &[RunningJob], room: bool) -> Vec<Action> {
+        let mut started = false;
+        self.start_while(running, Order::Strict, |_| {
+            let start = room && !started;
+            started = true;
+            start
+        })
+    }
 }
 
 /// The youngest running job that is not suspended, never the oldest one.
@@ -165,8 +185,15 @@ fn oldest_suspended(running: &[RunningJob]) -> Option<JobId> {
     running.iter().find(|job| job.suspended).map(|job| job.id)
 }
 
-/// Implements the parts of [`Policy`] that every baseline does the same way.
+/// Implements the parts of [`Policy`] that every baseline does the same way; `offer` adds
+/// the offer of a baseline that estimates nothing.
 macro_rules! build_queue_events {
+    (offer) => {
+        fn offer(&mut self, job: &SimJob) {
+            self.queue.offer(job, 0);
+        }
+        build_queue_events!();
+    };
     () => {
         fn finished(&mut self, job: &SimJob, _peak: u64, _now: f64) {
             self.queue.finished(job.id);
@@ -203,17 +230,10 @@ impl Policy for StaticJobs {
     fn needs_ticks(&self) -> bool {
         false
     }
-    fn offer(&mut self, job: &SimJob) {
-        self.queue.offer(job, 0);
-    }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
-        let mut count = view.running.len();
-        self.queue.start_while(view.running, Order::Strict, |_| {
-            count += 1;
-            count <= self.jobs
-        })
+        self.queue.start_up_to(view.running, self.jobs)
     }
-    build_queue_events!();
+    build_queue_events!(offer);
 }
 
 /// ninja with a `link` pool of depth 1: up to `cores + 2` jobs (ninja's default `-j`), and
@@ -242,9 +262,6 @@ impl Policy for NinjaPools {
     fn needs_ticks(&self) -> bool {
         false
     }
-    fn offer(&mut self, job: &SimJob) {
-        self.queue.offer(job, 0);
-    }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
         let mut count = view.running.len();
         let mut links = view
@@ -264,7 +281,7 @@ impl Policy for NinjaPools {
                 true
             })
     }
-    build_queue_events!();
+    build_queue_events!(offer);
 }
 
 /// GNU parallel `--memfree X`: start another job (one per check) only while more than X is
@@ -295,9 +312,6 @@ impl Policy for ParallelMemfree {
     fn family(&self) -> &'static str {
         "parallel-memfree"
     }
-    fn offer(&mut self, job: &SimJob) {
-        self.queue.offer(job, 0);
-    }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
         let free = view.free();
         if free < self.memfree / 2 && view.running.len() > 1 {
@@ -307,14 +321,9 @@ impl Policy for ParallelMemfree {
             }
         }
         let room = free > self.memfree && view.running.len() < self.jobs;
-        let mut started = false;
-        self.queue.start_while(view.running, Order::Strict, |_| {
-            let start = room && !started;
-            started = true;
-            start
-        })
+        self.queue.start_one_if(view.running, room)
     }
-    build_queue_events!();
+    build_queue_events!(offer);
 }
 
 /// GNU parallel `--memsuspend X`: start a job (one per check) while more than 2X is free or
@@ -346,9 +355,6 @@ impl Policy for ParallelMemsuspend {
     fn family(&self) -> &'static str {
         "parallel-memsuspend"
     }
-    fn offer(&mut self, job: &SimJob) {
-        self.queue.offer(job, 0);
-    }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
         if let Some(resume) = oldest_if_suspended(view.running) {
             return vec![resume];
@@ -373,14 +379,9 @@ impl Policy for ParallelMemsuspend {
             return vec![Action::Resume(id)];
         }
         let room = view.running.len() < self.jobs;
-        let mut started = false;
-        self.queue.start_while(view.running, Order::Strict, |_| {
-            let start = room && !started;
-            started = true;
-            start
-        })
+        self.queue.start_one_if(view.running, room)
     }
-    build_queue_events!();
+    build_queue_events!(offer);
 }
 
 /// Buck2-style memory pressure: one job per core while there is no pressure; under pressure
@@ -412,9 +413,6 @@ impl Policy for Buck2Pressure {
     fn family(&self) -> &'static str {
         "buck2"
     }
-    fn offer(&mut self, job: &SimJob) {
-        self.queue.offer(job, 0);
-    }
     fn decide(&mut self, view: &View<'_>) -> Vec<Action> {
         if let Some(resume) = oldest_if_suspended(view.running) {
             return vec![resume];
@@ -433,14 +431,9 @@ impl Policy for Buck2Pressure {
                 Vec::new()
             };
         }
-        let mut count = view.running.len();
-        let jobs = self.jobs;
-        self.queue.start_while(view.running, Order::Strict, |_| {
-            count += 1;
-            count <= jobs
-        })
+        self.queue.start_up_to(view.running, self.jobs)
     }
-    build_queue_events!();
+    build_queue_events!(offer);
 }
 
 /// How Bazel estimates an action's memory.

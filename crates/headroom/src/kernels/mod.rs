@@ -75,7 +75,7 @@ enum KernelsCommand {
     /// List the artifacts in the cache.
     Ls,
     /// Evict least recently used artifacts until the cache fits a size.
-    Gc(GcArgs),
+    Gc(CacheLimitArgs),
     /// Write one build of each kernel (the manifest's, else the newest) into one tar+zstd bundle.
     Export(ExportArgs),
     /// Verify a bundle and add its artifacts to the cache.
@@ -105,14 +105,8 @@ struct BuildArgs {
     /// Build only this kernel (repeatable).
     #[arg(long = "kernel", value_name = "NAME")]
     kernels: Vec<String>,
-    /// After building, evict least recently used artifacts while the cache exceeds this size.
-    #[arg(
-        long,
-        env = "HEADROOM_KERNEL_CACHE_MAX",
-        value_name = "SIZE",
-        default_value = "10G"
-    )]
-    max_size: String,
+    #[command(flatten)]
+    cache_limit: CacheLimitArgs,
 }
 
 #[derive(Args)]
@@ -136,9 +130,11 @@ struct ResolveArgs {
     fetch: bool,
 }
 
+/// The kernel cache's size limit: what `gc` evicts to, and `build` once it has built.
 #[derive(Args)]
-struct GcArgs {
-    /// The size the cache must fit in (e.g. 2G; 0 empties it).
+struct CacheLimitArgs {
+    /// The size the cache must fit in (e.g. 2G; 0 empties it): least recently used artifacts
+    /// are evicted until it does (by `build`, after building).
     #[arg(
         long,
         env = "HEADROOM_KERNEL_CACHE_MAX",
@@ -146,6 +142,13 @@ struct GcArgs {
         default_value = "10G"
     )]
     max_size: String,
+}
+
+impl CacheLimitArgs {
+    fn bytes(&self) -> anyhow::Result<u64> {
+        headroom_size::parse_size(&self.max_size)
+            .context("in --max-size (or HEADROOM_KERNEL_CACHE_MAX)")
+    }
 }
 
 #[derive(Args)]
@@ -222,8 +225,8 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
             headroom_output::print_json_or(args.json, &entries, || render::entries(&entries))?;
             Ok(0)
         }
-        KernelsCommand::Gc(gc_args) => {
-            let max = parse_size_flag(&gc_args.max_size)?;
+        KernelsCommand::Gc(cache_limit) => {
+            let max = cache_limit.bytes()?;
             let report = open_cache()?.gc(max)?;
             headroom_output::print_json_or(args.json, &report, || render::gc(&report))?;
             Ok(0)
@@ -275,10 +278,6 @@ pub fn main(args: KernelsArgs) -> anyhow::Result<u8> {
     }
 }
 
-fn parse_size_flag(text: &str) -> anyhow::Result<u64> {
-    headroom_size::parse_size(text).context("in --max-size (or HEADROOM_KERNEL_CACHE_MAX)")
-}
-
 fn run_build(
     manifest_path: &Path,
     cache: Cache,
@@ -313,7 +312,7 @@ fn run_build(
         keep_going: args.keep_going,
         only: args.kernels,
         progress: !json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        max_cache_bytes: Some(parse_size_flag(&args.max_size)?),
+        max_cache_bytes: Some(args.cache_limit.bytes()?),
         search_path: None,
         launcher: Some(launcher),
     };
