@@ -3,8 +3,6 @@
 //! admission. It lives beside the terminal summary and prints the same fields through the same
 //! `format_size`, so the page and the summary never disagree about a job's peak.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use headroom_size::format_size;
 
 use crate::chart::{Limit, Series, Timeline};
@@ -66,15 +64,11 @@ pub fn timeline(report: &BuildReport) -> Timeline {
 /// The build's metadata, in the summary's words where it has them.
 fn facts(report: &BuildReport) -> Vec<(String, String)> {
     let build = &report.build;
-    let started = UNIX_EPOCH + Duration::from_millis(build.started_unix_ms.max(0).unsigned_abs());
     let or_unknown = |value: Option<String>| value.unwrap_or_else(|| "unknown".into());
     [
         ("command", build.command.clone()),
         ("directory", build.cwd.clone()),
-        (
-            "started",
-            humantime::format_rfc3339_seconds(started).to_string(),
-        ),
+        ("started", crate::utc_time(build.started_unix_ms)),
         (
             "duration",
             or_unknown(

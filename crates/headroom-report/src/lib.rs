@@ -15,6 +15,19 @@ pub mod chrome_trace;
 pub mod html;
 pub mod summary;
 
+/// A Unix time in milliseconds as RFC 3339 in UTC, to the second (`2026-11-22T19:28:05Z`). A
+/// time before 1970 or after 9999, which only a damaged or hand-edited report holds, is shown
+/// as its number, not formatted (the formatter cannot, and must not take a page down).
+pub fn utc_time(unix_ms: i64) -> String {
+    /// 9999-12-31T23:59:59Z, the last second RFC 3339 writes.
+    const LAST_MS: i64 = 253_402_300_799_000;
+    if !(0..=LAST_MS).contains(&unix_ms) {
+        return format!("{unix_ms} ms from 1970 (not a date)");
+    }
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms.unsigned_abs());
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
 /// Version of the JSON report layout; bumped on incompatible changes.
 pub const REPORT_SCHEMA: u32 = 1;
 
@@ -356,6 +369,22 @@ impl BuildReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_dates_when_they_can_be_and_numbers_otherwise() {
+        assert_eq!(utc_time(1_764_000_000_000), "2025-11-24T16:00:00Z");
+        assert_eq!(utc_time(0), "1970-01-01T00:00:00Z");
+        // The fuzzer's report: a start in the year 1,079,934.
+        assert_eq!(
+            utc_time(34_017_000_000_000_000),
+            "34017000000000000 ms from 1970 (not a date)"
+        );
+        assert_eq!(utc_time(-1), "-1 ms from 1970 (not a date)");
+        assert_eq!(
+            utc_time(i64::MAX),
+            format!("{} ms from 1970 (not a date)", i64::MAX)
+        );
+    }
 
     #[test]
     fn a_report_from_before_outside_processes_still_loads() {

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::io::{self, IsTerminal, Read};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use headroom_diagnose::report::{
@@ -216,8 +216,8 @@ fn render_kernel(report: &KernelReport, now: f64) -> String {
 
 /// `2026-11-22T19:28:05Z`.
 fn rfc3339(unix_s: f64) -> String {
-    let time = UNIX_EPOCH + Duration::from_secs_f64(unix_s.max(0.0));
-    humantime::format_rfc3339_seconds(time).to_string()
+    // `as` saturates, and takes NaN to 0.
+    headroom_report::utc_time((unix_s * 1000.0) as i64)
 }
 
 fn now_unix() -> f64 {

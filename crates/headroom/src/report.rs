@@ -144,10 +144,7 @@ fn header(build: &BuildRecord, state: State) -> String {
 
 /// A start time as people read it, in UTC.
 fn when(unix_ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(time)
-        .to_string()
-        .replacen('T', " ", 1)
+    headroom_report::utc_time(unix_ms).replacen('T', " ", 1)
 }
 
 /// One build of `--list`, as its JSON says it.
