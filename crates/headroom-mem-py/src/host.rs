@@ -7,7 +7,7 @@
 //! objects (bytearray, array.array, older NumPy) are copied once through `memoryview.tobytes`.
 
 use headroom_mem::DType;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -82,8 +82,13 @@ pub fn readable<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Le
     if let Ok(bytes) = source.cast::<PyBytes>() {
         return Ok(lend_bytes(bytes.clone()));
     }
-    if let Some(lent) = dlpack::lend_host(source, false)? {
-        return Ok(lent);
+    match dlpack::lend_host(source, false) {
+        Ok(Some(lent)) => return Ok(lent),
+        Ok(None) => {}
+        // NumPy before 2.1 exports no read-only array through DLPack 0.x (BufferError); the
+        // buffer protocol still reads it.
+        Err(error) if error.is_instance_of::<PyBufferError>(py) => {}
+        Err(error) => return Err(error),
     }
     let memory = py
         .import("builtins")?

@@ -195,3 +195,19 @@ def test_torch_cpu_tensors_are_copied_in_place(host_pool):
     assert out.eq(2.5).all()
     with pytest.raises(ValueError, match="not C-contiguous"):
         buf.copy_from_host(torch.zeros((8, 2), dtype=torch.bfloat16).t())
+
+
+class ReadOnlyBeforeDLPack1(bytearray):
+    """What NumPy before 2.1 does with a read-only array: refuses the DLPack export."""
+
+    def __dlpack__(self, **_):
+        raise BufferError("Cannot export readonly array since signalling readonly is unsupported by DLPack")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_a_producer_that_refuses_dlpack_is_read_through_the_buffer_protocol(host_pool):
+    buf = host_pool.alloc_buffer(16, "uint8")
+    buf.copy_from_host(ReadOnlyBeforeDLPack1(range(16)))
+    assert list(buf.to_host()) == list(range(16))

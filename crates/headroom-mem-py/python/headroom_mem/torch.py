@@ -112,6 +112,8 @@ def _releasable_pool_class():
         """
 
         def __init__(self, allocator, index, use_on_oom):
+            # The pool this object itself names stays empty: `id` routes every allocation to
+            # the current generation, which, unlike this object, can be dropped.
             super().__init__(allocator, use_on_oom=use_on_oom)
             self._allocator = allocator
             self._index = index
