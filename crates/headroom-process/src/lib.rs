@@ -248,12 +248,16 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    /// Field `index` (1-based, as proc(5) counts) of `/proc/PID/stat`.
-    fn stat_field(pid: u32, index: usize) -> i32 {
+    /// Fields 3 and on of `/proc/PID/stat`, from the process's state.
+    fn stat_after_name(pid: u32) -> String {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         // The command name, field 2, is in parentheses and may hold spaces.
-        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-        after_name
+        stat[stat.rfind(')').unwrap() + 2..].to_string()
+    }
+
+    /// Field `index` (1-based, as proc(5) counts) of `/proc/PID/stat`.
+    fn stat_field(pid: u32, index: usize) -> i32 {
+        stat_after_name(pid)
             .split(' ')
             .nth(index - 3)
             .unwrap()
@@ -307,8 +311,7 @@ mod tests {
     fn wait_for_state(pid: u32, state: char) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-            let now = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+            let now = stat_after_name(pid).chars().next().unwrap();
             if now == state {
                 return;
             }
