@@ -84,6 +84,15 @@ impl Thresholds {
 /// The most bytes below the budget at which the safety net starts suspending jobs.
 const SUSPEND_MARGIN_MOST: u64 = 512 << 20;
 
+/// A job using less than this fraction of its highest use so far has left its peak phase
+/// (a compiler's memory falls to a fraction of its peak once its heaviest pass is done).
+const PEAK_PASSED: f32 = 0.75;
+
+/// Whether `bytes` is below the peak phase of a job whose highest use was `peak`.
+fn below_peak_phase(bytes: u64, peak: u64) -> bool {
+    (bytes as f64) < f64::from(PEAK_PASSED) * peak as f64
+}
+
 /// What the caller must do to the processes of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -192,6 +201,9 @@ struct Running {
     peak: u64,
     /// CPU seconds this attempt has used: how far along its profile it is.
     cpu_seconds: f64,
+    /// CPU seconds this attempt had used when it first fell below [`PEAK_PASSED`] of `peak`
+    /// after reaching it; `None` while it has not, or has since risen above it.
+    fell_at: Option<f64>,
     suspended: bool,
 }
 
@@ -218,9 +230,23 @@ impl Running {
 
     /// What the job is expected to need over the rest of its life. A job that has used more
     /// CPU time than its profile allows for is off the map: it reserves its peak to the end.
+    /// Jobs of a group differ in length more than in shape, so a job that follows a profile
+    /// borrowed from another job of its group, and has fallen from its own peak, is placed
+    /// along that profile by lining up where the two left their peaks, and never back in the
+    /// profile's peak phase.
     fn outlook(&self, slack: f64) -> Outlook<'_> {
-        let progress = self.cpu_seconds;
-        match &self.local_estimate().profile {
+        let estimate = self.local_estimate();
+        let progress = match (&estimate.profile, self.fell_at) {
+            (Some(profile), Some(fell_at))
+                if estimate.borrowed_profile && below_peak_phase(self.current, self.peak) =>
+            {
+                // Past the profile's peak phase even at the far end of the timing slack.
+                let profile_fell = profile.fell_below_peak_at(PEAK_PASSED);
+                (self.cpu_seconds * profile_fell / fell_at).max(profile_fell * (1.0 + slack))
+            }
+            _ => self.cpu_seconds,
+        };
+        match &estimate.profile {
             Some(profile)
                 if !self.suspended && progress / (1.0 + slack) < profile.cpu_seconds() =>
             {
@@ -373,7 +399,12 @@ impl Scheduler {
     pub fn observe(&mut self, id: JobId, bytes: u64, cpu_seconds: f64) {
         if let Some(job) = self.running.iter_mut().find(|job| job.id == id) {
             job.current = bytes;
-            job.peak = job.peak.max(bytes);
+            if bytes > job.peak {
+                job.peak = bytes;
+                job.fell_at = None;
+            } else if job.fell_at.is_none() && below_peak_phase(bytes, job.peak) {
+                job.fell_at = Some(cpu_seconds);
+            }
             job.cpu_seconds = cpu_seconds;
         }
     }
@@ -576,6 +607,7 @@ impl Scheduler {
             current: 0,
             peak: 0,
             cpu_seconds: 0.0,
+            fell_at: None,
             suspended: false,
         });
         true
@@ -748,6 +780,7 @@ impl Scheduler {
                     current: 0,
                     peak: 0,
                     cpu_seconds: 0.0,
+                    fell_at: None,
                     suspended: false,
                 });
                 if job.alone {
@@ -1163,6 +1196,52 @@ mod tests {
             s.reserved() > 5 * GIB,
             "flat reservations would not have fitted"
         );
+    }
+
+    /// A group's profile as another job of the group left it: a single-threaded job of
+    /// `seconds` that peaks in its first quarter and then holds a third of its peak.
+    fn borrowed_early_peak(seconds: f64, peak: u64) -> Estimate {
+        let slices: Vec<u64> = (0..16).map(|i| if i < 4 { 30 } else { 10 }).collect();
+        Estimate {
+            peak,
+            margin: 0,
+            profile: Profile::new(crate::profile::ran(seconds, seconds), &slices),
+            waiting_seconds: 0.0,
+            borrowed_profile: true,
+            learning_group: None,
+        }
+    }
+
+    #[test]
+    fn a_longer_job_of_a_group_is_placed_along_its_borrowed_profile_by_its_own_peak() {
+        let mut s = Scheduler::new(Limits {
+            budget: 5 * GIB,
+            slots: 4,
+        });
+        s.submit(1, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
+        s.submit(2, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        // Job 1 is twice as long as the job its profile came from: it peaked at 40 CPU
+        // seconds, not 20, and at 150 it has outrun that profile. It has fallen to a third of
+        // its peak, so it is in the profile's tail, not off the map needing its peak again.
+        s.observe(1, 3 * GIB, 40.0);
+        s.observe(1, GIB, 150.0);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn a_job_that_has_not_fallen_from_its_peak_keeps_its_borrowed_peak() {
+        let mut s = Scheduler::new(Limits {
+            budget: 5 * GIB,
+            slots: 4,
+        });
+        s.submit(1, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
+        s.submit(2, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        // Still near its highest use at 150 CPU seconds: its peak may not have passed.
+        s.observe(1, 2 * GIB, 40.0);
+        s.observe(1, 2 * GIB, 150.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
     }
 
     #[test]

@@ -74,6 +74,22 @@ impl Profile {
         &self.shape
     }
 
+    /// CPU seconds into the job's life at which it first fell below `fraction` of its peak
+    /// after reaching it: where its peak phase ends (its end when it never fell so).
+    pub fn fell_below_peak_at(&self, fraction: f32) -> f64 {
+        let slice = self.cpu_seconds / self.shape.len() as f64;
+        let highest = self.shape.iter().copied().fold(0.0, f32::max);
+        let peak = self
+            .shape
+            .iter()
+            .position(|&used| used >= highest)
+            .unwrap_or(0);
+        self.shape[peak..]
+            .iter()
+            .position(|&used| used < fraction * highest)
+            .map_or(self.cpu_seconds, |after| (peak + after) as f64 * slice)
+    }
+
     /// Highest fraction of the peak used between `from` and `to` CPU seconds into the job's
     /// life; 0 when that span starts after the job's end.
     pub fn highest_between(&self, from: f64, to: f64) -> f64 {
