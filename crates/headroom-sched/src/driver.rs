@@ -543,21 +543,24 @@ impl Driver {
         if ended.succeeded && !ran_here {
             self.largest_local_share = self.largest_local_share.max(Some(job.peak));
         }
+        let predicted = job.estimate.peak;
         if ended.out_of_memory && escalate(job) {
+            let how = if job.rung > 0 {
+                format!("alone at lower-memory rung {}", job.rung)
+            } else if job.alone {
+                "alone".to_string()
+            } else {
+                format!("planned at {}", format_size(job.estimate.peak))
+            };
             tracing::info!(
-                "retry job {id} {} alone{}: it ran out of memory at {} (predicted {})",
+                "retry job {id} {} {how}: it ran out of memory at {} (predicted {})",
                 job.label,
-                if job.rung > 0 {
-                    format!(" at lower-memory rung {}", job.rung)
-                } else {
-                    String::new()
-                },
                 format_size(job.peak),
-                format_size(job.estimate.peak),
+                format_size(predicted),
             );
             let estimate = job.estimate.clone().at_least(job.peak);
             self.scheduler.remove(id);
-            self.scheduler.submit(id, job.session, estimate, true);
+            self.scheduler.submit(id, job.session, estimate, job.alone);
             return (AfterAttempt::Retry, true);
         }
         let job = self.jobs.remove(&id).expect("checked above");
@@ -635,10 +638,22 @@ impl Driver {
     }
 }
 
-/// Moves a job that ran out of memory one step up: first alone, then down the lower-memory
-/// rungs it has. Returns false when nothing is left to try.
+/// What to plan a job at that ran out of memory after using `seen` bytes: more than it was
+/// seen to use, by a fifth or by 100 MiB, whichever is more (Kubernetes' Vertical Pod
+/// Autoscaler raises a container's request so after an OOM kill). Running it alone at once
+/// would leave the machine idle for a job that needed only a little more.
+fn after_running_out(seen: u64) -> u64 {
+    let fifth_more = (seen as f64 * 1.2).ceil() as u64;
+    fifth_more.max(seen.saturating_add(100 << 20))
+}
+
+/// Moves a job that ran out of memory one step up: first beside the others with room for
+/// more than it reached, then alone, then down the lower-memory rungs it has. Returns false
+/// when nothing is left to try.
 fn escalate(job: &mut Job) -> bool {
-    if !job.alone {
+    if job.oom_retries == 0 && !job.alone {
+        job.estimate = job.estimate.clone().at_least(after_running_out(job.peak));
+    } else if !job.alone {
         job.alone = true;
     } else if job.rung < job.lower_rungs {
         job.rung += 1;
@@ -1126,7 +1141,13 @@ mod tests {
     }
 
     #[test]
-    fn out_of_memory_retries_alone_then_down_the_rungs_then_gives_up() {
+    fn after_running_out_plans_a_fifth_or_100_mib_more() {
+        assert_eq!(after_running_out(10 * GIB), 12 * GIB);
+        assert_eq!(after_running_out(100 << 20), 200 << 20);
+    }
+
+    #[test]
+    fn out_of_memory_retries_with_room_for_more_then_alone_then_down_the_rungs() {
         let mut driver = driver(8 * GIB, 4);
         let (id, _) = driver.offer(Offer {
             session: 0,
@@ -1142,24 +1163,31 @@ mod tests {
             actions
         };
         assert_eq!(started(&attempt(&mut driver, 0.0)), vec![id, beside]);
-        let (after, _) = driver.attempt_ended(id, out_of_memory(5 * GIB), 1.0);
+        // First beside the others, planned a fifth above what it reached.
+        let (after, _) = driver.attempt_ended(id, out_of_memory(5 * GIB + GIB / 2), 1.0);
         assert!(matches!(after, AfterAttempt::Retry));
         let job = driver.job(id).unwrap();
-        assert!(job.alone && job.rung == 0 && job.oom_retries == 1);
+        assert!(!job.alone && job.rung == 0 && job.oom_retries == 1);
+        assert_eq!(job.estimate.peak, after_running_out(5 * GIB + GIB / 2));
         assert!(
             started(&attempt(&mut driver, 1.0)).is_empty(),
-            "waits to be alone"
+            "6.6 GiB does not fit beside small.o's 2 GiB default"
         );
         driver.attempt_ended(beside, succeeded(1.0, GIB), 2.0);
         assert_eq!(started(&attempt(&mut driver, 2.0)), vec![id]);
+        // Then alone.
         driver.attempt_ended(id, out_of_memory(6 * GIB), 3.0);
+        let job = driver.job(id).unwrap();
+        assert!(job.alone && job.rung == 0 && job.oom_retries == 2);
+        assert_eq!(started(&attempt(&mut driver, 3.0)), vec![id]);
+        driver.attempt_ended(id, out_of_memory(6 * GIB), 4.0);
         assert_eq!(driver.job(id).unwrap().rung, 1, "the lower-memory rung");
-        attempt(&mut driver, 3.0);
-        let (after, _) = driver.attempt_ended(id, out_of_memory(6 * GIB), 4.0);
+        attempt(&mut driver, 4.0);
+        let (after, _) = driver.attempt_ended(id, out_of_memory(6 * GIB), 5.0);
         let AfterAttempt::Done(finished) = after else {
             panic!("nothing left to try");
         };
-        assert_eq!((finished.job.attempts, finished.job.oom_retries), (3, 2));
+        assert_eq!((finished.job.attempts, finished.job.oom_retries), (4, 3));
         assert!(!finished.succeeded);
     }
 
