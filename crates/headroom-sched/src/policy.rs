@@ -516,18 +516,23 @@ impl Scheduler {
         if self.used() as f64 >= self.thresholds.suspend_at * budget {
             // Stopped jobs keep their memory: past a quarter of the budget, stopping more
             // only trades progress for nothing, so the youngest stopped job gives its memory
-            // back and starts again later with what it was seen to need.
+            // back and starts again later with what it was seen to need; but not one that
+            // has done more than half the work of the oldest job: it loses too much, and
+            // stays stopped until the jobs ahead of it finish (an LTO link a minute from
+            // its end, a kernel past its peak).
             let held: u64 = self
                 .running
                 .iter()
                 .filter(|job| job.suspended)
                 .map(|job| job.current)
                 .sum();
+            let oldest_progress = self.running.first().map_or(0.0, |job| job.cpu_seconds);
             let youngest_suspended = self
                 .running
                 .iter()
                 .rposition(|job| job.suspended)
-                .filter(|&i| i > 0);
+                .filter(|&i| i > 0)
+                .filter(|&i| self.running[i].cpu_seconds <= oldest_progress / 2.0);
             if let Some(index) = youngest_suspended.filter(|_| held > self.limits.budget / 4) {
                 self.kill_and_requeue(index, actions);
                 return;
@@ -1079,6 +1084,30 @@ mod tests {
         assert_eq!(starts(&s.decide(None)), vec![2]);
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![3]);
+    }
+
+    #[test]
+    fn a_stopped_job_far_along_stays_stopped_instead_of_losing_its_work() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 3,
+        });
+        for id in 1..=3 {
+            s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
+        s.observe(1, 4 * GIB + GIB / 4, 100.0);
+        s.observe(2, 3 * GIB, 90.0);
+        s.observe(3, 2 * GIB + GIB / 2, 60.0);
+        assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        // Stopped jobs hold over a quarter of the budget, but job 3 has done 60% of job 1's
+        // work: it waits, stopped, under the budget.
+        assert_eq!(s.decide(None), vec![]);
+        assert!(!s.is_queued(3));
+        // Had it done half or less, it would have given its memory back.
+        s.observe(1, 4 * GIB + GIB / 4, 120.0);
+        assert_eq!(s.decide(None), vec![Action::Kill(3)]);
     }
 
     #[test]
