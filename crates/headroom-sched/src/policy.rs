@@ -84,6 +84,10 @@ impl Thresholds {
 /// The most bytes below the budget at which the safety net starts suspending jobs.
 const SUSPEND_MARGIN_MOST: u64 = 512 << 20;
 
+/// CPU seconds of work that a stopped job may lose to a kill and a fresh start, whatever
+/// the others have done.
+const LITTLE_WORK: f64 = 30.0;
+
 /// A job using less than this fraction of its highest use so far has left its peak phase
 /// (a compiler's memory falls to a fraction of its peak once its heaviest pass is done).
 const PEAK_PASSED: f32 = 0.75;
@@ -517,22 +521,19 @@ impl Scheduler {
             // Stopped jobs keep their memory: past a quarter of the budget, stopping more
             // only trades progress for nothing, so the youngest stopped job gives its memory
             // back and starts again later with what it was seen to need; but not one that
-            // has done more than half the work of the oldest job: it loses too much, and
-            // stays stopped until the jobs ahead of it finish (an LTO link a minute from
-            // its end, a kernel past its peak).
+            // would lose too much (`loses_too_much`): it stays stopped until the jobs ahead
+            // of it finish.
             let held: u64 = self
                 .running
                 .iter()
                 .filter(|job| job.suspended)
                 .map(|job| job.current)
                 .sum();
-            let oldest_progress = self.running.first().map_or(0.0, |job| job.cpu_seconds);
             let youngest_suspended = self
                 .running
                 .iter()
                 .rposition(|job| job.suspended)
-                .filter(|&i| i > 0)
-                .filter(|&i| self.running[i].cpu_seconds <= oldest_progress / 2.0);
+                .filter(|&i| i > 0 && !self.loses_too_much(&self.running[i]));
             if let Some(index) = youngest_suspended.filter(|_| held > self.limits.budget / 4) {
                 self.kill_and_requeue(index, actions);
                 return;
@@ -801,6 +802,21 @@ impl Scheduler {
             index += 1;
         }
         true
+    }
+
+    /// Whether killing stopped job `job` would throw away too much to be worth its memory:
+    /// it has done more than half the work of the oldest job compiling here (an LTO link a
+    /// minute from its end, a kernel past its peak), and more than [`LITTLE_WORK`]. Jobs
+    /// that started together (the first jobs of a build) are all as far along as the
+    /// oldest, and the second condition still lets the young ones go. A farm node's job
+    /// uses no CPU time here, so it is not the measure.
+    fn loses_too_much(&self, job: &Running) -> bool {
+        let oldest = self
+            .running
+            .iter()
+            .find(|job| job.compiles_here())
+            .map_or(0.0, |job| job.cpu_seconds);
+        job.cpu_seconds > oldest / 2.0 && job.cpu_seconds > LITTLE_WORK
     }
 
     /// Whether a job predicted by the default waits for a running job of its group to show
@@ -1107,6 +1123,25 @@ mod tests {
         assert!(!s.is_queued(3));
         // Had it done half or less, it would have given its memory back.
         s.observe(1, 4 * GIB + GIB / 4, 120.0);
+        assert_eq!(s.decide(None), vec![Action::Kill(3)]);
+    }
+
+    #[test]
+    fn jobs_that_started_together_still_give_their_memory_back_while_young() {
+        let mut s = Scheduler::new(Limits {
+            budget: 10 * GIB,
+            slots: 3,
+        });
+        for id in 1..=3 {
+            s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
+        }
+        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
+        // Every job is 20 CPU seconds in: as far along as the oldest, but little to lose.
+        s.observe(1, 4 * GIB + GIB / 4, 20.0);
+        s.observe(2, 3 * GIB, 20.0);
+        s.observe(3, 2 * GIB + GIB / 2, 20.0);
+        assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
     }
 
