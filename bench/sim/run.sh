@@ -37,9 +37,9 @@ python3 bench/sim/table.py "$out/growth-10pct.json"
 echo
 for seed in 1 2 3 4 5; do
     "$headroom" sim traces/*.json traces/recorded/torch-ext.json --machine 16c/32G,64c/128G,192c/1T \
-        --seed "$seed" --json > "$out/seed-$seed.json"
-    "$headroom" sim traces/recorded/*.json --machine 2c/24G --seed "$seed" --json \
-        > "$out/seed-recorded-$seed.json"
+        --seed "$seed" --policy "$policies" --json > "$out/seed-$seed.json"
+    "$headroom" sim traces/recorded/*.json --machine 2c/24G --seed "$seed" --policy "$policies" \
+        --json > "$out/seed-recorded-$seed.json"
 done
 python3 bench/sim/table.py --seeds "$out"/seed-*.json
 # The same seeds with headroom given all of each machine's memory (`--budget 100%`), where by
@@ -48,7 +48,7 @@ python3 bench/sim/table.py --seeds "$out"/seed-*.json
 echo
 for seed in 1 2 3 4 5; do
     "$headroom" sim traces/*.json traces/recorded/torch-ext.json --machine 16c/32G,64c/128G,192c/1T \
-        --seed "$seed" --budget 100% --json > "$out/budget-100pct-seed-$seed.json"
+        --seed "$seed" --budget 100% --policy "$policies" --json > "$out/budget-100pct-seed-$seed.json"
 done
 python3 bench/sim/table.py --seeds "$out"/budget-100pct-seed-*.json
 echo "full tables: $headroom sim ... (without --json); charts: $out/*.html" >&2
