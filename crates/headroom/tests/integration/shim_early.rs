@@ -18,10 +18,12 @@ use headroom_govern::protocol::{read_frame, write_frame, Reply, Request};
 
 const SHIM: &str = env!("CARGO_BIN_EXE_headroom-shim");
 
-/// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3.
+/// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. It
+/// gives up once its directory is gone, which a failed test leaves that way.
 const COMPILER: &str = r#"#!/bin/sh
-echo $$ >> "$(dirname "$0")/pids"
-while [ ! -e "$(dirname "$0")/go" ]; do sleep 0.01; done
+dir=$(dirname "$0")
+echo $$ >> "$dir/pids"
+while [ ! -e "$dir/go" ]; do [ -d "$dir" ] || exit 1; sleep 0.01; done
 exit 3
 "#;
 
@@ -43,6 +45,8 @@ fn shim_asking(dir: &Path) -> (Child, UnixStream) {
         .current_dir(dir)
         .env("HEADROOM_SOCKET", dir.join("governor.sock"))
         .env("HEADROOM_SESSION", "1")
+        // Never taken for hung here: only the test's answers move the shim on.
+        .env("HEADROOM_GOVERNOR_SILENCE_MS", "600000")
         .env_remove("HEADROOM_JOB")
         .env_remove("LD_PRELOAD")
         .stderr(Stdio::null())
