@@ -70,7 +70,8 @@ pub enum Request {
         args: Vec<String>,
         cwd: String,
     },
-    /// The admitted job's process started; `pid` is also its process group.
+    /// The admitted job's attempt runs; `pid` is also its process group. A first attempt may
+    /// have started before the answer (the shim stopped it at [`Reply::Queued`]).
     Started { pid: i32 },
     /// The attempt ended.
     Finished(Attempt),
@@ -195,6 +196,9 @@ pub enum Reply {
         cpu_group: Option<PathBuf>,
         remote: Option<RemoteLaunch>,
     },
+    /// The job cannot run yet: a [`Reply::Run`] follows when it can. The shim, which may
+    /// have started the compiler before asking, stops it until then.
+    Queued,
     /// Report the attempt's result to the build system. A shim whose attempt exited 0 does
     /// not wait for it: such an attempt is never retried.
     Done,

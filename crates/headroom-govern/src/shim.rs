@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
@@ -20,7 +20,7 @@ use headroom_process::{foreground, shell_code, Group, Usage};
 use headroom_sched::ladder::Rung;
 use headroom_sched::SessionId;
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::process::{getpriority_process, setpriority_process};
+use rustix::process::{getpriority_process, setpriority_pgrp, setpriority_process, Pid};
 
 use crate::liveness;
 use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
@@ -33,7 +33,8 @@ pub const SOCKET_ENV: &str = "HEADROOM_SOCKET";
 pub const SHIM_DIR_ENV: &str = "HEADROOM_SHIM_DIR";
 /// The session of the governor whose build this is (its CLI's process id).
 pub const SESSION_ENV: &str = "HEADROOM_SESSION";
-/// Set for a job's processes, so a compiler started by a compiler is not governed twice.
+/// Set for a job's processes (to its shim's process id), so a compiler started by a compiler
+/// is not governed twice.
 pub const JOB_ENV: &str = "HEADROOM_JOB";
 /// How much of the end of a failed job's stderr is sent to the governor.
 const STDERR_TAIL: usize = 8 << 10;
@@ -95,7 +96,7 @@ pub fn main(argv: Vec<OsString>) -> ! {
     let ledger = liveness::Ledger::of(&socket, session);
     match liveness::connect(&socket, ledger.patience()) {
         Ok(stream) => governed(stream, command, &compiler, &args, session, &ledger),
-        Err(err) if liveness::is_silence(&err) => run_ungoverned(command, &compiler, &ledger),
+        Err(err) if liveness::is_silence(&err) => run_ungoverned(command, None, &compiler, &ledger),
         // No governor: run as if it never existed.
         Err(_) => become_compiler(command),
     }
@@ -104,7 +105,12 @@ pub fn main(argv: Vec<OsString>) -> ! {
 /// Runs the compiler ungoverned because the governor stayed silent past the bound
 /// (`crate::liveness`): records it in the session's ledger, which the build's summary counts,
 /// and tells the user if this is the build's first such call.
-fn run_ungoverned(command: Command, compiler: &Path, ledger: &liveness::Ledger) -> ! {
+fn run_ungoverned(
+    command: Command,
+    early: Option<Child>,
+    compiler: &Path,
+    ledger: &liveness::Ledger,
+) -> ! {
     if ledger.record(compiler) {
         let _ = writeln!(
             std::io::stderr(),
@@ -113,7 +119,7 @@ fn run_ungoverned(command: Command, compiler: &Path, ledger: &liveness::Ledger) 
             liveness::silence_bound().as_secs_f64()
         );
     }
-    become_compiler(command)
+    without_governor(command, early)
 }
 
 /// Runs a probe at once, as a child in its own process group: the governor, which follows
@@ -175,9 +181,16 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Runs the job under the governor, retrying attempts the governor asks to retry.
+///
+/// The first attempt starts as soon as the job is asked for, while the governor decides: its
+/// answer is then off the compile's critical path. A job the governor cannot run yet hears
+/// [`Reply::Queued`] within the same round trip, and its attempt is stopped until admitted.
+/// One admitted with lower-memory flags or sent to a farm node has its early attempt killed
+/// and reaped before the attempt the governor asked for starts, so only that one writes the
+/// job's outputs. Retries start after their answer, as they always have.
 fn governed(
     stream: UnixStream,
-    mut command: Command,
+    command: Command,
     compiler: &Path,
     args: &[OsString],
     session: SessionId,
@@ -202,28 +215,62 @@ fn governed(
     }
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
+    let mut early = start_attempt(&mut attempt_command(&command, args, None, None)).ok();
+    let mut early_stopped = false;
     loop {
-        let (job_id, rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
+        let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
+            Ok(Reply::Queued) => {
+                if let Some(child) = &early {
+                    headroom_process::signal_group(child.id() as i32, libc::SIGSTOP);
+                    early_stopped = true;
+                }
+                continue;
+            }
             Ok(Reply::Run {
-                job_id,
                 rung,
                 nice,
                 cpu_group,
                 remote,
-            }) => (job_id, rung, nice, cpu_group, remote),
-            Err(err) if liveness::is_silence(&err) => run_ungoverned(command, compiler, ledger),
+                ..
+            }) => (rung, nice, cpu_group, remote),
+            Err(err) if liveness::is_silence(&err) => {
+                run_ungoverned(command, early, compiler, ledger)
+            }
             // The governor is gone before admitting us: run as if it never existed.
-            _ => become_compiler(command),
+            _ => without_governor(command, early),
         };
-        command.env(crate::shim::JOB_ENV, job_id.to_string());
-        let mut attempt = attempt_command(&command, args, rung.as_ref(), remote.as_ref());
-        let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
         let priority = Priority {
             floor,
             nice,
             cpu_group,
         };
-        let outcome = run_attempt(&mut attempt, &priority, &stream, fallback_markers);
+        let started = match early.take() {
+            Some(child) if rung.is_none() && remote.is_none() => {
+                priority.take_on(Some(child.id()));
+                if early_stopped {
+                    headroom_process::signal_group(child.id() as i32, libc::SIGCONT);
+                }
+                Ok(child)
+            }
+            early => {
+                if let Some(child) = early {
+                    let status = discard(child);
+                    // The user's signal ended it: nothing starts the job again.
+                    if foreground::interrupted() {
+                        std::process::exit(shell_code(status))
+                    }
+                }
+                priority.take_on(None);
+                start_attempt(&mut attempt_command(
+                    &command,
+                    args,
+                    rung.as_ref(),
+                    remote.as_ref(),
+                ))
+            }
+        };
+        let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
+        let outcome = started.and_then(|child| finish_attempt(child, &stream, fallback_markers));
         let Ok((status, usage, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -250,6 +297,34 @@ fn governed(
         let _ = std::io::stderr().write_all(&stderr);
         std::process::exit(shell_code(status))
     }
+}
+
+/// Runs the compiler as if there were no governor: becomes it, or, where the first attempt
+/// started already, lets that attempt (resumed, in case it was stopped) finish and ends as it
+/// did.
+fn without_governor(command: Command, early: Option<Child>) -> ! {
+    let Some(mut child) = early else {
+        become_compiler(command)
+    };
+    headroom_process::signal_group(child.id() as i32, libc::SIGCONT);
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::copy(&mut pipe, &mut std::io::stderr());
+    }
+    let ended = child.wait();
+    foreground::ended();
+    let status =
+        ended.unwrap_or_else(|err| fail(127, &format!("cannot wait for the compiler: {err}")));
+    std::process::exit(shell_code(status))
+}
+
+/// Kills an early attempt the governor did not admit as it runs (other flags, a farm node)
+/// and waits for it, so that nothing of it writes an output once the admitted attempt starts.
+/// Returns how it ended.
+fn discard(mut child: Child) -> ExitStatus {
+    headroom_process::signal_group(child.id() as i32, libc::SIGKILL);
+    let ended = child.wait();
+    foreground::ended();
+    ended.unwrap_or_else(|err| fail(127, &format!("cannot wait for the compiler: {err}")))
 }
 
 /// Reads an attempt's stderr to its end. While an attempt runs the governor sends only its
@@ -349,6 +424,7 @@ fn attempt_command(
             None => command.env_remove(key),
         };
     }
+    command.env(JOB_ENV, std::process::id().to_string());
     command
 }
 
@@ -363,36 +439,46 @@ struct Priority {
 }
 
 impl Priority {
-    /// Takes on the priority in this process, which the attempt then inherits, so that every
-    /// process and thread of it has it from its start and the compiler can start through
-    /// posix_spawn (no pre_exec hook, which would force a fork). In the level's cgroup the
-    /// priority is its weight, which orders the build's own jobs only; elsewhere it is `nice`
-    /// steps of niceness above the user's `floor` (`nice -n 15 headroom build` means the
-    /// build is background work, even for root). Niceness only rises without privilege: a
-    /// retry the governor starts nicer gets it; one it starts less nice keeps the shim's.
-    /// Failing to change either only costs speed.
-    fn take_on(&self) {
-        let joined = self.cpu_group.as_ref().is_some_and(|group| {
-            // 0 is the writing process itself.
-            std::fs::write(group.join("cgroup.procs"), "0").is_ok()
-        });
+    /// Takes on the priority in this process (`attempt` None), which the attempt then
+    /// inherits, so that every process and thread of it has it from its start and the
+    /// compiler can start through posix_spawn (no pre_exec hook, which would force a fork);
+    /// or gives it to `attempt`, a first attempt started before the answer: its leader joins
+    /// the level's cgroup, and its whole process group gets the niceness. In the level's
+    /// cgroup the priority is its weight, which orders the build's own jobs only; elsewhere
+    /// it is `nice` steps of niceness above the user's `floor` (`nice -n 15 headroom build`
+    /// means the build is background work, even for root). Niceness only rises without
+    /// privilege: a retry the governor starts nicer gets it; one it starts less nice keeps
+    /// the shim's. Failing to change either only costs speed.
+    fn take_on(&self, attempt: Option<u32>) {
+        // 0 is the writing process itself.
+        let member = attempt.unwrap_or(0).to_string();
+        let joined = self
+            .cpu_group
+            .as_ref()
+            .is_some_and(|group| std::fs::write(group.join("cgroup.procs"), &member).is_ok());
         let nice = if joined { 0 } else { i32::from(self.nice) };
-        let _ = setpriority_process(None, (self.floor + nice).min(19));
+        let level = (self.floor + nice).min(19);
+        let _ = match attempt.and_then(|pid| Pid::from_raw(pid as i32)) {
+            Some(group) => setpriority_pgrp(Some(group), level),
+            None => setpriority_process(None, level),
+        };
     }
 }
 
-/// Runs one attempt in its own process group, so the governor can stop, resume or kill it
-/// whole, at `priority`; returns its status, the kernel's account of it alone, and everything
-/// it wrote to stderr.
-fn run_attempt(
-    command: &mut Command,
-    priority: &Priority,
+/// Starts an attempt in its own process group, so the governor can stop, resume or kill it
+/// whole, as the foreground child, with its stderr piped to this process.
+fn start_attempt(command: &mut Command) -> std::io::Result<Child> {
+    command.stderr(Stdio::piped());
+    foreground::spawn(command).map_err(|err| err.source)
+}
+
+/// Follows an admitted attempt to its end: tells the governor its process, reads its stderr;
+/// returns its status, the kernel's account of it alone, and everything it wrote to stderr.
+fn finish_attempt(
+    mut child: Child,
     stream: &UnixStream,
     fallback_markers: &[String],
 ) -> std::io::Result<(ExitStatus, Usage, Vec<u8>)> {
-    command.stderr(Stdio::piped());
-    priority.take_on();
-    let mut child = foreground::spawn(command).map_err(|err| err.source)?;
     let pid = if governor_sees_my_pids(stream) {
         child.id() as i32
     } else {

@@ -111,7 +111,7 @@ impl Governor {
         writer: &Writer,
     ) -> io::Result<()> {
         loop {
-            send(writer, &self.wait_for_admission(id)?)?;
+            send(writer, &self.wait_for_admission(id, writer)?)?;
             match read_frame::<Request>(stream)? {
                 Request::Started { pid } => self.started(id, pid),
                 other => {
@@ -142,8 +142,11 @@ impl Governor {
         }
     }
 
-    fn wait_for_admission(&self, id: JobId) -> io::Result<Reply> {
+    /// Waits until job `id` may run and returns how. A job that cannot run at once hears
+    /// [`Reply::Queued`] first: its shim may have started the compiler already, and stops it.
+    fn wait_for_admission(&self, id: JobId, writer: &Writer) -> io::Result<Reply> {
         let mut state = self.lock();
+        let mut told_queued = false;
         loop {
             let session = state
                 .jobs
@@ -162,6 +165,14 @@ impl Governor {
                     cpu_group: self.cpu_weights.as_ref().map(|w| w.level(job.nice)),
                     remote: job.node.map(|node| self.remote_launch(id, node)),
                 });
+            }
+            if !told_queued {
+                // Not under the lock: the state is checked again before waiting.
+                drop(state);
+                send(writer, &Reply::Queued)?;
+                told_queued = true;
+                state = self.lock();
+                continue;
             }
             state = self
                 .admitted

@@ -47,5 +47,6 @@ mod run_torch_compile;
 mod sessions;
 mod settings_cli;
 mod shared_history;
+mod shim_early;
 mod sim;
 mod support;

@@ -1,0 +1,184 @@
+//! The shim starts a job's first attempt before the governor answers, so the answer's round
+//! trip is off the compile's critical path (BENCHMARKS.md, "Cost of interception"). Each test
+//! plays the governor on a socket of its own, with the real shim binary and a stand-in
+//! compiler that records its process id and waits for the test's word to end: a queued job is
+//! stopped and resumed on admission, its compiler's pid and status reach the governor, an
+//! attempt sent elsewhere is killed and reaped before that one starts, and a governor that
+//! goes away leaves the compiler running to its end.
+
+use crate::support::reliability::{process_state, wait_until};
+
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use headroom_farm::RemoteLaunch;
+use headroom_govern::protocol::{read_frame, write_frame, Reply, Request};
+
+const SHIM: &str = env!("CARGO_BIN_EXE_headroom-shim");
+
+/// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. It
+/// gives up once its directory is gone, which a failed test leaves that way.
+const COMPILER: &str = r#"#!/bin/sh
+dir=$(dirname "$0")
+echo $$ >> "$dir/pids"
+while [ ! -e "$dir/go" ]; do [ -d "$dir" ] || exit 1; sleep 0.01; done
+exit 3
+"#;
+
+fn executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Starts the shim as `headroom-launch DIR/cc -c unit.c` against the governor socket in
+/// `dir`; returns it and the connection it opened, after reading its job request.
+fn shim_asking(dir: &Path) -> (Child, UnixStream) {
+    executable(&dir.join("cc"), COMPILER);
+    let listener = UnixListener::bind(dir.join("governor.sock")).unwrap();
+    let shim = Command::new(SHIM)
+        .arg0("headroom-launch")
+        .arg(dir.join("cc"))
+        .args(["-c", "unit.c"])
+        .current_dir(dir)
+        .env("HEADROOM_SOCKET", dir.join("governor.sock"))
+        .env("HEADROOM_SESSION", "1")
+        // Never taken for hung here: only the test's answers move the shim on.
+        .env("HEADROOM_GOVERNOR_SILENCE_MS", "600000")
+        .env_remove("HEADROOM_JOB")
+        .env_remove("LD_PRELOAD")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    match read_frame::<Request>(&stream).unwrap() {
+        Request::Job { args, .. } => assert_eq!(args, ["-c", "unit.c"]),
+        other => panic!("expected the job, got {other:?}"),
+    }
+    (shim, stream)
+}
+
+/// The pids the stand-in compiler recorded, one per start.
+fn compiler_pids(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.parse().ok())
+        .collect()
+}
+
+/// Waits until the compiler has started, before any answer, and returns its pid.
+fn started_before_the_answer(dir: &Path) -> i32 {
+    wait_until("the compiler to start before the governor answered", || {
+        !compiler_pids(dir).is_empty()
+    });
+    compiler_pids(dir)[0]
+}
+
+fn run(remote: Option<RemoteLaunch>) -> Reply {
+    Reply::Run {
+        job_id: 1,
+        rung: None,
+        nice: 0,
+        cpu_group: None,
+        remote,
+    }
+}
+
+fn wait_for(mut shim: Child) -> std::process::ExitStatus {
+    let mut status = None;
+    wait_until("the shim to exit", || {
+        status = shim.try_wait().unwrap();
+        status.is_some()
+    });
+    status.unwrap()
+}
+
+#[test]
+fn a_queued_compiler_is_stopped_until_admitted_and_reported_by_its_own_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, stream) = shim_asking(dir.path());
+    let pid = started_before_the_answer(dir.path());
+    write_frame(&stream, &Reply::Queued).unwrap();
+    wait_until("the queued compiler to stop", || {
+        process_state(pid) == Some('T')
+    });
+    write_frame(&stream, &run(None)).unwrap();
+    match read_frame::<Request>(&stream).unwrap() {
+        Request::Started { pid: started } => assert_eq!(started, pid, "the compiler's pid"),
+        other => panic!("expected Started, got {other:?}"),
+    }
+    wait_until("the admitted compiler to resume", || {
+        process_state(pid) != Some('T')
+    });
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    match read_frame::<Request>(&stream).unwrap() {
+        Request::Finished(attempt) => {
+            assert_eq!(attempt.exit_code, Some(3));
+            assert!(attempt.max_rss > 0, "its peak is measured: {attempt:?}");
+        }
+        other => panic!("expected Finished, got {other:?}"),
+    }
+    write_frame(&stream, &Reply::Done).unwrap();
+    assert_eq!(wait_for(shim).code(), Some(3));
+    assert_eq!(compiler_pids(dir.path()), [pid], "the compiler ran once");
+}
+
+#[test]
+fn an_attempt_sent_to_a_farm_node_starts_only_once_the_early_one_is_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    // The engine's client records whether the early compiler still existed when it ran.
+    let client = dir.path().join("client");
+    executable(
+        &client,
+        r#"#!/bin/sh
+early=$(head -n 1 "$(dirname "$0")/pids")
+if [ -e "/proc/$early" ]; then echo early-still-there; else echo early-gone; fi > "$(dirname "$0")/client.log"
+"#,
+    );
+    let (shim, stream) = shim_asking(dir.path());
+    started_before_the_answer(dir.path());
+    let remote = RemoteLaunch {
+        program: client,
+        args_before: Vec::new(),
+        env: Vec::new(),
+        fallback_markers: Vec::new(),
+    };
+    write_frame(&stream, &run(Some(remote))).unwrap();
+    assert!(matches!(
+        read_frame::<Request>(&stream).unwrap(),
+        Request::Started { .. }
+    ));
+    match read_frame::<Request>(&stream).unwrap() {
+        Request::Finished(attempt) => assert_eq!(attempt.exit_code, Some(0)),
+        other => panic!("expected Finished, got {other:?}"),
+    }
+    assert!(wait_for(shim).success());
+    let log = std::fs::read_to_string(dir.path().join("client.log")).unwrap();
+    assert_eq!(log.trim(), "early-gone");
+    assert_eq!(
+        compiler_pids(dir.path()).len(),
+        1,
+        "no compiler ran here again"
+    );
+}
+
+#[test]
+fn a_governor_gone_while_the_job_is_queued_leaves_its_compiler_to_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, stream) = shim_asking(dir.path());
+    let pid = started_before_the_answer(dir.path());
+    write_frame(&stream, &Reply::Queued).unwrap();
+    wait_until("the queued compiler to stop", || {
+        process_state(pid) == Some('T')
+    });
+    drop(stream);
+    wait_until("the compiler to resume once the governor is gone", || {
+        process_state(pid) != Some('T')
+    });
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(wait_for(shim).code(), Some(3), "the compiler's own status");
+    assert_eq!(compiler_pids(dir.path()), [pid], "the compiler ran once");
+}
