@@ -220,8 +220,8 @@ fn governed(
     loop {
         let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
             Ok(Reply::Queued) => {
-                if let Some(child) = &early {
-                    headroom_process::signal_group(child.id() as i32, libc::SIGSTOP);
+                if early.is_some() {
+                    foreground::hold(true);
                     early_stopped = true;
                 }
                 continue;
@@ -248,7 +248,7 @@ fn governed(
             Some(child) if rung.is_none() && remote.is_none() => {
                 priority.take_on(Some(child.id()));
                 if early_stopped {
-                    headroom_process::signal_group(child.id() as i32, libc::SIGCONT);
+                    foreground::hold(false);
                 }
                 Ok(child)
             }
@@ -306,7 +306,7 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
     let Some(mut child) = early else {
         become_compiler(command)
     };
-    headroom_process::signal_group(child.id() as i32, libc::SIGCONT);
+    foreground::hold(false);
     if let Some(mut pipe) = child.stderr.take() {
         let _ = std::io::copy(&mut pipe, &mut std::io::stderr());
     }

@@ -166,6 +166,43 @@ if [ -e "/proc/$early" ]; then echo early-still-there; else echo early-gone; fi 
 }
 
 #[test]
+fn ctrl_z_and_fg_leave_a_queued_compiler_stopped_until_it_is_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, stream) = shim_asking(dir.path());
+    let shim_pid = shim.id() as i32;
+    let pid = started_before_the_answer(dir.path());
+    write_frame(&stream, &Reply::Queued).unwrap();
+    wait_until("the queued compiler to stop", || {
+        process_state(pid) == Some('T')
+    });
+    // What a terminal sends the shim for Ctrl-Z, then for `fg`.
+    // SAFETY: kill(2) on the shim this test started.
+    unsafe { libc::kill(shim_pid, libc::SIGTSTP) };
+    wait_until("the shim to stop", || process_state(shim_pid) == Some('T'));
+    // SAFETY: as above.
+    unsafe { libc::kill(shim_pid, libc::SIGCONT) };
+    wait_until("the shim to go on", || process_state(shim_pid) != Some('T'));
+    // Not a wait for something to happen: time for a wrong resume to show.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(process_state(pid), Some('T'), "still queued: still stopped");
+    write_frame(&stream, &run(None)).unwrap();
+    assert!(matches!(
+        read_frame::<Request>(&stream).unwrap(),
+        Request::Started { .. }
+    ));
+    wait_until("the admitted compiler to resume", || {
+        process_state(pid) != Some('T')
+    });
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert!(matches!(
+        read_frame::<Request>(&stream).unwrap(),
+        Request::Finished(_)
+    ));
+    write_frame(&stream, &Reply::Done).unwrap();
+    assert_eq!(wait_for(shim).code(), Some(3));
+}
+
+#[test]
 fn a_governor_gone_while_the_job_is_queued_leaves_its_compiler_to_finish() {
     let dir = tempfile::tempdir().unwrap();
     let (shim, stream) = shim_asking(dir.path());
