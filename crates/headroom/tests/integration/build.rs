@@ -310,12 +310,14 @@ fn where_a_cpu_cgroup_can_be_made_nicer_jobs_weigh_less_in_it_at_the_users_nicen
 fn the_longest_job_of_a_burst_starts_first_whichever_connects_first() {
     let project = Project::new();
     // make starts all four at once, s1.o first; with one slot, whichever shim connects first
-    // would run first. Next time long.o, the longest, goes first.
+    // would run first. Next time long.o, the longest, goes first. The jobs burn CPU time, as
+    // compilers do: a queued job's compiler, started early and held stopped, does no work
+    // meanwhile (a stand-in that sleeps would count the wait as its own time).
     project.write(
         "Makefile",
         "all: s1.o s2.o s3.o long.o\n\
-         long.o:\n\tg++ --ms 1500 -c long.cpp -o long.o\n\
-         s%.o:\n\tg++ --ms 300 -c s$*.cpp -o $@\n",
+         long.o:\n\tg++ --cpu-ms 1500 -c long.cpp -o long.o\n\
+         s%.o:\n\tg++ --cpu-ms 300 -c s$*.cpp -o $@\n",
     );
     let build = |sample_interval_ms: &str| {
         for object in ["s1.o", "s2.o", "s3.o", "long.o"] {
