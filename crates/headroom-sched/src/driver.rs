@@ -230,8 +230,21 @@ impl Driver {
     /// is known of follow them as [`Driver::new`] sets them; queued and running jobs stay.
     pub fn set_limits(&mut self, limits: Limits) {
         self.scheduler.set_limits(limits);
+        self.size_unknown_jobs();
+    }
+
+    /// Predicts the jobs nothing is known of, from now on, at a slot's share of what the
+    /// budget leaves to jobs now: less what the build's processes outside every job (pip's
+    /// own Python, a build driver) and other users' governors hold. A share of the whole
+    /// budget would not fit twice beside them, and a first build would run such jobs one at a
+    /// time.
+    fn size_unknown_jobs(&mut self) {
+        let slots = self.scheduler.limits().slots;
         self.predictor
-            .set_default_peak(crate::budget::default_job_peak(limits.budget, limits.slots));
+            .set_default_peak(crate::budget::default_job_peak(
+                self.scheduler.jobs_budget(),
+                slots,
+            ));
     }
 
     /// The limits jobs are admitted within.
@@ -244,6 +257,7 @@ impl Driver {
     /// of this governor's is stopped for them.
     pub fn set_held_elsewhere(&mut self, bytes: u64) {
         self.scheduler.observe_held_elsewhere(bytes);
+        self.size_unknown_jobs();
     }
 
     /// Sends jobs that the engine can compile remotely to `farm`'s nodes when they fit there.
@@ -342,6 +356,7 @@ impl Driver {
     /// (`outside` bytes) use at `now`.
     pub fn sample(&mut self, readings: &[Reading], outside: u64, now: f64) {
         self.scheduler.observe_outside(outside);
+        self.size_unknown_jobs();
         for reading in readings {
             let Some(job) = self.jobs.get_mut(&reading.id) else {
                 continue;
@@ -1210,6 +1225,24 @@ mod tests {
         assert_eq!(
             driver.job(first).unwrap().state,
             JobState::Running { suspended: false }
+        );
+    }
+
+    #[test]
+    fn jobs_nothing_is_known_of_get_a_share_of_what_the_budget_leaves_to_jobs() {
+        let mut driver = driver(6 * GIB, 2);
+        // pip's own Python holds 1 GiB of the budget beside the jobs.
+        driver.sample(&[], GIB, 0.0);
+        let (first, _) = driver.offer(offer("flash_api.o", 1));
+        let (second, _) = driver.offer(offer("kernel.o", 2));
+        assert_eq!(
+            driver.job(first).unwrap().estimate.peak,
+            crate::budget::default_job_peak(5 * GIB, 2)
+        );
+        assert_eq!(
+            started(&driver.decide(None, 0.0)),
+            vec![first, second],
+            "two shares fit beside what runs outside the jobs"
         );
     }
 

@@ -621,7 +621,7 @@ impl Scheduler {
 
     /// The budget left to jobs to be admitted into: what runs outside them, and what other
     /// users' governors hold, take their parts first.
-    fn jobs_budget(&self) -> u64 {
+    pub fn jobs_budget(&self) -> u64 {
         self.limits
             .budget
             .saturating_sub(self.outside)
