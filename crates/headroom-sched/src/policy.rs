@@ -1102,8 +1102,9 @@ mod tests {
         assert_eq!(starts(&s.decide(None)), vec![3]);
     }
 
-    #[test]
-    fn a_stopped_job_far_along_stays_stopped_instead_of_losing_its_work() {
+    /// Three jobs of 2 GiB predicted on a 10 GiB budget, seen at 4.25, 3 and 2.5 GiB with
+    /// `progress` CPU seconds each: the net stops the youngest two, and they hold 5.5 GiB.
+    fn three_jobs_two_stopped(progress: [f64; 3]) -> Scheduler {
         let mut s = Scheduler::new(Limits {
             budget: 10 * GIB,
             slots: 3,
@@ -1112,11 +1113,17 @@ mod tests {
             s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
         }
         assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
-        s.observe(1, 4 * GIB + GIB / 4, 100.0);
-        s.observe(2, 3 * GIB, 90.0);
-        s.observe(3, 2 * GIB + GIB / 2, 60.0);
+        s.observe(1, 4 * GIB + GIB / 4, progress[0]);
+        s.observe(2, 3 * GIB, progress[1]);
+        s.observe(3, 2 * GIB + GIB / 2, progress[2]);
         assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
         assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        s
+    }
+
+    #[test]
+    fn a_stopped_job_far_along_stays_stopped_instead_of_losing_its_work() {
+        let mut s = three_jobs_two_stopped([100.0, 90.0, 60.0]);
         // Stopped jobs hold over a quarter of the budget, but job 3 has done 60% of job 1's
         // work: it waits, stopped, under the budget.
         assert_eq!(s.decide(None), vec![]);
@@ -1128,38 +1135,14 @@ mod tests {
 
     #[test]
     fn jobs_that_started_together_still_give_their_memory_back_while_young() {
-        let mut s = Scheduler::new(Limits {
-            budget: 10 * GIB,
-            slots: 3,
-        });
-        for id in 1..=3 {
-            s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
-        }
-        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
         // Every job is 20 CPU seconds in: as far along as the oldest, but little to lose.
-        s.observe(1, 4 * GIB + GIB / 4, 20.0);
-        s.observe(2, 3 * GIB, 20.0);
-        s.observe(3, 2 * GIB + GIB / 2, 20.0);
-        assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
-        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        let mut s = three_jobs_two_stopped([20.0; 3]);
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
     }
 
     #[test]
     fn suspends_the_youngest_then_kills_and_requeues_it() {
-        let mut s = Scheduler::new(Limits {
-            budget: 10 * GIB,
-            slots: 3,
-        });
-        for id in 1..=3 {
-            s.submit(id, SESSION, Estimate::flat(2 * GIB), false);
-        }
-        assert_eq!(starts(&s.decide(None)), vec![1, 2, 3]);
-        s.observe(1, 4 * GIB + GIB / 4, 0.0);
-        s.observe(2, 3 * GIB, 0.0);
-        s.observe(3, 2 * GIB + GIB / 2, 0.0);
-        assert_eq!(s.decide(None), vec![Action::Suspend(3)]);
-        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        let mut s = three_jobs_two_stopped([0.0; 3]);
         // Stopped jobs now hold 5.5 GiB, over a quarter of the budget: the youngest gives it back.
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
         assert!(s.is_queued(3));
@@ -1276,8 +1259,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_longer_job_of_a_group_is_placed_along_its_borrowed_profile_by_its_own_peak() {
+    /// Two 3 GiB jobs of a group on a 5 GiB budget, each with a 100 s profile borrowed from
+    /// another job of the group: the first runs, the second waits.
+    fn two_of_a_group_one_running() -> Scheduler {
         let mut s = Scheduler::new(Limits {
             budget: 5 * GIB,
             slots: 4,
@@ -1285,6 +1269,12 @@ mod tests {
         s.submit(1, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
         s.submit(2, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
+        s
+    }
+
+    #[test]
+    fn a_longer_job_of_a_group_is_placed_along_its_borrowed_profile_by_its_own_peak() {
+        let mut s = two_of_a_group_one_running();
         // Job 1 is twice as long as the job its profile came from: it peaked at 40 CPU
         // seconds, not 20, and at 150 it has outrun that profile. It has fallen to a third of
         // its peak, so it is in the profile's tail, not off the map needing its peak again.
@@ -1295,13 +1285,7 @@ mod tests {
 
     #[test]
     fn a_job_that_has_not_fallen_from_its_peak_keeps_its_borrowed_peak() {
-        let mut s = Scheduler::new(Limits {
-            budget: 5 * GIB,
-            slots: 4,
-        });
-        s.submit(1, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
-        s.submit(2, SESSION, borrowed_early_peak(100.0, 3 * GIB), false);
-        assert_eq!(starts(&s.decide(None)), vec![1]);
+        let mut s = two_of_a_group_one_running();
         // Still near its highest use at 150 CPU seconds: its peak may not have passed.
         s.observe(1, 2 * GIB, 40.0);
         s.observe(1, 2 * GIB, 150.0);

@@ -96,15 +96,22 @@ fn wait_for(mut shim: Child) -> std::process::ExitStatus {
     status.unwrap()
 }
 
-#[test]
-fn a_queued_compiler_is_stopped_until_admitted_and_reported_by_its_own_pid() {
-    let dir = tempfile::tempdir().unwrap();
-    let (shim, stream) = shim_asking(dir.path());
-    let pid = started_before_the_answer(dir.path());
+/// Starts the shim, tells it its job is queued and waits until its early compiler is
+/// stopped; returns the shim, its connection and the compiler's pid.
+fn queued_and_stopped(dir: &Path) -> (Child, UnixStream, i32) {
+    let (shim, stream) = shim_asking(dir);
+    let pid = started_before_the_answer(dir);
     write_frame(&stream, &Reply::Queued).unwrap();
     wait_until("the queued compiler to stop", || {
         process_state(pid) == Some('T')
     });
+    (shim, stream, pid)
+}
+
+#[test]
+fn a_queued_compiler_is_stopped_until_admitted_and_reported_by_its_own_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, stream, pid) = queued_and_stopped(dir.path());
     write_frame(&stream, &run(None)).unwrap();
     match read_frame::<Request>(&stream).unwrap() {
         Request::Started { pid: started } => assert_eq!(started, pid, "the compiler's pid"),
@@ -168,13 +175,8 @@ if [ -e "/proc/$early" ]; then echo early-still-there; else echo early-gone; fi 
 #[test]
 fn ctrl_z_and_fg_leave_a_queued_compiler_stopped_until_it_is_admitted() {
     let dir = tempfile::tempdir().unwrap();
-    let (shim, stream) = shim_asking(dir.path());
+    let (shim, stream, pid) = queued_and_stopped(dir.path());
     let shim_pid = shim.id() as i32;
-    let pid = started_before_the_answer(dir.path());
-    write_frame(&stream, &Reply::Queued).unwrap();
-    wait_until("the queued compiler to stop", || {
-        process_state(pid) == Some('T')
-    });
     // What a terminal sends the shim for Ctrl-Z, then for `fg`.
     // SAFETY: kill(2) on the shim this test started.
     unsafe { libc::kill(shim_pid, libc::SIGTSTP) };
@@ -205,12 +207,7 @@ fn ctrl_z_and_fg_leave_a_queued_compiler_stopped_until_it_is_admitted() {
 #[test]
 fn a_governor_gone_while_the_job_is_queued_leaves_its_compiler_to_finish() {
     let dir = tempfile::tempdir().unwrap();
-    let (shim, stream) = shim_asking(dir.path());
-    let pid = started_before_the_answer(dir.path());
-    write_frame(&stream, &Reply::Queued).unwrap();
-    wait_until("the queued compiler to stop", || {
-        process_state(pid) == Some('T')
-    });
+    let (shim, stream, pid) = queued_and_stopped(dir.path());
     drop(stream);
     wait_until("the compiler to resume once the governor is gone", || {
         process_state(pid) != Some('T')
