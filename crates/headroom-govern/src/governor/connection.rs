@@ -585,12 +585,21 @@ mod tests {
             budget: 4000 * MIB,
             slots: 2,
         };
-        let (mut driver, ids) = started(limits, &[100 * MIB, 100 * MIB, 100 * MIB]);
+        let (mut driver, ids) = started(limits, &[100 * MIB, 100 * MIB]);
         let oom = Ended {
             out_of_memory: true,
             ..Ended::default()
         };
+        // The first retry has room for more beside the others; out of memory again, it
+        // runs alone.
         let (after, _) = driver.attempt_ended(ids[0], oom, 1.0);
+        assert!(matches!(after, AfterAttempt::Retry), "{after:?}");
+        driver.decide(None, 1.0);
+        assert!(
+            driver.begin_attempt(ids[0]).is_some(),
+            "retried beside the others"
+        );
+        let (after, _) = driver.attempt_ended(ids[0], oom, 2.0);
         assert!(matches!(after, AfterAttempt::Retry), "{after:?}");
         let status = build_status(&driver, ids.into_iter(), 0, 0, limits);
         assert_eq!(status.waiting_for, Some(Waiting::Alone), "{status:?}");
