@@ -310,18 +310,19 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
     if let Some(mut pipe) = child.stderr.take() {
         let _ = std::io::copy(&mut pipe, &mut std::io::stderr());
     }
-    let ended = child.wait();
-    foreground::ended();
-    let status =
-        ended.unwrap_or_else(|err| fail(127, &format!("cannot wait for the compiler: {err}")));
-    std::process::exit(shell_code(status))
+    std::process::exit(shell_code(reap(child)))
 }
 
 /// Kills an early attempt the governor did not admit as it runs (other flags, a farm node)
 /// and waits for it, so that nothing of it writes an output once the admitted attempt starts.
 /// Returns how it ended.
-fn discard(mut child: Child) -> ExitStatus {
+fn discard(child: Child) -> ExitStatus {
     headroom_process::signal_group(child.id() as i32, libc::SIGKILL);
+    reap(child)
+}
+
+/// Waits for an early attempt to end; it is then no longer the foreground child.
+fn reap(mut child: Child) -> ExitStatus {
     let ended = child.wait();
     foreground::ended();
     ended.unwrap_or_else(|err| fail(127, &format!("cannot wait for the compiler: {err}")))
