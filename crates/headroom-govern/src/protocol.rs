@@ -71,7 +71,8 @@ pub enum Request {
         cwd: String,
     },
     /// The admitted job's attempt runs; `pid` is also its process group. A first attempt may
-    /// have started before the answer (the shim stopped it at [`Reply::Queued`]).
+    /// have started before the answer; one that heard [`Reply::Queued`] first was ended then,
+    /// and this is the attempt started on admission.
     Started { pid: i32 },
     /// The attempt ended.
     Finished(Attempt),
@@ -197,7 +198,7 @@ pub enum Reply {
         remote: Option<RemoteLaunch>,
     },
     /// The job cannot run yet: a [`Reply::Run`] follows when it can. The shim, which may
-    /// have started the compiler before asking, stops it until then.
+    /// have started the compiler before asking, ends it and starts it again then.
     Queued,
     /// Report the attempt's result to the build system. A shim whose attempt exited 0 does
     /// not wait for it: such an attempt is never retried.

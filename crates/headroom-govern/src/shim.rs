@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use headroom_farm::RemoteLaunch;
 use headroom_process::{foreground, shell_code, Group, Usage};
@@ -184,10 +184,12 @@ fn is_executable(path: &Path) -> bool {
 ///
 /// The first attempt starts as soon as the job is asked for, while the governor decides: its
 /// answer is then off the compile's critical path. A job the governor cannot run yet hears
-/// [`Reply::Queued`] within the same round trip, and its attempt is stopped until admitted.
-/// One admitted with lower-memory flags or sent to a farm node has its early attempt killed
-/// and reaped before the attempt the governor asked for starts, so only that one writes the
-/// job's outputs. Retries start after their answer, as they always have.
+/// [`Reply::Queued`] within the same round trip, and its early attempt is ended there: a
+/// stopped compiler would hold memory the governor does not see, for the few milliseconds of
+/// work it saves. One admitted with lower-memory flags or sent to a farm node has its early
+/// attempt ended too. Either way it is reaped before the attempt the governor asked for
+/// starts, so only that one writes the job's outputs. Retries start after their answer, as
+/// they always have.
 fn governed(
     stream: UnixStream,
     command: Command,
@@ -216,14 +218,10 @@ fn governed(
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
     let mut early = start_attempt(&mut attempt_command(&command, args, None, None)).ok();
-    let mut early_stopped = false;
     loop {
         let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
             Ok(Reply::Queued) => {
-                if early.is_some() {
-                    foreground::hold(true);
-                    early_stopped = true;
-                }
+                end_early(&mut early);
                 continue;
             }
             Ok(Reply::Run {
@@ -247,19 +245,10 @@ fn governed(
         let started = match early.take() {
             Some(child) if rung.is_none() && remote.is_none() => {
                 priority.take_on(Some(child.id()));
-                if early_stopped {
-                    foreground::hold(false);
-                }
                 Ok(child)
             }
-            early => {
-                if let Some(child) = early {
-                    let status = discard(child);
-                    // The user's signal ended it: nothing starts the job again.
-                    if foreground::interrupted() {
-                        std::process::exit(shell_code(status))
-                    }
-                }
+            mut early => {
+                end_early(&mut early);
                 priority.take_on(None);
                 start_attempt(&mut attempt_command(
                     &command,
@@ -306,19 +295,34 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
     let Some(mut child) = early else {
         become_compiler(command)
     };
-    foreground::hold(false);
     if let Some(mut pipe) = child.stderr.take() {
         let _ = std::io::copy(&mut pipe, &mut std::io::stderr());
     }
     std::process::exit(shell_code(reap(child)))
 }
 
-/// Kills an early attempt the governor did not admit as it runs (other flags, a farm node)
-/// and waits for it, so that nothing of it writes an output once the admitted attempt starts.
-/// Returns how it ended.
-fn discard(child: Child) -> ExitStatus {
-    headroom_process::signal_group(child.id() as i32, libc::SIGKILL);
-    reap(child)
+/// Ends the early attempt, if one runs, and waits for it, so that nothing of it writes an
+/// output once another attempt starts. SIGTERM first, as the governor's own kills, so that gcc
+/// removes its temporary files; SIGKILL after [`headroom_process::TERM_GRACE`]. Where the user's signal ended it,
+/// nothing starts the job again: the shim exits as the compiler did.
+fn end_early(early: &mut Option<Child>) {
+    let Some(mut child) = early.take() else {
+        return;
+    };
+    let group = child.id() as i32;
+    headroom_process::ask_group_to_end(group);
+    let deadline = Instant::now() + headroom_process::TERM_GRACE;
+    while matches!(child.try_wait(), Ok(None)) {
+        if Instant::now() >= deadline {
+            headroom_process::signal_group(group, libc::SIGKILL);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let status = reap(child);
+    if foreground::interrupted() {
+        std::process::exit(shell_code(status))
+    }
 }
 
 /// Waits for an early attempt to end; it is then no longer the foreground child.

@@ -4,10 +4,9 @@
 //! the attempt whole), which takes it out of the terminal's foreground group: what the
 //! terminal sends reaches the shim only. Its handlers pass it on at once, from the handler
 //! itself, so a compiler never outlives its shim: Ctrl-C, Ctrl-\, SIGTERM and SIGHUP end the
-//! child (woken first in case it is stopped), and a shim with no child running exits at once
+//! child (woken too, in case it is stopped), and a shim with no child running exits at once
 //! with `128 + signal`, as it would have without a handler. Ctrl-Z (and a background read or
-//! write) stops the child, then the shim; SIGCONT (`fg`, `bg`) resumes the child stopped so,
-//! but not a child the shim holds stopped on purpose (`hold`).
+//! write) stops the child, then the shim; SIGCONT (`fg`, `bg`) resumes the child stopped so.
 //! SIGWINCH is passed on as it is. State is process-wide, as signal dispositions are.
 
 use std::process::{Child, Command};
@@ -29,10 +28,6 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// SIGCONT then resumes. A child stopped by anyone else (the governor, for memory) stays
 /// stopped.
 static STOPPED_BY_TERMINAL: AtomicBool = AtomicBool::new(false);
-/// Whether the running child is held stopped on purpose (the shim's early compiler, until
-/// the governor admits it): a terminal's stop and `fg` leave it stopped.
-static HELD: AtomicBool = AtomicBool::new(false);
-
 /// The signals that end the child, and this process when no child runs.
 const ENDING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 /// The signals of a terminal's job control that stop the child, then this process.
@@ -43,7 +38,7 @@ pub fn install() -> Result<(), InstallError> {
     for signal in STOPPING {
         let handle = move || {
             let group = RUNNING_GROUP.load(Ordering::SeqCst);
-            if group > 0 && !HELD.load(Ordering::SeqCst) {
+            if group > 0 {
                 STOPPED_BY_TERMINAL.store(true, Ordering::SeqCst);
                 crate::signal_group(group, signal);
             }
@@ -111,14 +106,6 @@ pub fn spawn(command: &mut Command) -> Result<Child, SpawnError> {
     spawned
 }
 
-/// Stops the foreground child, or lets it go on, on purpose (`held`): while it is held, a
-/// terminal's Ctrl-Z and `fg` leave it stopped, where they would stop and resume a running
-/// child.
-pub fn hold(held: bool) {
-    HELD.store(held, Ordering::SeqCst);
-    signal(if held { libc::SIGSTOP } else { libc::SIGCONT });
-}
-
 /// The foreground child has ended and been waited for: signals are no longer passed on.
 pub fn ended() {
     RUNNING_GROUP.store(0, Ordering::SeqCst);
@@ -138,9 +125,10 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Passes the ending `signal` on to group `group`, waking it first in case it is stopped.
+/// Passes the ending `signal` on to group `group`, then wakes it in case it is stopped: the
+/// signal is then the first thing it handles.
 fn wake_and_end(group: i32, signal: i32) {
     INTERRUPTED.store(true, Ordering::SeqCst);
-    crate::signal_group(group, libc::SIGCONT);
     crate::signal_group(group, signal);
+    crate::signal_group(group, libc::SIGCONT);
 }

@@ -8,7 +8,8 @@
 //!   loop; [`foreground`]: the shim's handlers, which pass every signal on to the one child in
 //!   its foreground at once;
 //! - [`signal_group`], [`signal_process`], [`signal_each`], [`signal_tree`]: passing a signal
-//!   on;
+//!   on; [`ask_group_to_end`] and [`TERM_GRACE`]: ending a compiler so it cleans up after
+//!   itself;
 //! - [`wait_with_usage`]: the child's end and the kernel's account of it alone (`wait4`), so a
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
 //!   [`reap_orphans`]: reaping what a subreaper inherits;
@@ -20,6 +21,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A child could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +127,19 @@ impl Interrupts {
             signal => Some(signal as i32),
         }
     }
+}
+
+/// How long a child asked to end ([`ask_group_to_end`]) has before SIGKILL: time for a
+/// compiler driver (gcc, nvcc) to remove its temporary files, while the memory hog itself
+/// (cc1plus, cicc), which does not catch SIGTERM, ends at once.
+pub const TERM_GRACE: Duration = Duration::from_millis(500);
+
+/// Asks process group `group` to end: SIGTERM, then SIGCONT in case it is stopped, so that the
+/// pending SIGTERM is the first thing it handles once it runs. SIGKILL is the caller's, after
+/// [`TERM_GRACE`].
+pub fn ask_group_to_end(group: i32) {
+    signal_group(group, libc::SIGTERM);
+    signal_group(group, libc::SIGCONT);
 }
 
 /// Sends `signal` to process group `group` (a child started with [`spawn`] leads its own).

@@ -143,7 +143,7 @@ impl Governor {
     }
 
     /// Waits until job `id` may run and returns how. A job that cannot run at once hears
-    /// [`Reply::Queued`] first: its shim may have started the compiler already, and stops it.
+    /// [`Reply::Queued`] first: its shim may have started the compiler already, and ends it.
     fn wait_for_admission(&self, id: JobId, writer: &Writer) -> io::Result<Reply> {
         let mut state = self.lock();
         let mut told_queued = false;

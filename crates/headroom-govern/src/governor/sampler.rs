@@ -9,18 +9,13 @@ use std::time::{Duration, Instant};
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_probe::room::MemoryFacts;
-use headroom_process::signal_group;
+use headroom_process::{ask_group_to_end, signal_group, TERM_GRACE};
 use headroom_sched::{Action, Job, JobId, JobState, OutsideAction, Reading, SessionId};
 use headroom_store::{JobEvent, JobEventKind, Room, Sample};
 
 use super::record::flush_samples;
 use super::state::{held_by, JobIo, State};
 use super::Governor;
-
-/// How long a job killed to make room has to end after SIGTERM before it gets SIGKILL: time
-/// for a compiler driver (gcc, nvcc) to remove its temporary files, while the memory hog
-/// itself (cc1plus, cicc), which does not catch SIGTERM, ends at once.
-const KILL_GRACE: Duration = Duration::from_millis(500);
 
 /// Samples are handed to the history's writer at least this often.
 const SAMPLE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -62,13 +57,12 @@ pub(super) fn started_jobs<'a>(
         })
 }
 
-/// Ends an attempt the scheduler killed to make room: SIGTERM, so its compiler driver removes
-/// its temporary files, woken in case it is stopped; SIGKILL follows after [`KILL_GRACE`]
+/// Ends an attempt the scheduler killed to make room: asked first, so its compiler driver
+/// removes its temporary files; SIGKILL follows after [`TERM_GRACE`]
 /// ([`Governor::enforce_stops`]).
 pub(super) fn kill_attempt(dying: &mut Vec<(JobId, i32, Instant)>, id: JobId, pgid: i32) {
-    signal_group(pgid, libc::SIGTERM);
-    signal_group(pgid, libc::SIGCONT);
-    dying.push((id, pgid, Instant::now() + KILL_GRACE));
+    ask_group_to_end(pgid);
+    dying.push((id, pgid, Instant::now() + TERM_GRACE));
 }
 
 impl Governor {
@@ -254,7 +248,7 @@ impl Governor {
 
     /// Keeps what the governor stopped or killed so: a suspended job that something else
     /// resumed (a terminal's `fg` passed on by its shim) is stopped again, and a killed
-    /// attempt that has not ended within [`KILL_GRACE`] of its SIGTERM gets SIGKILL.
+    /// attempt that has not ended within [`TERM_GRACE`] of its SIGTERM gets SIGKILL.
     fn enforce_stops(&self, state: &mut State) {
         for (&id, job) in &state.jobs {
             let suspended = state.driver.job(id).is_some_and(|job| job.suspended());

@@ -744,25 +744,34 @@ fn running(root: u32) -> Vec<i32> {
 }
 
 #[test]
-fn a_queued_jobs_compiler_started_before_the_answer_is_stopped_until_its_turn() {
+fn a_queued_jobs_compiler_started_before_the_answer_is_ended_and_runs_at_its_turn() {
     let project = Project::new();
     project.makefile(&each(&["a.o", "b.o"], "--mem 20 --ms 1500"));
     // One slot: the second job's shim starts its compiler, hears that it must wait, and
-    // stops it until the first job is done.
+    // ends it; it starts again once the first job is done. A stopped compiler would hold
+    // memory the governor does not see.
     let child = project
         .headroom(&["--jobs", "1", "--", "make", "-j2"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let cli = child.id();
-    wait_until("one compiler running and one stopped", || {
-        let all = compilers(cli);
-        let stopped = all
-            .iter()
-            .filter(|&&pid| process_state(pid) == Some('T'))
-            .count();
-        all.len() == 2 && stopped == 1 && running(cli).len() == 1
+    wait_until("two jobs asked for, one compiler", || {
+        shims(cli).len() == 2 && compilers(cli).len() == 1
     });
+    // Not a wait for something to happen: time for a stopped compiler to show.
+    for _ in 0..20 {
+        let stopped: Vec<i32> = compilers(cli)
+            .into_iter()
+            .filter(|&pid| process_state(pid) == Some('T'))
+            .collect();
+        assert_eq!(
+            stopped,
+            Vec::<i32>::new(),
+            "a queued compiler was kept stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let output = output_within_patience(child);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(project.path("a.o").exists() && project.path("b.o").exists());
@@ -778,7 +787,7 @@ fn sigterm_stops_the_build_without_starting_the_queued_jobs() {
     project.makefile(&jobs);
     reliability::become_subreaper();
     // One slot: one job runs, make has offered the other five and their shims wait, each
-    // with its compiler started before the answer and stopped since: those never run.
+    // with the compiler it started before the answer ended at it: those never run again.
     let mut child = project.headroom(&["--jobs", "1", "--", "make", "-j6"]);
     child.process_group(0).stderr(Stdio::piped());
     let mut child = child.spawn().unwrap();

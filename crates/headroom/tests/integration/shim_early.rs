@@ -1,10 +1,11 @@
 //! The shim starts a job's first attempt before the governor answers, so the answer's round
 //! trip is off the compile's critical path (BENCHMARKS.md, "Cost of interception"). Each test
 //! plays the governor on a socket of its own, with the real shim binary and a stand-in
-//! compiler that records its process id and waits for the test's word to end: a queued job is
-//! stopped and resumed on admission, its compiler's pid and status reach the governor, an
-//! attempt sent elsewhere is killed and reaped before that one starts, and a governor that
-//! goes away leaves the compiler running to its end.
+//! compiler that records its process id and waits for the test's word to end: a queued job's
+//! early compiler is asked to end (so it can clean up) and started again on admission, the
+//! admitted compiler's pid and status reach the governor, an attempt sent elsewhere is ended
+//! and reaped before that one starts, and a governor that goes away leaves the compiler
+//! running to its end.
 
 use crate::support::reliability::{process_state, wait_until};
 
@@ -18,10 +19,12 @@ use headroom_govern::protocol::{read_frame, write_frame, Reply, Request};
 
 const SHIM: &str = env!("CARGO_BIN_EXE_headroom-shim");
 
-/// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. It
-/// gives up once its directory is gone, which a failed test leaves that way.
+/// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. Asked to
+/// end (SIGTERM), it appends its pid to `cleaned`, as gcc removes its temporary files then.
+/// It gives up once its directory is gone, which a failed test leaves that way.
 const COMPILER: &str = r#"#!/bin/sh
 dir=$(dirname "$0")
+trap 'echo $$ >> "$dir/cleaned"; exit 143' TERM
 echo $$ >> "$dir/pids"
 while [ ! -e "$dir/go" ]; do [ -d "$dir" ] || exit 1; sleep 0.01; done
 exit 3
@@ -62,7 +65,12 @@ fn shim_asking(dir: &Path) -> (Child, UnixStream) {
 
 /// The pids the stand-in compiler recorded, one per start.
 fn compiler_pids(dir: &Path) -> Vec<i32> {
-    std::fs::read_to_string(dir.join("pids"))
+    pids_in(dir, "pids")
+}
+
+/// The pids recorded in `dir/name`, one per line.
+fn pids_in(dir: &Path, name: &str) -> Vec<i32> {
+    std::fs::read_to_string(dir.join(name))
         .unwrap_or_default()
         .lines()
         .filter_map(|line| line.parse().ok())
@@ -96,30 +104,40 @@ fn wait_for(mut shim: Child) -> std::process::ExitStatus {
     status.unwrap()
 }
 
-/// Starts the shim, tells it its job is queued and waits until its early compiler is
-/// stopped; returns the shim, its connection and the compiler's pid.
-fn queued_and_stopped(dir: &Path) -> (Child, UnixStream, i32) {
+/// Starts the shim, tells it its job is queued and waits until its early compiler has ended;
+/// returns the shim, its connection and the early compiler's pid.
+fn queued(dir: &Path) -> (Child, UnixStream, i32) {
     let (shim, stream) = shim_asking(dir);
-    let pid = started_before_the_answer(dir);
+    let early = started_before_the_answer(dir);
     write_frame(&stream, &Reply::Queued).unwrap();
-    wait_until("the queued compiler to stop", || {
-        process_state(pid) == Some('T')
+    wait_until("the queued compiler to end", || {
+        process_state(early).is_none()
     });
-    (shim, stream, pid)
+    (shim, stream, early)
 }
 
 #[test]
-fn a_queued_compiler_is_stopped_until_admitted_and_reported_by_its_own_pid() {
+fn a_queued_compiler_is_ended_and_started_again_when_admitted() {
     let dir = tempfile::tempdir().unwrap();
-    let (shim, stream, pid) = queued_and_stopped(dir.path());
+    let (shim, stream, early) = queued(dir.path());
+    assert_eq!(
+        pids_in(dir.path(), "cleaned"),
+        [early],
+        "asked to end, so that it could clean up, not killed outright"
+    );
     write_frame(&stream, &run(None)).unwrap();
-    match read_frame::<Request>(&stream).unwrap() {
-        Request::Started { pid: started } => assert_eq!(started, pid, "the compiler's pid"),
+    let admitted = match read_frame::<Request>(&stream).unwrap() {
+        Request::Started { pid } => pid,
         other => panic!("expected Started, got {other:?}"),
-    }
-    wait_until("the admitted compiler to resume", || {
-        process_state(pid) != Some('T')
+    };
+    wait_until("the compiler to start again", || {
+        compiler_pids(dir.path()).len() == 2
     });
+    assert_eq!(
+        compiler_pids(dir.path()),
+        [early, admitted],
+        "by the pid the governor heard"
+    );
     std::fs::write(dir.path().join("go"), "").unwrap();
     match read_frame::<Request>(&stream).unwrap() {
         Request::Finished(attempt) => {
@@ -130,7 +148,6 @@ fn a_queued_compiler_is_stopped_until_admitted_and_reported_by_its_own_pid() {
     }
     write_frame(&stream, &Reply::Done).unwrap();
     assert_eq!(wait_for(shim).code(), Some(3));
-    assert_eq!(compiler_pids(dir.path()), [pid], "the compiler ran once");
 }
 
 #[test]
@@ -173,46 +190,26 @@ if [ -e "/proc/$early" ]; then echo early-still-there; else echo early-gone; fi 
 }
 
 #[test]
-fn ctrl_z_and_fg_leave_a_queued_compiler_stopped_until_it_is_admitted() {
+fn a_governor_gone_while_the_job_is_queued_leaves_the_job_to_run_ungoverned() {
     let dir = tempfile::tempdir().unwrap();
-    let (shim, stream, pid) = queued_and_stopped(dir.path());
-    let shim_pid = shim.id() as i32;
-    // What a terminal sends the shim for Ctrl-Z, then for `fg`.
-    // SAFETY: kill(2) on the shim this test started.
-    unsafe { libc::kill(shim_pid, libc::SIGTSTP) };
-    wait_until("the shim to stop", || process_state(shim_pid) == Some('T'));
-    // SAFETY: as above.
-    unsafe { libc::kill(shim_pid, libc::SIGCONT) };
-    wait_until("the shim to go on", || process_state(shim_pid) != Some('T'));
-    // Not a wait for something to happen: time for a wrong resume to show.
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(process_state(pid), Some('T'), "still queued: still stopped");
-    write_frame(&stream, &run(None)).unwrap();
-    assert!(matches!(
-        read_frame::<Request>(&stream).unwrap(),
-        Request::Started { .. }
-    ));
-    wait_until("the admitted compiler to resume", || {
-        process_state(pid) != Some('T')
-    });
+    let (shim, stream, early) = queued(dir.path());
+    drop(stream);
+    wait_until(
+        "the compiler to start again once the governor is gone",
+        || compiler_pids(dir.path()).len() == 2,
+    );
     std::fs::write(dir.path().join("go"), "").unwrap();
-    assert!(matches!(
-        read_frame::<Request>(&stream).unwrap(),
-        Request::Finished(_)
-    ));
-    write_frame(&stream, &Reply::Done).unwrap();
-    assert_eq!(wait_for(shim).code(), Some(3));
+    assert_eq!(wait_for(shim).code(), Some(3), "the compiler's own status");
+    assert_eq!(compiler_pids(dir.path())[0], early);
 }
 
 #[test]
-fn a_governor_gone_while_the_job_is_queued_leaves_its_compiler_to_finish() {
+fn a_governor_gone_before_it_answers_leaves_the_early_compiler_to_finish() {
     let dir = tempfile::tempdir().unwrap();
-    let (shim, stream, pid) = queued_and_stopped(dir.path());
+    let (shim, stream) = shim_asking(dir.path());
+    let early = started_before_the_answer(dir.path());
     drop(stream);
-    wait_until("the compiler to resume once the governor is gone", || {
-        process_state(pid) != Some('T')
-    });
     std::fs::write(dir.path().join("go"), "").unwrap();
     assert_eq!(wait_for(shim).code(), Some(3), "the compiler's own status");
-    assert_eq!(compiler_pids(dir.path()), [pid], "the compiler ran once");
+    assert_eq!(compiler_pids(dir.path()), [early], "the compiler ran once");
 }
