@@ -311,8 +311,7 @@ fn the_longest_job_of_a_burst_starts_first_whichever_connects_first() {
     let project = Project::new();
     // make starts all four at once, s1.o first; with one slot, whichever shim connects first
     // would run first. Next time long.o, the longest, goes first. The jobs burn CPU time, as
-    // compilers do: a queued job's compiler, started early and held stopped, does no work
-    // meanwhile (a stand-in that sleeps would count the wait as its own time).
+    // compilers do, so a job's time is its work and not how long it waited.
     project.write(
         "Makefile",
         "all: s1.o s2.o s3.o long.o\n\
