@@ -51,6 +51,13 @@ pub struct GovernorConfig {
     pub session_id: Option<SessionId>,
 }
 
+/// The version of this protocol, which a session's CLI and the governor it joins share. A
+/// shim starts the compiler before the governor answers and ends it on [`Reply::Queued`], so
+/// a build never joins a governor of another version, which might not send that (or send
+/// what this shim cannot read): it runs with a governor of its own instead. A message of a
+/// version without this field reads as version 0.
+pub const PROTOCOL: u32 = 1;
+
 /// What a shim or the CLI says to the governor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
@@ -61,6 +68,9 @@ pub enum Request {
     Join {
         config: Box<GovernorConfig>,
         root: i32,
+        /// The CLI's [`PROTOCOL`].
+        #[serde(default)]
+        protocol: u32,
     },
     /// A compiler job of session `session` asks to run. Arguments are lossy UTF-8: they only
     /// name and key the job; the shim runs the original bytes.
@@ -183,6 +193,9 @@ pub enum Reply {
         session: SessionId,
         governor: u32,
         warnings: Vec<String>,
+        /// The governor's [`PROTOCOL`].
+        #[serde(default)]
+        protocol: u32,
     },
     /// Run now at CPU priority `nice` (jobs off the build's longest path run nicer), with
     /// lower-memory flags if `rung` says so, on a farm node through the engine's client if

@@ -27,6 +27,7 @@ use crate::intercept;
 use crate::liveness;
 use crate::protocol::{
     write_frame, BuildStatus, GovernorConfig, GovernorStatus, Reply, Request, MAX_REPORT_FRAME,
+    PROTOCOL,
 };
 use crate::shim::{LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
@@ -268,6 +269,7 @@ impl Session {
             session,
             governor: governor_pid,
             warnings,
+            ..
         } = joined
         else {
             unreachable!("join_or_start returns a join");
@@ -510,9 +512,16 @@ fn join_or_start(
     let join = Request::Join {
         config: Box::new(config.clone()),
         root: std::process::id() as i32,
+        protocol: PROTOCOL,
     };
     write_frame(&stream, &join).map_err(join_error)?;
     match liveness::read_reply(&stream) {
+        Ok(Reply::Joined { protocol, .. }) if protocol != PROTOCOL => {
+            Err(join_error(std::io::Error::other(format!(
+                "the governor there is another version of headroom (protocol {protocol}; this \
+                 one speaks {PROTOCOL})"
+            ))))
+        }
         Ok(joined @ Reply::Joined { .. }) => {
             // The session's connection waits for its shutdown, however long the build.
             stream.set_read_timeout(None).map_err(join_error)?;

@@ -17,7 +17,7 @@ use headroom_sched::{Driver, Job, JobId, JobState, Limits, SessionId};
 use crate::liveness::HEARTBEAT;
 use crate::protocol::{
     read_frame, write_frame, BuildStatus, GovernorConfig, GovernorStatus, LiveJob, Reply, Request,
-    SessionStatus, Waiting,
+    SessionStatus, Waiting, PROTOCOL,
 };
 
 use super::record::{learn_from, open_history, Past};
@@ -221,7 +221,16 @@ fn build_status(
 impl Governor {
     fn handle(&self, stream: UnixStream) {
         match read_frame::<Request>(&stream) {
-            Ok(Request::Join { config, root }) => self.serve_session(*config, root, &stream),
+            Ok(Request::Join {
+                config,
+                root,
+                protocol: PROTOCOL,
+            }) => self.serve_session(*config, root, &stream),
+            // A CLI of another version, whose shims would not understand this governor:
+            // closing refuses it, and it runs a governor of its own.
+            Ok(Request::Join { protocol, .. }) => {
+                tracing::warn!("a session of protocol {protocol} was refused (this is {PROTOCOL})")
+            }
             Ok(Request::Job {
                 session,
                 compiler,
@@ -262,6 +271,7 @@ impl Governor {
             session: id,
             governor: std::process::id(),
             warnings,
+            protocol: PROTOCOL,
         };
         if write_frame(stream, &joined).is_err() {
             return self.end_session(id, None, false, None);

@@ -1,7 +1,8 @@
 //! One machine, one budget: every headroom session of a user, memory domain and history joins
 //! one governor. Two builds at once under one memory cgroup share its budget and slots
 //! instead of each taking the whole room; sessions that start at the same moment never start
-//! two governors; a governor that dies fails open, and the next session starts a new one.
+//! two governors; a governor that dies fails open, and the next session starts a new one; a
+//! governor of another version is not joined.
 //! Real processes, the stand-in compiler, a real memory cgroup where one can be made.
 
 use crate::support::{self, reliability};
@@ -9,7 +10,7 @@ use crate::support::{self, reliability};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
-use headroom_govern::protocol::GovernorStatus;
+use headroom_govern::protocol::{read_frame, write_frame, GovernorStatus, PROTOCOL};
 use headroom_store::BuildReport;
 use reliability::{output_within_patience, wait_until};
 use support::limited_cgroup;
@@ -266,5 +267,99 @@ fn status_without_sessions_says_none_runs() {
     assert_eq!(
         support::text(&output.stdout),
         "no headroom session is running\n"
+    );
+}
+
+#[test]
+fn a_governor_of_another_version_is_not_joined_and_the_build_says_so() {
+    let shared = Shared::new(2, "--mem 4 --ms 1500");
+    // Where the shared governor listens, seen while a first build runs.
+    let first = shared
+        .headroom("a", &["build", "--", "make"])
+        .spawn()
+        .unwrap();
+    let mut socket = None;
+    wait_until("the shared governor's socket", || {
+        socket = std::fs::read_dir(shared.path("run/headroom"))
+            .into_iter()
+            .chain(std::fs::read_dir(shared.path("state/run")))
+            .flatten()
+            .map(|entry| entry.unwrap().path())
+            .find(|path| {
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with("governor-") && name.ends_with(".sock")
+            });
+        socket.is_some()
+    });
+    // The governor refuses a CLI of a version before the protocol had a number: it closes.
+    let older_cli = std::os::unix::net::UnixStream::connect(socket.as_ref().unwrap()).unwrap();
+    let config = serde_json::json!({
+        "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
+        "command": "make", "cwd": "/", "started_unix_ms": 0, "ladder": [],
+        "sample_interval_ms": 100, "priorities": false, "parallelism_set": [],
+        "project_root": "/", "farm": null
+    });
+    let join = serde_json::json!({"Join": {"config": config, "root": std::process::id()}});
+    write_frame(&older_cli, &join).unwrap();
+    let answer = read_frame::<serde_json::Value>(&older_cli);
+    assert_eq!(
+        answer.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::UnexpectedEof),
+        "{answer:?}"
+    );
+    // The governor refuses a CLI of a version before the protocol had a number: it closes.
+    let older_cli = std::os::unix::net::UnixStream::connect(socket.as_ref().unwrap()).unwrap();
+    let config = serde_json::json!({
+        "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
+        "command": "make", "cwd": "/", "started_unix_ms": 0, "ladder": [],
+        "sample_interval_ms": 100, "priorities": false, "parallelism_set": [],
+        "project_root": "/", "farm": null
+    });
+    let join = serde_json::json!({"Join": {"config": config, "root": std::process::id()}});
+    write_frame(&older_cli, &join).unwrap();
+    let answer = read_frame::<serde_json::Value>(&older_cli);
+    assert_eq!(
+        answer.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::UnexpectedEof),
+        "{answer:?}"
+    );
+    let first = finished(first);
+    assert!(first.status.success(), "{}", support::text(&first.stderr));
+    // An older headroom's governor there: it answers a join as versions before the protocol
+    // had a number did.
+    let socket = socket.unwrap();
+    let _ = std::fs::remove_file(&socket);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let old_governor = std::thread::spawn(move || {
+        let mut join = None;
+        wait_until("the new build to ask the old governor", || {
+            let Ok((stream, _)) = listener.accept() else {
+                return false;
+            };
+            stream.set_nonblocking(false).unwrap();
+            join = Some(read_frame::<serde_json::Value>(&stream).unwrap());
+            let joined = serde_json::json!({
+                "Joined": {"session": 1, "governor": 1, "warnings": []}
+            });
+            write_frame(&stream, &joined).unwrap();
+            true
+        });
+        join.unwrap()
+    });
+    let args = ["build", "--report", "report.json", "--", "make"];
+    let output = finished(shared.headroom("b", &args).spawn().unwrap());
+    let said = support::text(&output.stderr);
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.contains("another version of headroom") && said.contains("a governor of its own"),
+        "{said}"
+    );
+    let join = old_governor.join().unwrap();
+    assert_eq!(join["Join"]["protocol"], PROTOCOL, "{join}");
+    assert_eq!(
+        shared.report("b").jobs.len(),
+        2,
+        "its compiles were governed, by its own governor"
     );
 }
