@@ -295,6 +295,7 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
     let Some(mut child) = early else {
         become_compiler(command)
     };
+    foreground::signal(libc::SIGCONT);
     if let Some(mut pipe) = child.stderr.take() {
         let _ = std::io::copy(&mut pipe, &mut std::io::stderr());
     }
@@ -302,9 +303,9 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
 }
 
 /// Ends the early attempt, if one runs, and waits for it, so that nothing of it writes an
-/// output once another attempt starts. SIGTERM first, as the governor's own kills, so that gcc
-/// removes its temporary files; SIGKILL after [`headroom_process::TERM_GRACE`]. Where the user's signal ended it,
-/// nothing starts the job again: the shim exits as the compiler did.
+/// output once another attempt starts. SIGTERM first, as the governor's own kills, so that
+/// gcc removes its temporary files; SIGKILL after [`headroom_process::TERM_GRACE`]. Where the
+/// user's signal ended it, nothing starts the job again: the shim exits as the compiler did.
 fn end_early(early: &mut Option<Child>) {
     let Some(mut child) = early.take() else {
         return;
