@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A compiler that does not print its version in this long is named without one.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,16 +83,13 @@ fn version_text(compiler: &Path) -> Option<String> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let deadline = Instant::now() + VERSION_TIMEOUT;
-    let mut pause = Duration::from_micros(200);
-    while child.try_wait().ok()?.is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(20));
+    if headroom_process::wait_within(&mut child, VERSION_TIMEOUT)
+        .ok()?
+        .is_none()
+    {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
     }
     let mut text = String::new();
     child

@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
 use headroom_process::{foreground, shell_code, Group, Usage};
@@ -312,13 +312,9 @@ fn end_early(early: &mut Option<Child>) {
     };
     let group = child.id() as i32;
     headroom_process::ask_group_to_end(group);
-    let deadline = Instant::now() + headroom_process::TERM_GRACE;
-    while matches!(child.try_wait(), Ok(None)) {
-        if Instant::now() >= deadline {
-            headroom_process::signal_group(group, libc::SIGKILL);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let ended = headroom_process::wait_within(&mut child, headroom_process::TERM_GRACE);
+    if !matches!(ended, Ok(Some(_))) {
+        headroom_process::signal_group(group, libc::SIGKILL);
     }
     let status = reap(child);
     if foreground::interrupted() {

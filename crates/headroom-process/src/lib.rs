@@ -10,6 +10,7 @@
 //! - [`signal_group`], [`signal_process`], [`signal_each`], [`signal_tree`]: passing a signal
 //!   on; [`ask_group_to_end`] and [`TERM_GRACE`]: ending a compiler so it cleans up after
 //!   itself;
+//! - [`wait_within`]: the child's end, waited for a bounded time;
 //! - [`wait_with_usage`]: the child's end and the kernel's account of it alone (`wait4`), so a
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
 //!   [`reap_orphans`]: reaping what a subreaper inherits;
@@ -21,7 +22,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A child could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +141,23 @@ pub const TERM_GRACE: Duration = Duration::from_millis(500);
 pub fn ask_group_to_end(group: i32) {
     signal_group(group, libc::SIGTERM);
     signal_group(group, libc::SIGCONT);
+}
+
+/// Waits at most `patience` for `child` to exit, looking less often as time goes on (from
+/// 200 µs up to 20 ms apart): its status, reaped, or `None` while it still runs.
+pub fn wait_within(child: &mut Child, patience: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + patience;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
 }
 
 /// Sends `signal` to process group `group` (a child started with [`spawn`] leads its own).
@@ -262,6 +280,24 @@ mod tests {
     use std::process::Stdio;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn waiting_within_a_bound_gives_the_end_or_none_while_the_child_runs() {
+        let mut quick = Command::new("true").spawn().unwrap();
+        let ended = wait_within(&mut quick, Duration::from_secs(10)).unwrap();
+        assert!(ended.is_some_and(|status| status.success()));
+        let mut slow = Command::new("sleep").arg("10").spawn().unwrap();
+        let start = Instant::now();
+        assert!(wait_within(&mut slow, Duration::from_millis(50))
+            .unwrap()
+            .is_none());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "it gave up in time"
+        );
+        slow.kill().unwrap();
+        slow.wait().unwrap();
+    }
 
     /// Fields 3 and on of `/proc/PID/stat`, from the process's state.
     fn stat_after_name(pid: u32) -> String {
