@@ -78,12 +78,7 @@ fn a_governor_that_no_session_joins_leaves() {
     let socket = dir.path().join("s");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
-    let config = serde_json::json!({
-        "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
-        "command": "make", "cwd": "/", "started_unix_ms": 0, "ladder": [],
-        "sample_interval_ms": 100, "priorities": false, "parallelism_set": [],
-        "project_root": "/", "farm": null
-    });
+    let config = support::governor_config();
     let mut command = Command::new(HEADROOM);
     command
         .arg("__governor")

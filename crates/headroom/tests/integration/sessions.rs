@@ -293,12 +293,7 @@ fn a_governor_of_another_version_is_not_joined_and_the_build_says_so() {
     });
     // The governor refuses a CLI of a version before the protocol had a number: it closes.
     let older_cli = std::os::unix::net::UnixStream::connect(socket.as_ref().unwrap()).unwrap();
-    let config = serde_json::json!({
-        "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
-        "command": "make", "cwd": "/", "started_unix_ms": 0, "ladder": [],
-        "sample_interval_ms": 100, "priorities": false, "parallelism_set": [],
-        "project_root": "/", "farm": null
-    });
+    let config = support::governor_config();
     let join = serde_json::json!({"Join": {"config": config, "root": std::process::id()}});
     write_frame(&older_cli, &join).unwrap();
     let answer = read_frame::<serde_json::Value>(&older_cli);

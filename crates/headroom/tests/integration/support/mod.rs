@@ -127,6 +127,17 @@ pub fn assert_not_said(output: &Output, text: &str) {
     );
 }
 
+/// The settings a CLI gives its governor, as JSON (a 1 GiB budget, one slot, no history),
+/// for tests that start or join a governor without a CLI.
+pub fn governor_config() -> serde_json::Value {
+    serde_json::json!({
+        "budget": 1u64 << 30, "budget_source": "test", "slots": 1, "history": null,
+        "command": "make", "cwd": "/", "started_unix_ms": 0, "ladder": [],
+        "sample_interval_ms": 100, "priorities": false, "parallelism_set": [],
+        "project_root": "/", "farm": null
+    })
+}
+
 /// What a process wrote, as text (invalid UTF-8 shown as U+FFFD).
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
