@@ -27,6 +27,7 @@ mod tests {
             max_rss: 0,
             cpu_ms: 0,
             stderr_tail: stderr.into(),
+            ended_at: 0,
         }
     }
 

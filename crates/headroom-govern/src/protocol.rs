@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
@@ -182,6 +183,29 @@ pub struct Attempt {
     pub cpu_ms: u64,
     /// The end of what the job wrote to stderr, to recognise out-of-memory messages.
     pub stderr_tail: String,
+    /// When the attempt ended, in [`monotonic_ms`]; 0 where unknown. The shim of an attempt
+    /// that exited 0 does not wait for the governor, so the build system may start the jobs
+    /// that waited for this one before the governor reads this: the job's end is when the
+    /// compiler ended, not when the governor heard of it.
+    #[serde(default)]
+    pub ended_at: u64,
+}
+
+impl Attempt {
+    /// How long ago, on the shared monotonic clock, the attempt ended.
+    pub fn age(&self) -> Duration {
+        match self.ended_at {
+            0 => Duration::ZERO,
+            ended_at => Duration::from_millis(monotonic_ms().saturating_sub(ended_at)),
+        }
+    }
+}
+
+/// Milliseconds on the system's monotonic clock, which every process of the machine reads
+/// alike: a shim's stamp means the same to the governor.
+pub fn monotonic_ms() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
 }
 
 /// What the governor answers.

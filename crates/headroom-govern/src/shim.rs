@@ -23,7 +23,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{getpriority_process, setpriority_pgrp, setpriority_process, Pid};
 
 use crate::liveness;
-use crate::protocol::{read_frame, write_frame, Attempt, Reply, Request};
+use crate::protocol::{monotonic_ms, read_frame, write_frame, Attempt, Reply, Request};
 
 /// The name under which the shim works as a compiler launcher: `headroom-launch COMPILER ARGS…`.
 pub const LAUNCHER_NAME: &str = "headroom-launch";
@@ -260,6 +260,7 @@ fn governed(
         };
         let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
         let outcome = started.and_then(|child| finish_attempt(child, &stream, fallback_markers));
+        let ended_at = monotonic_ms();
         let Ok((status, usage, stderr)) = outcome else {
             let err = outcome.err().map(|e| e.to_string()).unwrap_or_default();
             fail(127, &format!("cannot run `{}`: {err}", compiler.display()))
@@ -270,6 +271,7 @@ fn governed(
             max_rss: usage.max_rss,
             cpu_ms: usage.cpu_ms,
             stderr_tail: tail(&stderr),
+            ended_at,
         };
         // An attempt the user's signal ended ends the job, whatever the governor says.
         let interrupted = foreground::interrupted();

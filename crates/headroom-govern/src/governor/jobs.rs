@@ -256,7 +256,8 @@ impl Governor {
         let killed_by_us = state.driver.job(id).is_some_and(|job| job.attempt_killed);
         let ending = state.shutting_down || state.sessions.get(&session).is_none_or(|s| s.ending);
         let ended = ended(&attempt, remote, ending, killed_by_us);
-        let (after, decide_now) = state.driver.attempt_ended(id, ended, self.now());
+        let ended_at = self.now() - attempt.age().as_secs_f64();
+        let (after, decide_now) = state.driver.attempt_ended(id, ended, ended_at);
         let reply = match after {
             AfterAttempt::Retry => Reply::Retry,
             AfterAttempt::Done(finished) => {
@@ -342,6 +343,7 @@ mod tests {
             max_rss: 7 << 20,
             cpu_ms: 1500,
             stderr_tail: String::new(),
+            ended_at: 0,
         }
     }
 

@@ -234,6 +234,9 @@ impl Governor {
     ) -> JobRecord {
         let job = &finished.job;
         let offered_ms = io.offered_ms;
+        let start_ms = job
+            .first_start
+            .map_or(offered_ms, |seconds| self.session_ms(session, seconds));
         let config = &session.config;
         JobRecord {
             job_id: id,
@@ -244,10 +247,11 @@ impl Governor {
             command: io.identity.command,
             cwd: io.cwd,
             offered_ms,
-            start_ms: job
-                .first_start
-                .map_or(offered_ms, |seconds| self.session_ms(session, seconds)),
-            end_ms: session.now_ms(),
+            start_ms,
+            end_ms: session
+                .now_ms()
+                .saturating_sub(attempt.age().as_millis() as u64)
+                .max(start_ms),
             peak: job.peak,
             cpu_ms: (job.cpu_seconds * 1000.0).round() as u64,
             exit_code: attempt.exit_code,

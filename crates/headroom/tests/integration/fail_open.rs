@@ -69,6 +69,66 @@ fn a_hung_governor_costs_the_build_one_bounded_wait_and_is_counted() {
     assert!(!alive(governor), "the CLI ended the hung governor");
 }
 
+/// A compile's shim does not wait for the governor once its compiler exited 0, so make may
+/// start the link that waits for it before the governor reads of its end (here the governor
+/// is paused; on a busy machine it is only slow). The report keeps when the compiler ended:
+/// the compile's time is its own, and it ended before the link was offered, so `sim import`
+/// still sees the link wait for it.
+#[test]
+fn a_jobs_end_the_governor_hears_of_late_is_recorded_when_it_happened() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 0, "");
+    std::fs::write(
+        dir.path().join("Makefile"),
+        "tool: a.o\n\tg++ --mem 4 --ms 100 -o tool a.o\n\
+         a.o:\n\tg++ --mem 4 --ms 1000 -c a.cpp -o a.o\n",
+    )
+    .unwrap();
+    let mut command = build(dir.path(), &["--report", "report.json", "--", "make"]);
+    command
+        .env("HEADROOM_GOVERNOR_SILENCE_MS", "600000")
+        .stderr(Stdio::piped());
+    let cli = command.spawn().unwrap();
+    wait_until("the compile to be admitted", || {
+        let output = reliability::headroom(dir.path(), &["status", "--json"])
+            .output()
+            .unwrap();
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        status[0]["sessions"][0]["status"]["running"] == 1
+    });
+    let governor = below(cli.id(), "__governor")[0];
+    let paused = Duration::from_secs(3);
+    // SAFETY: kill(2) on the governor this test's build started, resumed below.
+    unsafe { libc::kill(governor, libc::SIGSTOP) };
+    std::thread::sleep(paused);
+    // SAFETY: as above.
+    unsafe { libc::kill(governor, libc::SIGCONT) };
+    let output = output_within_patience(cli);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    let job = |label: &str| {
+        report["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|job| job["label"] == label)
+            .unwrap_or_else(|| panic!("{label} in {report}"))
+            .clone()
+    };
+    let (compile, link) = (job("a.o"), job("tool"));
+    let ms = |job: &serde_json::Value, field: &str| job[field].as_u64().unwrap();
+    assert!(
+        ms(&compile, "end_ms") <= ms(&link, "offered_ms"),
+        "{compile} ended before {link} was offered"
+    );
+    assert!(
+        ms(&compile, "end_ms") - ms(&compile, "start_ms") < paused.as_millis() as u64,
+        "the compile's time is not the governor's pause: {compile}"
+    );
+}
+
 /// A governor whose starting CLI died before it could join (SIGKILL between the start and
 /// the join) leaves after three silence bounds, removing its socket, and serves nobody.
 #[test]
