@@ -29,7 +29,7 @@ use crate::protocol::{
     write_frame, BuildStatus, GovernorConfig, GovernorStatus, Reply, Request, MAX_REPORT_FRAME,
     PROTOCOL,
 };
-use crate::shim::{LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
+use crate::shim::{FARM_ENV, LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
 /// The governor reads its first session's configuration from this variable and its socket
@@ -212,6 +212,8 @@ pub struct Session {
     interceptor: Result<PathBuf, String>,
     /// The variables the build gets (`NAME=VALUE`, see [`build_variables`]).
     parallelism_set: Vec<String>,
+    /// Whether the session may send compiles to a build farm.
+    farm: bool,
     /// Copies what the governor logs while the session lives to stderr.
     log: Follower,
 }
@@ -288,6 +290,7 @@ impl Session {
             shim_exe,
             interceptor,
             parallelism_set: config.parallelism_set,
+            farm: config.farm.is_some(),
             log,
         })
     }
@@ -332,6 +335,7 @@ impl Session {
             ),
             (SESSION_ENV.into(), self.id.to_string().into()),
             (SHIM_DIR_ENV.into(), self.shim_dir.clone().into_os_string()),
+            (FARM_ENV.into(), if self.farm { "1" } else { "0" }.into()),
         ]
     }
 

@@ -33,6 +33,10 @@ pub const SOCKET_ENV: &str = "HEADROOM_SOCKET";
 pub const SHIM_DIR_ENV: &str = "HEADROOM_SHIM_DIR";
 /// The session of the governor whose build this is (its CLI's process id).
 pub const SESSION_ENV: &str = "HEADROOM_SESSION";
+/// `1` in a build whose session may send compiles to a build farm, `0` otherwise. Its shims wait
+/// for the governor's answer before they start the compiler: a job sent to a farm node would
+/// otherwise start here first, only to be ended, and hold this machine's memory meanwhile.
+pub const FARM_ENV: &str = "HEADROOM_FARM";
 /// Set for a job's processes (to its shim's process id), so a compiler started by a compiler
 /// is not governed twice.
 pub const JOB_ENV: &str = "HEADROOM_JOB";
@@ -183,7 +187,7 @@ fn is_executable(path: &Path) -> bool {
 /// Runs the job under the governor, retrying attempts the governor asks to retry.
 ///
 /// The first attempt starts as soon as the job is asked for, while the governor decides: its
-/// answer is then off the compile's critical path. A job the governor cannot run yet hears
+/// answer is then off the compile's critical path (not in a farm session, see [`FARM_ENV`]). A job the governor cannot run yet hears
 /// [`Reply::Queued`] within the same round trip, and its early attempt is ended there: a
 /// stopped compiler would hold memory the governor does not see, for the few milliseconds of
 /// work it saves. One admitted with lower-memory flags or sent to a farm node has its early
@@ -217,7 +221,11 @@ fn governed(
     }
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
-    let mut early = start_attempt(&mut attempt_command(&command, args, None, None)).ok();
+    let mut early = if std::env::var_os(FARM_ENV).is_some_and(|farm| farm == "1") {
+        None
+    } else {
+        start_attempt(&mut attempt_command(&command, args, None, None)).ok()
+    };
     loop {
         let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
             Ok(Reply::Queued) => {

@@ -26,7 +26,7 @@ use std::process::Command;
 
 use headroom_govern::intercept::LAUNCHER_ENV;
 use headroom_govern::session::SessionId;
-use headroom_govern::shim::{SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
+use headroom_govern::shim::{FARM_ENV, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use headroom_store::BuildReport;
 
 /// The Bazel commands that run actions.
@@ -128,6 +128,7 @@ struct GoverningVariables {
     socket: OsString,
     session: OsString,
     shim_dir: OsString,
+    farm: OsString,
     launcher: OsString,
     preload: OsString,
 }
@@ -138,6 +139,7 @@ impl GoverningVariables {
             (SOCKET_ENV, &self.socket),
             (SESSION_ENV, &self.session),
             (SHIM_DIR_ENV, &self.shim_dir),
+            (FARM_ENV, &self.farm),
             (LAUNCHER_ENV, &self.launcher),
             (PRELOAD_ENV, &self.preload),
         ]
@@ -168,6 +170,7 @@ fn governing_variables(build: &Command) -> Option<GoverningVariables> {
         socket: set(SOCKET_ENV)?,
         session: set(SESSION_ENV)?,
         shim_dir: set(SHIM_DIR_ENV)?,
+        farm: set(FARM_ENV)?,
         launcher: set(LAUNCHER_ENV)?,
         preload: set(PRELOAD_ENV)?,
     })
@@ -247,17 +250,19 @@ mod tests {
             (SOCKET_ENV, "/run/s.sock"),
             (SESSION_ENV, "2147483649"),
             (SHIM_DIR_ENV, "/state/shims"),
+            (FARM_ENV, "0"),
             (LAUNCHER_ENV, "/bin/headroom-shim"),
             (PRELOAD_ENV, "/state/lib/i.so"),
         ] {
             build.env(name, value);
         }
-        let variables = governing_variables(&build).expect("all five are set");
+        let variables = governing_variables(&build).expect("all six are set");
         let options = variables.options();
         assert_eq!(options[0], "--action_env=HEADROOM_SOCKET=/run/s.sock");
         assert_eq!(options[1], "--action_env=HEADROOM_SESSION=2147483649");
-        assert_eq!(options[4], "--action_env=LD_PRELOAD=/state/lib/i.so");
-        assert_eq!(options[5], SPAWN_STRATEGY);
+        assert_eq!(options[3], "--action_env=HEADROOM_FARM=0");
+        assert_eq!(options[5], "--action_env=LD_PRELOAD=/state/lib/i.so");
+        assert_eq!(options[6], SPAWN_STRATEGY);
         build.env_remove(LAUNCHER_ENV);
         assert!(governing_variables(&build).is_none());
     }

@@ -81,7 +81,11 @@ fn project(units: &[&str], mib: u64, millis: u64) -> tempfile::TempDir {
     }
     std::os::unix::fs::symlink(fakecc::path(), dir.path().join("bin/g++")).unwrap();
     let objects: Vec<String> = units.iter().map(|unit| format!("{unit}.o")).collect();
-    let mut makefile = format!("all: {}\n", objects.join(" "));
+    // The build's own record of whether its shims were told that a farm takes compiles.
+    let mut makefile = format!(
+        "all: {}\n\techo $$HEADROOM_FARM > farm-session\n",
+        objects.join(" ")
+    );
     for unit in units {
         // A node compiles in a directory of its own: the file is named by its full path.
         makefile += &format!(
@@ -122,6 +126,8 @@ fn the_farm_runs_units_side_by_side_with_no_oom_kill_anywhere() {
     let dir = project(&units, 400, 1500);
     let (alone, _) = headroom_build(dir.path(), &here, &["--budget".into(), "600M".into()]);
     assert!(alone.status.success(), "{}", stderr(&alone));
+    let farm_session = || std::fs::read_to_string(dir.path().join("farm-session")).unwrap();
+    assert_eq!(farm_session(), "0\n", "compilers start before the governor answers");
 
     set_memory(dir.path(), &units, 400, 1500);
     let farm = [a.farm_flag("600M", 2), b.farm_flag("600M", 2)];
@@ -134,6 +140,7 @@ fn the_farm_runs_units_side_by_side_with_no_oom_kill_anywhere() {
         assert!(node.planned_peak <= 600 * MIB, "{node:?}");
     }
     assert!(log.contains("farm (distcc): "), "{log}");
+    assert_eq!(farm_session(), "1\n", "no compiler starts here before the answer");
     for unit in units {
         assert!(dir.path().join(format!("{unit}.o")).exists());
     }

@@ -4,8 +4,8 @@
 //! compiler that records its process id and waits for the test's word to end: a queued job's
 //! early compiler is asked to end (so it can clean up) and started again on admission, the
 //! admitted compiler's pid and status reach the governor, an attempt sent elsewhere is ended
-//! and reaped before that one starts, and a governor that goes away leaves the compiler
-//! running to its end.
+//! and reaped before that one starts (in a farm session none starts before the answer), and a
+//! governor that goes away leaves the compiler running to its end.
 
 use crate::support::reliability::{process_state, wait_until};
 
@@ -36,9 +36,21 @@ fn executable(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// Whether the shim's session may send compiles to a build farm (`HEADROOM_FARM`).
+#[derive(Clone, Copy)]
+enum Session {
+    Local,
+    Farm,
+}
+
 /// Starts the shim as `headroom-launch DIR/cc -c unit.c` against the governor socket in
-/// `dir`; returns it and the connection it opened, after reading its job request.
+/// `dir`, in a local session; returns it and the connection it opened, after reading its job
+/// request.
 fn shim_asking(dir: &Path) -> (Child, UnixStream) {
+    shim_asking_in(dir, Session::Local)
+}
+
+fn shim_asking_in(dir: &Path, session: Session) -> (Child, UnixStream) {
     executable(&dir.join("cc"), COMPILER);
     let listener = UnixListener::bind(dir.join("governor.sock")).unwrap();
     let shim = Command::new(SHIM)
@@ -48,6 +60,13 @@ fn shim_asking(dir: &Path) -> (Child, UnixStream) {
         .current_dir(dir)
         .env("HEADROOM_SOCKET", dir.join("governor.sock"))
         .env("HEADROOM_SESSION", "1")
+        .env(
+            "HEADROOM_FARM",
+            match session {
+                Session::Local => "0",
+                Session::Farm => "1",
+            },
+        )
         // Never taken for hung here: only the test's answers move the shim on.
         .env("HEADROOM_GOVERNOR_SILENCE_MS", "600000")
         .env_remove("HEADROOM_JOB")
@@ -150,43 +169,67 @@ fn a_queued_compiler_is_ended_and_started_again_when_admitted() {
     assert_eq!(wait_for(shim).code(), Some(3));
 }
 
-#[test]
-fn an_attempt_sent_to_a_farm_node_starts_only_once_the_early_one_is_reaped() {
-    let dir = tempfile::tempdir().unwrap();
-    // The engine's client records whether the early compiler still existed when it ran.
-    let client = dir.path().join("client");
+/// Answers the shim's job in `dir` by sending it to a farm node whose engine client records
+/// whether a compiler had started here, and waits for the shim to end; returns what the client
+/// saw: `early-gone` or `early-still-there` for a compiler that started before the answer,
+/// `none-here` where none did.
+fn sent_to_a_farm_node(dir: &Path, shim: Child, stream: &UnixStream) -> String {
+    let client = dir.join("client");
     executable(
         &client,
         r#"#!/bin/sh
-early=$(head -n 1 "$(dirname "$0")/pids")
-if [ -e "/proc/$early" ]; then echo early-still-there; else echo early-gone; fi > "$(dirname "$0")/client.log"
+dir=$(dirname "$0")
+early=$(head -n 1 "$dir/pids" 2>/dev/null)
+if [ -z "$early" ]; then echo none-here
+elif [ -e "/proc/$early" ]; then echo early-still-there
+else echo early-gone; fi > "$dir/client.log"
 "#,
     );
-    let (shim, stream) = shim_asking(dir.path());
-    started_before_the_answer(dir.path());
     let remote = RemoteLaunch {
         program: client,
         args_before: Vec::new(),
         env: Vec::new(),
         fallback_markers: Vec::new(),
     };
-    write_frame(&stream, &run(Some(remote))).unwrap();
+    write_frame(stream, &run(Some(remote))).unwrap();
     assert!(matches!(
-        read_frame::<Request>(&stream).unwrap(),
+        read_frame::<Request>(stream).unwrap(),
         Request::Started { .. }
     ));
-    match read_frame::<Request>(&stream).unwrap() {
+    match read_frame::<Request>(stream).unwrap() {
         Request::Finished(attempt) => assert_eq!(attempt.exit_code, Some(0)),
         other => panic!("expected Finished, got {other:?}"),
     }
     assert!(wait_for(shim).success());
-    let log = std::fs::read_to_string(dir.path().join("client.log")).unwrap();
-    assert_eq!(log.trim(), "early-gone");
+    let log = std::fs::read_to_string(dir.join("client.log")).unwrap();
+    log.trim().to_string()
+}
+
+#[test]
+fn an_attempt_sent_to_a_farm_node_starts_only_once_the_early_one_is_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, stream) = shim_asking(dir.path());
+    started_before_the_answer(dir.path());
+    assert_eq!(sent_to_a_farm_node(dir.path(), shim, &stream), "early-gone");
     assert_eq!(
         compiler_pids(dir.path()).len(),
         1,
         "no compiler ran here again"
     );
+}
+
+#[test]
+fn in_a_farm_session_no_compiler_starts_here_before_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, stream) = shim_asking_in(dir.path(), Session::Farm);
+    // Long enough for a compiler started at once to have written its pid.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        compiler_pids(dir.path()).is_empty(),
+        "nothing started before the answer"
+    );
+    assert_eq!(sent_to_a_farm_node(dir.path(), shim, &stream), "none-here");
+    assert!(compiler_pids(dir.path()).is_empty(), "nor after it");
 }
 
 #[test]
