@@ -127,7 +127,11 @@ fn the_farm_runs_units_side_by_side_with_no_oom_kill_anywhere() {
     let (alone, _) = headroom_build(dir.path(), &here, &["--budget".into(), "600M".into()]);
     assert!(alone.status.success(), "{}", stderr(&alone));
     let farm_session = || std::fs::read_to_string(dir.path().join("farm-session")).unwrap();
-    assert_eq!(farm_session(), "0\n", "compilers start before the governor answers");
+    assert_eq!(
+        farm_session(),
+        "0\n",
+        "compilers start before the governor answers"
+    );
 
     set_memory(dir.path(), &units, 400, 1500);
     let farm = [a.farm_flag("600M", 2), b.farm_flag("600M", 2)];
@@ -140,7 +144,11 @@ fn the_farm_runs_units_side_by_side_with_no_oom_kill_anywhere() {
         assert!(node.planned_peak <= 600 * MIB, "{node:?}");
     }
     assert!(log.contains("farm (distcc): "), "{log}");
-    assert_eq!(farm_session(), "1\n", "no compiler starts here before the answer");
+    assert_eq!(
+        farm_session(),
+        "1\n",
+        "no compiler starts here before the answer"
+    );
     for unit in units {
         assert!(dir.path().join(format!("{unit}.o")).exists());
     }
