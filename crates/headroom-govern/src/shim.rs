@@ -187,11 +187,11 @@ fn is_executable(path: &Path) -> bool {
 /// Runs the job under the governor, retrying attempts the governor asks to retry.
 ///
 /// The first attempt starts as soon as the job is asked for, while the governor decides: its
-/// answer is then off the compile's critical path (not in a farm session, see [`FARM_ENV`]). A job the governor cannot run yet hears
-/// [`Reply::Queued`] within the same round trip, and its early attempt is ended there: a
-/// stopped compiler would hold memory the governor does not see, for the few milliseconds of
-/// work it saves. One admitted with lower-memory flags or sent to a farm node has its early
-/// attempt ended too. Either way it is reaped before the attempt the governor asked for
+/// answer is then off the compile's critical path (not in a farm session, see [`FARM_ENV`]).
+/// A job the governor cannot run yet hears [`Reply::Queued`] within the same round trip, and
+/// its early attempt is ended there: a stopped compiler would hold memory the governor does
+/// not see, for the few milliseconds of work it saves. One admitted with lower-memory flags or
+/// sent to a farm node has its early attempt ended too. Either way it is reaped before the attempt the governor asked for
 /// starts, so only that one writes the job's outputs. Retries start after their answer, as
 /// they always have.
 fn governed(

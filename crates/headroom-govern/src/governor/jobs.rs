@@ -267,7 +267,7 @@ impl Governor {
                     .expect("a supervised job stays registered");
                 if let Some(own) = state.sessions.get_mut(&session) {
                     let portable_key = io.portable_key.clone();
-                    let record = self.record(own, id, io, &finished, &attempt);
+                    let record = self.record(own, id, io, &finished, &attempt, ended_at);
                     own.unwritten_jobs.push(Unwritten {
                         record,
                         portable_key,

@@ -223,7 +223,8 @@ pub(super) fn flush_samples(own: &mut SessionState) {
 }
 
 impl Governor {
-    /// The history's row for a job of `session` that is over.
+    /// The history's row for a job of `session` that is over, whose last attempt ended at
+    /// `ended_at` on the driver's clock.
     pub(super) fn record(
         &self,
         session: &SessionState,
@@ -231,6 +232,7 @@ impl Governor {
         io: JobIo,
         finished: &Finished,
         attempt: &Attempt,
+        ended_at: f64,
     ) -> JobRecord {
         let job = &finished.job;
         let offered_ms = io.offered_ms;
@@ -248,10 +250,7 @@ impl Governor {
             cwd: io.cwd,
             offered_ms,
             start_ms,
-            end_ms: session
-                .now_ms()
-                .saturating_sub(attempt.age().as_millis() as u64)
-                .max(start_ms),
+            end_ms: self.session_ms(session, ended_at).max(start_ms),
             peak: job.peak,
             cpu_ms: (job.cpu_seconds * 1000.0).round() as u64,
             exit_code: attempt.exit_code,
