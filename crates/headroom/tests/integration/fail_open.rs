@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use headroom_govern::protocol::GovernorStatus;
+use headroom_store::BuildReport;
 use reliability::{below, compilers, output_within_patience, process_state, wait_until};
 use support::{stderr, HEADROOM};
 
@@ -94,8 +96,12 @@ fn a_jobs_end_the_governor_hears_of_late_is_recorded_when_it_happened() {
         let output = reliability::headroom(dir.path(), &["status", "--json"])
             .output()
             .unwrap();
-        let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-        status[0]["sessions"][0]["status"]["running"] == 1
+        serde_json::from_slice::<Vec<GovernorStatus>>(&output.stdout).is_ok_and(|status| {
+            let session = status
+                .first()
+                .and_then(|governor| governor.sessions.first());
+            session.is_some_and(|session| session.status.running == 1)
+        })
     });
     let governor = below(cli.id(), "__governor")[0];
     let paused = Duration::from_secs(3);
@@ -106,26 +112,23 @@ fn a_jobs_end_the_governor_hears_of_late_is_recorded_when_it_happened() {
     unsafe { libc::kill(governor, libc::SIGCONT) };
     let output = output_within_patience(cli);
     assert!(output.status.success(), "{}", stderr(&output));
-    let report: serde_json::Value =
+    let report: BuildReport =
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     let job = |label: &str| {
-        report["jobs"]
-            .as_array()
-            .unwrap()
+        report
+            .jobs
             .iter()
-            .find(|job| job["label"] == label)
-            .unwrap_or_else(|| panic!("{label} in {report}"))
-            .clone()
+            .find(|job| job.label == label)
+            .unwrap_or_else(|| panic!("{label} in {:?}", report.jobs))
     };
     let (compile, link) = (job("a.o"), job("tool"));
-    let ms = |job: &serde_json::Value, field: &str| job[field].as_u64().unwrap();
     assert!(
-        ms(&compile, "end_ms") <= ms(&link, "offered_ms"),
-        "{compile} ended before {link} was offered"
+        compile.end_ms <= link.offered_ms,
+        "{compile:?} ended before {link:?} was offered"
     );
     assert!(
-        ms(&compile, "end_ms") - ms(&compile, "start_ms") < paused.as_millis() as u64,
-        "the compile's time is not the governor's pause: {compile}"
+        compile.end_ms - compile.start_ms < paused.as_millis() as u64,
+        "the compile's time is not the governor's pause: {compile:?}"
     );
 }
 
