@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_store::BuildReport;
@@ -35,13 +35,35 @@ impl Node {
     }
 
     /// Kills the node (as [`Node::kill`]) once a compile on it has taken `bytes`, or after a
-    /// minute if none does: a node that dies mid-compile.
-    pub fn kill_while_compiling(&mut self, bytes: u64) {
+    /// minute if none does: a node that dies mid-compile. Returns when, in milliseconds since
+    /// the Unix epoch.
+    pub fn kill_while_compiling(&mut self, bytes: u64) -> i64 {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.cgroup.peak().unwrap_or(0) < bytes && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.kill();
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as i64)
+    }
+
+    /// Asserts that every job of `report` succeeded, and that none ran on this node after it
+    /// was killed at `killed_unix_ms`: those went elsewhere. A job that ended on it before
+    /// (a light one, while the heavy one the kill waited for ran) did run there.
+    pub fn assert_nothing_ran_after_it_was_killed(
+        &self,
+        report: &BuildReport,
+        killed_unix_ms: i64,
+        log: &str,
+    ) {
+        for job in &report.jobs {
+            assert_eq!(job.exit_code, Some(0), "{job:?}");
+            if job.node.as_deref() == Some(self.address().as_str()) {
+                let ended = report.build.started_unix_ms + job.end_ms as i64;
+                assert!(ended <= killed_unix_ms, "{job:?} ended at {ended}: {log}");
+            }
+        }
     }
 
     /// Stops the node as a crash would: every process of it killed at once, those in its
