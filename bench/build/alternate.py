@@ -4,7 +4,9 @@ machine hits each alike, and prints their medians as JSON (hyperfine's --export-
 Usage: python3 alternate.py RUNS OUT.json NAME=COMMAND [NAME=COMMAND ...]
 
 A COMMAND is split as a shell would split it and run without a shell. A NAME ending in
-`-unpreloaded` runs with LD_PRELOAD removed from its environment.
+`-unpreloaded` runs with LD_PRELOAD removed from its environment. With GAP_MS set, each run
+waits that long first, as a build's compiler calls come apart from each other (back to back,
+a cost the kernel pays once per burst of calls is paid once for them all).
 """
 import json
 import os
@@ -21,9 +23,11 @@ def main():
     environment = dict(os.environ)
     unpreloaded = {k: v for k, v in environment.items() if k != "LD_PRELOAD"}
     times = {name: [] for name, _ in variants}
+    gap = float(os.environ.get("GAP_MS", "0")) / 1000
     for _ in range(runs):
         for name, command in variants:
             env = unpreloaded if name.endswith("-unpreloaded") else environment
+            time.sleep(gap)
             start = time.perf_counter()
             subprocess.run(shlex.split(command), env=env, check=True)
             times[name].append(time.perf_counter() - start)

@@ -4,7 +4,8 @@
 # listening):
 #   - per compiler call: the same compiler run by a name the interceptor governs (`cc`,
 #     `g++`) and by a name it lets through (`direct-true`, `direct-gxx`), both links to the
-#     same program: `true` (the overhead alone) and g++ on a trivial unit (what a build sees);
+#     same program: `true` (the overhead alone), back to back and 100 ms apart as a build's
+#     calls come, and g++ on a trivial unit (what a build sees);
 #   - per exec of a program that is not a compiler (quiet host only): a shell loop of 1,000
 #     `/bin/true`, with the interceptor preloaded and with LD_PRELOAD removed. `true` never
 #     starts a program, so it starts without the interceptor; `nproc` is not on that list and
@@ -46,6 +47,8 @@ set -e
 cd "$work"
 phase=\$1
 python3 "$bench/alternate.py" $runs \$phase-true.json direct="$work/direct-true" governed="$work/cc"
+GAP_MS=100 python3 "$bench/alternate.py" $((runs / 3 + 1)) \$phase-true-apart.json \
+  direct="$work/direct-true" governed="$work/cc"
 python3 "$bench/alternate.py" $runs \$phase-gpp.json \
   direct="$work/direct-gxx -c trivial.cpp -o trivial.o" governed="$work/g++ -c trivial.cpp -o trivial.o"
 [ "\${2:-}" = exec ] || exit 0
@@ -75,6 +78,7 @@ python3 - "$work" <<'PY'
 import json, os, sys
 work = sys.argv[1]
 rows = (("true", "`true` by a compiler's name (overhead alone)", 1, "ms", 1e3),
+        ("true-apart", "the same, calls 100 ms apart (as a build's)", 1, "ms", 1e3),
         ("gpp", "g++ -c trivial.cpp (`int main(){}`)", 1, "ms", 1e3),
         ("exec", "one exec of `/bin/true` (loop of 1,000)", 1000, "µs", 1e6),
         ("exec-loading", "one exec of `nproc`, which loads the interceptor (loop of 1,000)",

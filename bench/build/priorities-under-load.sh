@@ -3,9 +3,9 @@
 # (examples/template-heavy, `make HEAVY=2 LIGHT=6 check`) beside two unrelated CPU-bound
 # processes (`yes > /dev/null` at niceness 0, each in a session of its own), then on an idle
 # machine. Plain `make -j2`
-# against a warm `headroom build -- make`, whose priorities are CPU weights inside its own
-# cgroup where one can be made, and against the same with HEADROOM_CPU_CGROUP=0, where they
-# are niceness, which also yields to the unrelated processes. One cold headroom build under
+# against a warm `headroom build -- make`, whose priorities are niceness inside a CPU cgroup
+# of its own where one can be made, and against the same with HEADROOM_CPU_CGROUP=0, where
+# that niceness also yields to the unrelated processes. One cold headroom build under
 # load teaches headroom the jobs; then the three builds alternate, REPEATS times. Prints each
 # build's wall time and the medians with their ratios to plain make.
 # Usage: bench/build/priorities-under-load.sh [REPEATS]   (default 3; about 25 minutes on 2 cores)

@@ -56,8 +56,9 @@ pub struct GovernorConfig {
 /// shim starts the compiler before the governor answers and ends it on [`Reply::Queued`], so
 /// a build never joins a governor of another version, which might not send that (or send
 /// what this shim cannot read): it runs with a governor of its own instead. A message of a
-/// version without this field reads as version 0.
-pub const PROTOCOL: u32 = 1;
+/// version without this field reads as version 0. Version 2: `Run`'s `cpu_group` is the
+/// builds' cgroup, which `Joined` names too, and no longer a cgroup per priority level.
+pub const PROTOCOL: u32 = 2;
 
 /// What a shim or the CLI says to the governor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,13 +221,17 @@ pub enum Reply {
         /// The governor's [`PROTOCOL`].
         #[serde(default)]
         protocol: u32,
+        /// The `cpu` cgroup the session's build runs in, where the governor could make one
+        /// (`headroom_probe::cpu_share`).
+        #[serde(default)]
+        cpu_group: Option<PathBuf>,
     },
     /// Run now at CPU priority `nice` (jobs off the build's longest path run nicer), with
     /// lower-memory flags if `rung` says so, on a farm node through the engine's client if
-    /// `remote` says so. The priority is the weight of the cgroup `cpu_group`, which the shim
-    /// joins before starting the attempt, where the governor could make one
-    /// (`headroom_probe::cpu_weights`); otherwise, or if joining fails, `nice` steps of
-    /// niceness.
+    /// `remote` says so. The priority is `nice` steps of niceness above the user's; inside the
+    /// builds' cgroup `cpu_group`, where the governor could make one, it orders the builds'
+    /// own processes only. A compiler started outside that cgroup (by a build server that ran
+    /// before the build) is moved into it.
     Run {
         job_id: u64,
         rung: Option<Rung>,

@@ -214,6 +214,8 @@ pub struct Session {
     parallelism_set: Vec<String>,
     /// Whether the session may send compiles to a build farm.
     farm: bool,
+    /// The `cpu` cgroup the build starts in, where the governor made one.
+    cpu_group: Option<PathBuf>,
     /// Copies what the governor logs while the session lives to stderr.
     log: Follower,
 }
@@ -271,6 +273,7 @@ impl Session {
             session,
             governor: governor_pid,
             warnings,
+            cpu_group,
             ..
         } = joined
         else {
@@ -291,6 +294,7 @@ impl Session {
             interceptor,
             parallelism_set: config.parallelism_set,
             farm: config.farm.is_some(),
+            cpu_group,
             log,
         })
     }
@@ -307,8 +311,10 @@ impl Session {
 
     /// Sets up `command` (a build command) so every compiler it starts is governed: the
     /// interceptor preloaded, leading each compiler exec to the launcher, and the
-    /// variables of the config. Returns why the build runs ungoverned, if it does.
+    /// variables of the config; and so it starts in the builds' `cpu` cgroup. Returns why
+    /// the build runs ungoverned, if it does.
     pub fn govern(&self, command: &mut Command) -> Result<(), String> {
+        self.start_in_cpu_group(command);
         command.envs(self.launcher_env());
         let library = self.interceptor.as_ref().map_err(Clone::clone)?;
         let preload = std::env::var_os("LD_PRELOAD");
@@ -323,6 +329,36 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// Makes `command` start in the builds' `cpu` cgroup, where the governor made one, so that
+    /// the build and every compiler it starts are born there: moving a process into a cgroup
+    /// costs milliseconds on a busy host, and every fork and exit of the machine waits while
+    /// it happens (`headroom_probe::cpu_share`). Best effort: the shims move the compilers of
+    /// a build that starts outside.
+    fn start_in_cpu_group(&self, command: &mut Command) {
+        use std::os::unix::ffi::OsStrExt;
+        let Some(procs) = self.cpu_group.as_ref().and_then(|dir| {
+            std::ffi::CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok()
+        }) else {
+            return;
+        };
+        let join = move || {
+            // SAFETY: between fork and exec, only async-signal-safe calls (open, write,
+            // close) on a path allocated before the fork.
+            unsafe {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                    libc::close(fd);
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: `join` allocates nothing and takes no lock (see above).
+        unsafe {
+            command.pre_exec(join);
+        }
     }
 
     /// The variables that lead a launcher to this session's governor, for running compile

@@ -16,6 +16,7 @@ use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
+use headroom_probe::cpu_share::CpuShare;
 use headroom_process::{foreground, shell_code, Group, Usage};
 use headroom_sched::ladder::Rung;
 use headroom_sched::SessionId;
@@ -444,9 +445,9 @@ fn attempt_command(
 struct Priority {
     /// The user's niceness, which headroom's priorities never go below.
     floor: i32,
-    /// The governor's priority level for the attempt, 0 the highest.
+    /// The governor's priority level for the attempt, 0 the highest: steps of niceness.
     nice: u8,
-    /// The cgroup of that level, where the governor has one.
+    /// The builds' cgroup, where the governor has one.
     cpu_group: Option<PathBuf>,
 }
 
@@ -454,22 +455,24 @@ impl Priority {
     /// Takes on the priority in this process (`attempt` None), which the attempt then
     /// inherits, so that every process and thread of it has it from its start and the
     /// compiler can start through posix_spawn (no pre_exec hook, which would force a fork);
-    /// or gives it to `attempt`, a first attempt started before the answer: its leader joins
-    /// the level's cgroup, and its whole process group gets the niceness. In the level's
-    /// cgroup the priority is its weight, which orders the build's own jobs only; elsewhere
-    /// it is `nice` steps of niceness above the user's `floor` (`nice -n 15 headroom build`
-    /// means the build is background work, even for root). Niceness only rises without
-    /// privilege: a retry the governor starts nicer gets it; one it starts less nice keeps
-    /// the shim's. Failing to change either only costs speed.
+    /// or gives it to `attempt`, a first attempt started before the answer, whose whole
+    /// process group gets the niceness. The priority is `nice` steps of niceness above the
+    /// user's `floor` (`nice -n 15 headroom build` means the build is background work, even
+    /// for root). Inside the builds' cgroup, niceness orders the builds' own processes only;
+    /// the build starts there, so a shim moves its attempt (or itself) there only when it
+    /// runs outside (under a build server started before the build), since a move costs
+    /// milliseconds on a busy host. Niceness only rises without privilege: a retry the
+    /// governor starts nicer gets it; one it starts less nice keeps the shim's. Failing to
+    /// change either only costs speed.
     fn take_on(&self, attempt: Option<u32>) {
-        // 0 is the writing process itself.
-        let member = attempt.unwrap_or(0).to_string();
-        let joined = self
-            .cpu_group
-            .as_ref()
-            .is_some_and(|group| std::fs::write(group.join("cgroup.procs"), &member).is_ok());
-        let nice = if joined { 0 } else { i32::from(self.nice) };
-        let level = (self.floor + nice).min(19);
+        if let Some(group) = &self.cpu_group {
+            if !CpuShare::holds_this_process(group) {
+                // 0 is the writing process itself.
+                let member = attempt.unwrap_or(0).to_string();
+                let _ = std::fs::write(group.join("cgroup.procs"), member);
+            }
+        }
+        let level = (self.floor + i32::from(self.nice)).min(19);
         let _ = match attempt.and_then(|pid| Pid::from_raw(pid as i32)) {
             Some(group) => setpriority_pgrp(Some(group), level),
             None => setpriority_process(None, level),

@@ -1,10 +1,10 @@
 //! Memory readings: process RSS, cgroup v1/v2 usage, limits and OOM events, MemAvailable and
 //! the room a new workload has (`room`), PSI,
-//! the CPU weights of a build's own cgroup,
+//! the builds' own CPU cgroup,
 //! the kernel log.
 
 pub mod cgroup;
-pub mod cpu_weights;
+pub mod cpu_share;
 pub mod kernel_log;
 pub mod meminfo;
 pub mod neuron;

@@ -36,7 +36,8 @@ Environment:
       Defaults for `build`'s --budget, --jobs, --lower-flags, --no-priorities and
       --no-offer-jobs (the budget also for `kernels build`; `doctor` reports it).
   HEADROOM_CPU_CGROUP
-      0 orders `build`'s jobs by niceness instead of CPU weights in a cgroup of its own.
+      0 runs `build` without a CPU cgroup of its own: its jobs' niceness then yields to
+      every process on the machine, not only to the build's own.
   HEADROOM_GOVERNOR_SILENCE_MS
       How long a compiler call waits for a governor that says nothing before it runs
       ungoverned [default: 10000].

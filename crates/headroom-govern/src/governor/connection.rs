@@ -272,6 +272,7 @@ impl Governor {
             governor: std::process::id(),
             warnings,
             protocol: PROTOCOL,
+            cpu_group: self.cpu_group(),
         };
         if write_frame(stream, &joined).is_err() {
             return self.end_session(id, None, false, None);
@@ -402,7 +403,7 @@ impl Governor {
             state.shutting_down = true;
             self.admitted.notify_all();
             let _ = std::fs::remove_dir_all(&self.farm_state);
-            self.remove_cpu_weights();
+            self.remove_cpu_share();
             tracing::info!("the last session has ended: the governor exits");
             self.leave();
         }

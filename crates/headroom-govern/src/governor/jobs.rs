@@ -162,7 +162,7 @@ impl Governor {
                     job_id: id,
                     rung: job.rung.checked_sub(1).map(|rung| ladder[rung].clone()),
                     nice: job.nice,
-                    cpu_group: self.cpu_weights.as_ref().map(|w| w.level(job.nice)),
+                    cpu_group: self.cpu_group(),
                     remote: job.node.map(|node| self.remote_launch(id, node)),
                 });
             }

@@ -31,7 +31,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use headroom_probe::cpu_weights::CpuWeights;
+use headroom_probe::cpu_share::CpuShare;
 use headroom_sched::SessionId;
 
 use crate::ledger::{Elsewhere, ReservationLedger};
@@ -63,9 +63,9 @@ struct Governor {
     farm_state: PathBuf,
     /// Every open connection, for the heartbeat.
     connections: Connections,
-    /// The cgroup whose levels carry the jobs' priorities, where one could be made and
-    /// priorities are on; otherwise the shims take them on as niceness.
-    cpu_weights: Option<CpuWeights>,
+    /// The cgroup the builds run in, where one could be made and priorities are on: inside
+    /// it, the jobs' niceness orders the builds' own processes only.
+    cpu_share: Option<CpuShare>,
     /// How the governor leaves its socket when its last session has ended.
     exit: crate::session::Exit,
     /// Where it tells other users' governors in its memory domain what it holds, and hears
@@ -103,9 +103,9 @@ pub fn serve(
         compiler_ids: Mutex::new(HashMap::new()),
         farm_state: std::env::temp_dir().join(format!("headroom-farm-{}", std::process::id())),
         connections: Connections::default(),
-        cpu_weights: defaults
+        cpu_share: defaults
             .priorities
-            .then(|| cpu_weights(defaults.slots))
+            .then(|| cpu_share(defaults.slots))
             .flatten(),
         defaults,
         exit,
@@ -126,24 +126,25 @@ pub fn serve(
     Ok(())
 }
 
-/// Set to `0`, jobs' priorities stay niceness even where a CPU cgroup could be made.
+/// Set to `0`, builds run without a CPU cgroup of their own even where one could be made: the
+/// jobs' niceness then yields to every process on the machine.
 pub const CPU_CGROUP_ENV: &str = "HEADROOM_CPU_CGROUP";
 
-/// The cgroup that orders the build's jobs by priority without handing their CPU to
-/// unrelated processes (`headroom_probe::cpu_weights`); `None`, said at `-v`, where none can
-/// be made and priorities fall back to niceness.
-fn cpu_weights(slots: usize) -> Option<CpuWeights> {
+/// The cgroup the builds run in, so that their jobs' niceness orders their own processes
+/// without handing CPU to unrelated ones (`headroom_probe::cpu_share`); `None`, said at `-v`,
+/// where none can be made.
+fn cpu_share(slots: usize) -> Option<CpuShare> {
     if std::env::var(CPU_CGROUP_ENV).is_ok_and(|value| value == "0") {
         tracing::info!("{CPU_CGROUP_ENV}=0: job priorities are niceness, which also yields to unrelated processes");
         return None;
     }
-    match CpuWeights::create(slots) {
-        Ok(weights) => {
+    match CpuShare::create(slots) {
+        Ok(share) => {
             tracing::info!(
-                "job priorities are CPU weights in {}",
-                weights.dir().display()
+                "builds run in the CPU cgroup {}, where job priorities order their own processes",
+                share.dir().display()
             );
-            Some(weights)
+            Some(share)
         }
         Err(err) => {
             tracing::info!(
@@ -193,7 +194,7 @@ impl Governor {
             self.release_jobs(id, false);
             self.finish_history(id, None);
         }
-        self.remove_cpu_weights();
+        self.remove_cpu_share();
         self.leave();
     }
 
@@ -206,10 +207,17 @@ impl Governor {
         std::process::exit(0);
     }
 
-    /// Takes down the jobs' CPU cgroup: the process exits without dropping anything.
-    fn remove_cpu_weights(&self) {
-        if let Some(weights) = &self.cpu_weights {
-            weights.remove();
+    /// The cgroup the builds run in, for sessions and shims.
+    pub(super) fn cpu_group(&self) -> Option<PathBuf> {
+        self.cpu_share
+            .as_ref()
+            .map(|share| share.dir().to_path_buf())
+    }
+
+    /// Takes down the builds' CPU cgroup: the process exits without dropping anything.
+    fn remove_cpu_share(&self) {
+        if let Some(share) = &self.cpu_share {
+            share.remove();
         }
     }
 }

@@ -261,49 +261,84 @@ fn jobs_off_the_longest_path_run_nicer_next_time() {
     assert!(off.jobs.iter().all(|job| job.nice == 0), "{:?}", off.jobs);
 }
 
+/// Whether a cpu cgroup can be made here; says why the test skips where not.
+fn cpu_cgroups_can_be_made() -> bool {
+    match headroom_probe::cpu_share::CpuShare::create(1).map(|share| share.remove()) {
+        Ok(()) => true,
+        Err(why) => {
+            headroom_testkit::skip(
+                "cgroup-cpu",
+                format!("no cpu cgroup can be made here: {why}"),
+            );
+            false
+        }
+    }
+}
+
+/// The builds' cgroup a compile of `project` ran in (`…/headroom-cpu-<pid>-build<n>`), by
+/// what the fake compiler wrote into `object`.
+fn builds_cgroup_of(project: &Project, object: &str) -> String {
+    let cgroup = object_says(project, object, "cpu");
+    let name = cgroup.rsplit('/').next().unwrap();
+    assert!(
+        name.starts_with("headroom-cpu-"),
+        "{object} ran outside the builds' cgroup: {cgroup}"
+    );
+    cgroup
+}
+
 #[test]
-fn where_a_cpu_cgroup_can_be_made_nicer_jobs_weigh_less_in_it_at_the_users_niceness() {
-    if let Err(why) = headroom_probe::cpu_weights::CpuWeights::create(1).map(|w| w.remove()) {
-        headroom_testkit::skip(
-            "cgroup-cpu",
-            format!("no cpu cgroup can be made here: {why}"),
-        );
+fn where_a_cpu_cgroup_can_be_made_the_build_runs_in_it_and_nicer_jobs_yield_inside() {
+    if !cpu_cgroups_can_be_made() {
         return;
     }
     let project = long_link_project();
     let nice = |object: &str| -> u8 { object_says(&project, object, "nice").parse().unwrap() };
-    // The cpu cgroup each compile ran in: `…/headroom-cpu-<pid>-build<n>/nice-<level>`.
-    let level = |object: &str| -> u8 {
-        let cgroup = object_says(&project, object, "cpu");
-        let (build, level) = cgroup
-            .rsplit_once("/nice-")
-            .unwrap_or_else(|| panic!("{object} ran outside the build's cgroup: {cgroup}"));
-        assert!(build.contains("/headroom-cpu-"), "{cgroup}");
-        level.parse().unwrap()
-    };
     build_long_link(&project, &["--jobs", "2"]);
-    assert_eq!([level("a.o"), level("b.o"), level("c.o")], [0, 0, 0]);
-    // As in `jobs_off_the_longest_path_run_nicer_next_time`, c.o is off the longest path: it
-    // weighs less than a.o inside the build, and yields nothing more to other processes.
-    let warm = build_long_link(&project, &["--jobs", "2"]);
-    assert_eq!(level("a.o"), 0, "a.o is on the longest path");
-    assert!(level("c.o") > 0, "c.o is off the longest path");
     assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
+    // As in `jobs_off_the_longest_path_run_nicer_next_time`, c.o is off the longest path: it
+    // is nicer than a.o, inside the build's cgroup, so it yields nothing more to other
+    // processes.
+    let warm = build_long_link(&project, &["--jobs", "2"]);
+    assert_eq!(nice("a.o"), 0, "a.o is on the longest path");
+    assert!(nice("c.o") > 0, "c.o is off the longest path");
     for job in warm.jobs.iter().filter(|job| job.label.ends_with(".o")) {
-        assert_eq!(job.nice, level(&job.label), "{job:?}");
+        assert_eq!(job.nice, nice(&job.label), "{job:?}");
     }
+    let cgroup = builds_cgroup_of(&project, "c.o");
+    assert_eq!(builds_cgroup_of(&project, "a.o"), cgroup);
     // The build's cgroup, made under the cpu cgroup headroom (and so this test) runs in, is
     // gone with the build.
-    let cgroup = object_says(&project, "c.o", "cpu");
-    let name = cgroup
-        .rsplit_once("/nice-")
-        .unwrap()
-        .0
-        .rsplit_once('/')
-        .unwrap()
-        .1;
+    let name = cgroup.rsplit('/').next().unwrap();
     let (_, cpu_home, _) = headroom_probe::cgroup::own_dir("cpu").unwrap().unwrap();
     assert!(!cpu_home.join(name).exists(), "{name} is left behind");
+}
+
+#[test]
+fn a_compiler_started_outside_the_builds_cgroup_is_moved_into_it() {
+    if !cpu_cgroups_can_be_made() {
+        return;
+    }
+    // The build starts in the builds' cgroup. The recipe's shell leaves it for the one the
+    // test runs in, as a build server started before the build would be; the compiler it
+    // starts is moved back.
+    let (_, cpu_home, _) = headroom_probe::cgroup::own_dir("cpu").unwrap().unwrap();
+    let project = Project::new();
+    project.write(
+        "Makefile",
+        &format!(
+            "out.o:\n\tcat /proc/self/cgroup > born-in && echo $$$$ > {}/cgroup.procs \
+             && cat /proc/self/cgroup > shell-cgroup && g++ --ms 300 -c out.cpp -o out.o\n",
+            cpu_home.display()
+        ),
+    );
+    let output = project.headroom(&[]).args(["--", "make"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let born_in = std::fs::read_to_string(project.path("born-in")).unwrap();
+    assert!(born_in.contains("headroom-cpu-"), "{born_in}");
+    let shell = std::fs::read_to_string(project.path("shell-cgroup")).unwrap();
+    assert!(!shell.contains("headroom-cpu-"), "{shell}");
+    builds_cgroup_of(&project, "out.o");
 }
 
 #[test]

@@ -1,15 +1,21 @@
-//! CPU weights for the jobs of one build, inside a `cpu` cgroup of the governor's own.
+//! The build's share of the CPU: a `cpu` cgroup of the governor's own that the build runs in.
 //!
 //! headroom runs the jobs the build waits on first and lets the others yield. Niceness yields
-//! to every process on the machine: on a machine kept busy by unrelated work, a niced job
+//! to every process it competes with: on a machine kept busy by unrelated work, a niced job
 //! loses the CPU to that work, and the build gets slower than plain `make -j`. A cgroup fixes
 //! the scope: the build's cgroup weighs what its jobs weighed without it, so unrelated
 //! processes see the build as before: `slots` processes at the user's niceness (what
 //! `make -j slots` weighs), or, where the kernel groups the processes of the root cgroup by
-//! session (autogroup), the user's session, whose share the jobs took before; inside it,
-//! one child per priority level (`nice-0` … `nice-19`) with the weight the kernel gives that
-//! niceness, so jobs yield to the build's other jobs only. v1 calls the weight `cpu.shares`
-//! (1024 for niceness 0), v2 `cpu.weight` (100).
+//! session (autogroup), the user's session, whose share the jobs took before. Inside it,
+//! niceness competes with the build's own processes only, so the jobs take their priority as
+//! niceness there. v1 calls the weight `cpu.shares` (1024 for niceness 0), v2 `cpu.weight`
+//! (100).
+//!
+//! The build command starts inside the cgroup, so every process of the build is born there.
+//! Moving a process between cgroups is slow (the kernel waits for every CPU to pass a
+//! quiescent point, milliseconds on a busy host, and holds back every fork and exit of the
+//! machine meanwhile), so a compiler is moved only when it starts outside, as under a build
+//! server that was running before the build ([`CpuShare::holds_this_process`]).
 //!
 //! The cgroup's name carries the governor's process id (`headroom-cpu-<pid>-build<n>`), so the
 //! next governor removes what a killed one left behind.
@@ -27,9 +33,6 @@ const KIND: &str = "headroom-cpu-";
 /// How many build cgroups this process has made: the next one's number, so that each has a
 /// name of its own.
 static MADE: AtomicU64 = AtomicU64::new(0);
-
-/// How many priority levels there are: niceness 0 to 19.
-pub const LEVELS: u8 = 20;
 
 /// The kernel's weight of a thread at each niceness from -20 to 19 (`sched_prio_to_weight`);
 /// niceness 0 weighs 1024, and each step is about 1.25 times the next.
@@ -49,27 +52,27 @@ pub fn weight(version: Version, nice: i32, count: u64) -> u64 {
     }
 }
 
-/// A build's CPU cgroup with its priority levels; [`CpuWeights::remove`] takes it down.
+/// A build's CPU cgroup; [`CpuShare::remove`] takes it down.
 #[derive(Debug)]
-pub struct CpuWeights {
+pub struct CpuShare {
     version: Version,
     /// The cgroup this process was in, where processes still inside go back at removal.
     home: PathBuf,
     dir: PathBuf,
 }
 
-impl CpuWeights {
+impl CpuShare {
     /// Makes the cgroup under this process's own `cpu` cgroup, weighing what `slots` jobs
-    /// started by this process weighed without it, and its levels; first removes those of
-    /// governors that ended.
-    pub fn create(slots: usize) -> Result<CpuWeights, ProbeError> {
+    /// started by this process weighed without it; first removes those of governors that
+    /// ended.
+    pub fn create(slots: usize) -> Result<CpuShare, ProbeError> {
         let (version, home, in_root) = own_dir("cpu")?.ok_or_else(|| {
             ProbeError::Cgroup(
                 "no cpu cgroup controller is mounted (neither cgroup v1 `cpu` nor cgroup v2 with `cpu` available)".into(),
             )
         })?;
         remove_orphans(&home);
-        let weights = CpuWeights {
+        let share = CpuShare {
             version,
             dir: home.join(format!(
                 "{}build{}",
@@ -78,11 +81,11 @@ impl CpuWeights {
             )),
             home,
         };
-        let made = weights.make(build_weight(version, slots, in_root));
+        let made = share.make(build_weight(version, slots, in_root));
         if made.is_err() {
-            weights.remove();
+            share.remove();
         }
-        made.map(|()| weights)
+        made.map(|()| share)
     }
 
     fn make(&self, build_weight: u64) -> Result<(), ProbeError> {
@@ -98,17 +101,7 @@ impl CpuWeights {
         write(
             &self.dir.join(self.weight_file()),
             &build_weight.to_string(),
-        )?;
-        if self.version == Version::V2 {
-            enable_cpu_for_children(&self.dir)?;
-        }
-        for level in 0..LEVELS {
-            let dir = self.level(level);
-            std::fs::create_dir(&dir).map_err(|source| ProbeError::io(&dir, source))?;
-            let level_weight = weight(self.version, i32::from(level), 1);
-            write(&dir.join(self.weight_file()), &level_weight.to_string())?;
-        }
-        Ok(())
+        )
     }
 
     fn weight_file(&self) -> &'static str {
@@ -118,23 +111,39 @@ impl CpuWeights {
         }
     }
 
-    /// The cgroup of priority level `nice` (0 the highest, 19 the lowest): a process moves
-    /// there by writing its id, or 0 for itself, to its `cgroup.procs`.
-    pub fn level(&self, nice: u8) -> PathBuf {
-        self.dir.join(format!("nice-{}", nice.min(LEVELS - 1)))
-    }
-
-    /// The build's cgroup.
+    /// The build's cgroup: a process moves there by writing its id, or 0 for itself, to its
+    /// `cgroup.procs`.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Moves any process still inside back to the cgroup this process was in, and removes
-    /// the levels and the build's cgroup. Errors are ignored: what stays is a leftover the
-    /// next governor removes.
+    /// the build's cgroup. Errors are ignored: what stays is a leftover the next governor
+    /// removes.
     pub fn remove(&self) {
         dismantle(&self.dir, &self.home);
     }
+
+    /// Whether this process runs inside the build's cgroup `dir` already (it inherited it
+    /// from the build command): it reads `/proc/self/cgroup` only, whose paths name the
+    /// cgroup from the hierarchy's root, so the name of `dir` as a component of a line's
+    /// path says so whatever the mount point.
+    pub fn holds_this_process(dir: &Path) -> bool {
+        std::fs::read_to_string("/proc/self/cgroup")
+            .is_ok_and(|membership| names_cgroup(&membership, dir))
+    }
+}
+
+/// Whether `membership` (a `/proc/PID/cgroup`) puts its process in `dir` or below it, by
+/// `dir`'s name, which is the build's own.
+fn names_cgroup(membership: &str, dir: &Path) -> bool {
+    let Some(name) = dir.file_name().and_then(|name| name.to_str()) else {
+        return false;
+    };
+    membership.lines().any(|line| {
+        let path = line.splitn(3, ':').nth(2).unwrap_or("");
+        path.split('/').any(|component| component == name)
+    })
 }
 
 /// What `slots` jobs started by this process weigh together, in `version`'s unit, where the
@@ -188,7 +197,8 @@ fn remove_orphans(home: &Path) {
     }
 }
 
-/// Moves every process of `dir` and its children to `home`, and removes them all. A process
+/// Moves every process of `dir` and its children (the cgroups of earlier versions of headroom
+/// had one per priority level) to `home`, and removes them all. A process
 /// that is exiting stays listed until it is reaped: a few tries, with a bound.
 fn dismantle(dir: &Path, home: &Path) {
     let levels: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -223,12 +233,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn levels_weigh_what_the_kernel_gives_their_niceness() {
+    fn weights_are_what_the_kernel_gives_niceness() {
         assert_eq!(weight(Version::V1, 0, 1), 1024);
         assert_eq!(weight(Version::V2, 0, 1), 100);
         assert_eq!(weight(Version::V1, 19, 1), 15);
         assert_eq!(weight(Version::V2, 19, 1), 1);
-        for nice in 1..i32::from(LEVELS) {
+        for nice in 1..20 {
             assert!(weight(Version::V1, nice, 1) < weight(Version::V1, nice - 1, 1));
             assert!(weight(Version::V2, nice, 1) <= weight(Version::V2, nice - 1, 1));
         }
@@ -242,10 +252,22 @@ mod tests {
         assert_eq!(weight(Version::V1, 40, 1), 15, "beyond 19 is 19");
     }
 
+    #[test]
+    fn a_process_is_in_the_build_cgroup_when_a_path_of_its_membership_names_it() {
+        let dir = Path::new("/sys/fs/cgroup/cpu/user.slice/headroom-cpu-42-build0");
+        let v1 = "12:cpu,cpuacct:/user.slice/headroom-cpu-42-build0\n4:memory:/user.slice\n";
+        let v2 = "0::/user.slice/headroom-cpu-42-build0\n";
+        let below = "0::/user.slice/headroom-cpu-42-build0/inner\n";
+        assert!(names_cgroup(v1, dir) && names_cgroup(v2, dir) && names_cgroup(below, dir));
+        let other = "0::/user.slice/headroom-cpu-42-build01\n12:cpu:/headroom-cpu-7-build0\n";
+        assert!(!names_cgroup(other, dir));
+        assert!(!names_cgroup("", dir));
+    }
+
     /// Makes the cgroup where this machine lets us, or says why the test skips.
-    fn created(slots: usize) -> Option<CpuWeights> {
-        match CpuWeights::create(slots) {
-            Ok(weights) => Some(weights),
+    fn created(slots: usize) -> Option<CpuShare> {
+        match CpuShare::create(slots) {
+            Ok(share) => Some(share),
             Err(err) => {
                 headroom_testkit::skip(
                     "cgroup-cpu",
@@ -257,32 +279,27 @@ mod tests {
     }
 
     #[test]
-    fn the_build_weighs_its_slots_and_its_levels_their_niceness() {
-        let Some(weights) = created(3) else { return };
-        let file = weights.weight_file();
-        let read_weight =
-            |dir: &Path| -> u64 { read(&dir.join(file)).unwrap().trim().parse().unwrap() };
+    fn the_build_weighs_its_slots_and_what_runs_inside_goes_home_at_its_end() {
+        let Some(share) = created(3) else { return };
+        let read_weight = read(&share.dir().join(share.weight_file())).unwrap();
         let in_root = own_dir("cpu").unwrap().unwrap().2;
         assert_eq!(
-            read_weight(weights.dir()),
-            build_weight(weights.version, 3, in_root)
+            read_weight.trim().parse::<u64>().unwrap(),
+            build_weight(share.version, 3, in_root)
         );
-        for level in 0..LEVELS {
-            assert_eq!(
-                read_weight(&weights.level(level)),
-                weight(weights.version, i32::from(level), 1)
-            );
-        }
+        assert!(!CpuShare::holds_this_process(share.dir()));
         // A process inside goes back home when the cgroup is removed.
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id().to_string();
-        write(&weights.level(7).join("cgroup.procs"), &pid).unwrap();
-        weights.remove();
-        assert!(!weights.dir().exists());
-        let home = read(&weights.home.join("cgroup.procs")).unwrap();
+        write(&share.dir().join("cgroup.procs"), &pid).unwrap();
+        let membership = read(Path::new(&format!("/proc/{pid}/cgroup"))).unwrap();
+        assert!(names_cgroup(&membership, share.dir()), "{membership}");
+        share.remove();
+        assert!(!share.dir().exists());
+        let home = read(&share.home.join("cgroup.procs")).unwrap();
         assert!(home.split_whitespace().any(|p| p == pid));
         child.kill().unwrap();
         child.wait().unwrap();
@@ -290,17 +307,17 @@ mod tests {
 
     #[test]
     fn the_cgroups_of_ended_governors_are_removed() {
-        let Some(weights) = created(1) else { return };
+        let Some(share) = created(1) else { return };
         let mut ended = std::process::Command::new("true").spawn().unwrap();
         let dead = ended.id();
         ended.wait().unwrap();
-        let leftover = weights.home.join(format!("{KIND}{dead}-build"));
+        let leftover = share.home.join(format!("{KIND}{dead}-build"));
         std::fs::create_dir(&leftover).unwrap();
         std::fs::create_dir(leftover.join("nice-3")).unwrap();
         let again = created(1).unwrap();
         assert!(!leftover.exists(), "{} is left", leftover.display());
-        assert!(weights.dir().exists(), "a live governor's cgroup stays");
+        assert!(share.dir().exists(), "a live governor's cgroup stays");
         again.remove();
-        weights.remove();
+        share.remove();
     }
 }
