@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use headroom_probe::cgroup;
 use headroom_process::Group;
 use headroom_report::BuildReport;
 pub use headroom_sched::SessionId;
@@ -150,7 +151,7 @@ impl GovernorPlace {
 /// The memory domain this process is in: the memory cgroup it runs in, whose limit (or the
 /// machine's) every process in it shares; `machine` where no cgroup can be read.
 pub(crate) fn memory_domain() -> String {
-    match headroom_probe::cgroup::Cgroup::of_self() {
+    match cgroup::Cgroup::of_self() {
         Ok(Some(cgroup)) => cgroup.dir().display().to_string(),
         _ => "machine".to_string(),
     }
@@ -337,27 +338,8 @@ impl Session {
     /// it happens (`headroom_probe::cpu_share`). Best effort: the shims move the compilers of
     /// a build that starts outside.
     fn start_in_cpu_group(&self, command: &mut Command) {
-        use std::os::unix::ffi::OsStrExt;
-        let Some(procs) = self.cpu_group.as_ref().and_then(|dir| {
-            std::ffi::CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).ok()
-        }) else {
-            return;
-        };
-        let join = move || {
-            // SAFETY: between fork and exec, only async-signal-safe calls (open, write,
-            // close) on a path allocated before the fork.
-            unsafe {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd >= 0 {
-                    libc::write(fd, b"0".as_ptr().cast(), 1);
-                    libc::close(fd);
-                }
-            }
-            Ok(())
-        };
-        // SAFETY: `join` allocates nothing and takes no lock (see above).
-        unsafe {
-            command.pre_exec(join);
+        if let Some(dir) = &self.cpu_group {
+            cgroup::join_before_exec(dir, command, cgroup::Joining::BestEffort);
         }
     }
 

@@ -192,9 +192,9 @@ fn is_executable(path: &Path) -> bool {
 /// A job the governor cannot run yet hears [`Reply::Queued`] within the same round trip, and
 /// its early attempt is ended there: a stopped compiler would hold memory the governor does
 /// not see, for the few milliseconds of work it saves. One admitted with lower-memory flags or
-/// sent to a farm node has its early attempt ended too. Either way it is reaped before the attempt the governor asked for
-/// starts, so only that one writes the job's outputs. Retries start after their answer, as
-/// they always have.
+/// sent to a farm node has its early attempt ended too. Either way it is reaped before the
+/// attempt the governor asked for starts, so only that one writes the job's outputs. Retries
+/// start after their answer, as they always have.
 fn governed(
     stream: UnixStream,
     command: Command,

@@ -200,29 +200,9 @@ impl Cgroup {
     }
 
     /// Makes `command`'s child join this cgroup before it execs, so not one allocation of the
-    /// child escapes the limit.
+    /// child escapes the limit: a child that cannot join does not start.
     pub fn attach(&self, command: &mut Command) {
-        let procs = CString::new(
-            self.dir
-                .join("cgroup.procs")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )
-        .expect("cgroup paths come from the kernel and have no NUL bytes");
-        // SAFETY: the closure only makes raw syscalls (open, write, close) on data prepared
-        // before fork; it allocates nothing and takes no locks.
-        unsafe {
-            command.pre_exec(move || {
-                let fd = rustix::fs::open(
-                    procs.as_c_str(),
-                    rustix::fs::OFlags::WRONLY,
-                    rustix::fs::Mode::empty(),
-                )?;
-                // Writing 0 moves the writing process itself.
-                rustix::io::write(&fd, b"0")?;
-                Ok(())
-            });
-        }
+        join_before_exec(&self.dir, command, Joining::Required);
     }
 
     /// Moves process `pid` into this cgroup.
@@ -259,6 +239,43 @@ impl Drop for Cgroup {
         if self.owned {
             let _ = self.kill_and_rmdir();
         }
+    }
+}
+
+/// Whether a child that cannot join its cgroup starts anyway ([`join_before_exec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Joining {
+    /// It does not start: its spawn fails with the error.
+    Required,
+    /// It starts where it is.
+    BestEffort,
+}
+
+/// Makes `command`'s child join the cgroup `dir` before it execs, so that it and everything
+/// it starts are born there.
+pub fn join_before_exec(dir: &Path, command: &mut Command, joining: Joining) {
+    let procs = CString::new(
+        dir.join("cgroup.procs")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .expect("cgroup paths come from the kernel and have no NUL bytes");
+    // SAFETY: the closure only makes raw syscalls (open, write, close) on data prepared
+    // before fork; it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || {
+            let joined = rustix::fs::open(
+                procs.as_c_str(),
+                rustix::fs::OFlags::WRONLY,
+                rustix::fs::Mode::empty(),
+            )
+            // Writing 0 moves the writing process itself.
+            .and_then(|fd| rustix::io::write(&fd, b"0"));
+            match (joined, joining) {
+                (Err(err), Joining::Required) => Err(err.into()),
+                _ => Ok(()),
+            }
+        });
     }
 }
 
