@@ -30,6 +30,15 @@ impl Need {
             margin: self.margin.min(bytes - floor),
         }
     }
+
+    /// The need of a job that can have no more than `cap` bytes (the whole budget).
+    fn at_most(self, cap: u64) -> Need {
+        let bytes = self.bytes.min(cap);
+        Need {
+            bytes,
+            margin: self.margin.min(bytes),
+        }
+    }
 }
 
 /// What jobs planned together need: their expected bytes add up and their margins pool.
@@ -156,11 +165,15 @@ impl Plan {
     }
 
     /// Whether `outlook` fits next to everything planned, in every slice, within `budget`.
+    /// A job that needs more than the whole budget is planned at the budget: at its peak it
+    /// has the budget to itself, which is all it can have, and it may still start in the last
+    /// moments of others if its peak comes after they end (an nvcc job whose cicc peaks a
+    /// fifth into its life, after the kernel before it).
     pub(crate) fn fits(&self, outlook: &Outlook<'_>, budget: u64) -> bool {
         self.slices
             .iter()
             .zip(self.each_slice(outlook))
-            .all(|(planned, needed)| planned.with(needed).bytes() <= budget)
+            .all(|(planned, needed)| planned.with(needed.at_most(budget)).bytes() <= budget)
     }
 
     pub(crate) fn add(&mut self, outlook: &Outlook<'_>) {
@@ -223,6 +236,28 @@ mod tests {
     }
 
     #[test]
+    fn a_job_larger_than_the_budget_starts_if_its_peak_comes_after_the_others_end() {
+        let profile = late_peak();
+        let larger_than_the_budget = Outlook::Timed {
+            profile: &profile,
+            progress: 0.0,
+            peak: Need {
+                bytes: 6 * GB,
+                margin: GB / 2,
+            },
+            floor: 0,
+            slack: 0.1,
+        };
+        let candidates = || std::iter::once(larger_than_the_budget);
+        // Ends within 20 s even at its slack, long before the new job peaks at 68 s or later.
+        let ending = Plan::new(&[at(&profile, 90.0, 4 * GB)], candidates());
+        assert!(ending.fits(&larger_than_the_budget, 5 * GB));
+        // A job that may still run at the new one's peak, however little it then holds.
+        let young = Plan::new(&[at(&profile, 5.0, GB / 2)], candidates());
+        assert!(!young.fits(&larger_than_the_budget, 5 * GB));
+    }
+
+    #[test]
     fn a_job_past_its_expected_end_needs_nothing_later() {
         let profile = late_peak();
         let ended = at(&profile, 200.0, 0);
@@ -241,8 +276,11 @@ mod tests {
         assert!(plan.fits(&ninth, 9_300_000_000));
         assert!(!plan.fits(&ninth, 9_299_000_000));
         // One job alone keeps its whole margin; what a job surely holds carries none.
-        let one = Plan::new(&[], std::iter::empty());
-        assert!(!one.fits(&ninth, GB + GB / 10 - 1));
+        let alone = Total::default().with(Need {
+            bytes: GB + GB / 10,
+            margin: GB / 10,
+        });
+        assert_eq!(alone.bytes(), GB + GB / 10);
         let held = Need {
             bytes: GB,
             margin: GB / 10,

@@ -24,7 +24,8 @@
 //!
 //! Safety net: when what the jobs really use nears the budget, the youngest running job is
 //! suspended (its growth stops) and resumed when there is room again; once stopped jobs hold a
-//! quarter of the budget, the youngest of them is killed and requeued instead; past the budget,
+//! quarter of the budget, the youngest of them is killed and requeued instead (unless it has
+//! done much of the work, or the jobs beside it have all passed their peaks); past the budget,
 //! or when the machine itself is nearly out, the youngest job is killed and requeued. The
 //! oldest running job is never suspended or killed, so the build always makes progress.
 
@@ -520,9 +521,9 @@ impl Scheduler {
         if self.used() as f64 >= self.thresholds.suspend_at * budget {
             // Stopped jobs keep their memory: past a quarter of the budget, stopping more
             // only trades progress for nothing, so the youngest stopped job gives its memory
-            // back and starts again later with what it was seen to need; but not one that
-            // would lose too much (`loses_too_much`): it stays stopped until the jobs ahead
-            // of it finish.
+            // back and starts again later with what it was seen to need; but not one whose
+            // work is worth more than that (`gives_back_for_something`): it stays stopped
+            // until the jobs ahead of it finish or fall.
             let held: u64 = self
                 .running
                 .iter()
@@ -533,7 +534,7 @@ impl Scheduler {
                 .running
                 .iter()
                 .rposition(|job| job.suspended)
-                .filter(|&i| i > 0 && !self.loses_too_much(&self.running[i]));
+                .filter(|&i| i > 0 && self.gives_back_for_something(i));
             if let Some(index) = youngest_suspended.filter(|_| held > self.limits.budget / 4) {
                 self.kill_and_requeue(index, actions);
                 return;
@@ -817,6 +818,20 @@ impl Scheduler {
             .find(|job| job.compiles_here())
             .map_or(0.0, |job| job.cpu_seconds);
         job.cpu_seconds > oldest / 2.0 && job.cpu_seconds > LITTLE_WORK
+    }
+
+    /// Whether killing stopped job `index` to take its memory back is worth its work: not when
+    /// it would lose too much (`loses_too_much`), nor when every job running beside it has
+    /// passed its peak phase. Their memory falls from then on, so the stopped job will have
+    /// room by waiting (a kernel started in the tail of another of its size, whose cicc rose
+    /// before the other's tail fell).
+    fn gives_back_for_something(&self, index: usize) -> bool {
+        let room_is_coming = self
+            .running
+            .iter()
+            .enumerate()
+            .all(|(i, job)| i == index || job.fell_at.is_some());
+        !room_is_coming && !self.loses_too_much(&self.running[index])
     }
 
     /// Whether a job predicted by the default waits for a running job of its group to show
@@ -1138,6 +1153,36 @@ mod tests {
         // Every job is 20 CPU seconds in: as far along as the oldest, but little to lose.
         let mut s = three_jobs_two_stopped([20.0; 3]);
         assert_eq!(s.decide(None), vec![Action::Kill(3)]);
+    }
+
+    /// Two jobs predicted at 2 GiB on a 5 GiB budget: job 1 seen at 4 GiB and then at
+    /// `job_1_now`, job 2 growing to `job_2_now`, into the budget's last margin, which stops it.
+    fn a_job_stopped_beside_one(job_1_now: u64, job_2_now: u64) -> Scheduler {
+        let mut s = Scheduler::new(Limits {
+            budget: 5 * GIB,
+            slots: 2,
+        });
+        s.submit(1, SESSION, Estimate::flat(2 * GIB), false);
+        s.submit(2, SESSION, Estimate::flat(2 * GIB), false);
+        assert_eq!(starts(&s.decide(None)), vec![1, 2]);
+        s.observe(1, 4 * GIB, 20.0);
+        s.observe(1, job_1_now, 40.0);
+        s.observe(2, job_2_now, 10.0);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        s
+    }
+
+    #[test]
+    fn a_stopped_job_waits_for_the_room_that_jobs_past_their_peaks_will_free() {
+        // Job 1 fell to 1.5 GiB from its 4 GiB peak: it only gives memory back from here.
+        // Job 2 holds over a quarter of the budget, and keeps it, stopped, with its work.
+        let mut s = a_job_stopped_beside_one(GIB + GIB / 2, 3 * GIB + GIB / 4);
+        assert_eq!(s.decide(None), vec![]);
+        s.remove(1);
+        assert_eq!(s.decide(None), vec![Action::Resume(2)]);
+        // Had job 1 still been near its peak, job 2 would have given its memory back.
+        let mut s = a_job_stopped_beside_one(3 * GIB + GIB / 4, GIB + GIB / 2);
+        assert_eq!(s.decide(None), vec![Action::Kill(2)]);
     }
 
     #[test]
