@@ -7,7 +7,9 @@
 //! the job still starts if it fits in every slice of the future (`plan`): its peak comes when
 //! the others' have passed. Smaller jobs may overtake a queued job that does not fit, but only
 //! a bounded number of times, so large jobs never starve behind a stream of small ones. A job
-//! bigger than the whole budget runs alone, once nothing runs (farmed jobs included). Jobs
+//! bigger than the whole budget has it to itself at its peak: without a profile it starts once
+//! nothing runs (farmed jobs included), with one it may start where the others end before its
+//! peak comes. Jobs
 //! whose length is known from their profile queue longest first, counting with each job the
 //! work that waited on it in an earlier build (`chain`), and each job starts at a CPU niceness
 //! that grows with how far its path is from the longest one, so that when jobs want more cores
@@ -238,18 +240,29 @@ impl Running {
     /// Jobs of a group differ in length more than in shape, so a job that follows a profile
     /// borrowed from another job of its group, and has fallen from its own peak, is placed
     /// along that profile by lining up where the two left their peaks, and never back in the
-    /// profile's peak phase.
+    /// profile's peak phase. The rest of such a profile is planned as it is, without the
+    /// configured slack, which guesses at how far the group's jobs differ: if the job runs
+    /// longer, one started in its tail is stopped before their needs meet, and waits there
+    /// with its work, since this one only gives memory back (`gives_back_for_something`).
     fn outlook(&self, slack: f64) -> Outlook<'_> {
         let estimate = self.local_estimate();
-        let progress = match (&estimate.profile, self.fell_at) {
+        let (progress, slack_ahead) = match (&estimate.profile, self.fell_at) {
             (Some(profile), Some(fell_at))
                 if estimate.borrowed_profile && below_peak_phase(self.current, self.peak) =>
             {
                 // Past the profile's peak phase even at the far end of the timing slack.
                 let profile_fell = profile.fell_below_peak_at(PEAK_PASSED);
-                (self.cpu_seconds * profile_fell / fell_at).max(profile_fell * (1.0 + slack))
+                let progress =
+                    (self.cpu_seconds * profile_fell / fell_at).max(profile_fell * (1.0 + slack));
+                // Once past the profile's end, what it holds is planned with the slack again.
+                let ahead = if progress < profile.cpu_seconds() {
+                    0.0
+                } else {
+                    slack
+                };
+                (progress, ahead)
             }
-            _ => self.cpu_seconds,
+            _ => (self.cpu_seconds, slack),
         };
         match &estimate.profile {
             Some(profile)
@@ -260,7 +273,7 @@ impl Running {
                     progress,
                     peak: self.local_estimate().need().at_least(self.peak),
                     floor: self.current,
-                    slack,
+                    slack: slack_ahead,
                 }
             }
             _ => Outlook::Flat(self.reservation()),
@@ -1325,6 +1338,44 @@ mod tests {
         // its peak, so it is in the profile's tail, not off the map needing its peak again.
         s.observe(1, 3 * GIB, 40.0);
         s.observe(1, GIB, 150.0);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn the_tail_of_a_borrowed_profile_is_planned_without_the_slack() {
+        // A 100 s profile that rises for 12.5 s, peaks until 25 s, then holds a third.
+        let slices: Vec<u64> = (0..16)
+            .map(|i| match i {
+                0 => 5,
+                1 => 10,
+                2 | 3 => 30,
+                _ => 10,
+            })
+            .collect();
+        let kernel = Estimate {
+            peak: 3 * GIB,
+            margin: 0,
+            profile: Profile::new(crate::profile::ran(100.0, 100.0), &slices),
+            waiting_seconds: 0.0,
+            borrowed_profile: true,
+            learning_group: None,
+        };
+        let mut s = Scheduler::new(Limits {
+            budget: 3 * GIB + GIB / 2,
+            slots: 2,
+        });
+        s.submit(1, SESSION, kernel.clone(), false);
+        s.submit(2, SESSION, kernel, false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        // Job 1 peaked and fell 30 CPU seconds in, where the profile falls at 25: 90 s in,
+        // it is 75 s along the profile, and its tail may still be there when job 2 peaks.
+        s.observe(1, 3 * GIB, 20.0);
+        s.observe(1, GIB, 30.0);
+        s.observe(1, GIB, 90.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // 95 s along, it ends before job 2's peak; with the 20% slack on its tail it might
+        // not have until 120 s along.
+        s.observe(1, GIB, 114.0);
         assert_eq!(starts(&s.decide(None)), vec![2]);
     }
 
