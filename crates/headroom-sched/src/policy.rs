@@ -766,6 +766,7 @@ impl Scheduler {
                 let outlook = candidate.estimate.outlook(slack_for(&candidate.estimate));
                 plan.get_or_insert_with(|| self.plan(slack_for))
                     .fits(&outlook, budget)
+                    || self.may_start_in_falling_tails(&candidate.estimate)
             };
             if fits {
                 let longest_path = *longest_path.get_or_insert_with(|| self.longest_path());
@@ -845,6 +846,24 @@ impl Scheduler {
             .enumerate()
             .all(|(i, job)| i == index || job.fell_at.is_some());
         !room_is_coming && !self.loses_too_much(&self.running[index])
+    }
+
+    /// Whether a job that no plan fits may start anyway because every job running here has
+    /// passed its peak phase and holds less than 3/4 of it: their memory only falls from
+    /// here, so the worst that can happen is that the safety net stops the new job before
+    /// their needs meet, and it waits there with its work (`gives_back_for_something`), where
+    /// it would otherwise have waited with none. Only for a job that does not know its own
+    /// profile: one that does is placed by the plan better than by a stop (a cold kernel,
+    /// whose group's jobs differ in length, starts in the tail of the one before it).
+    fn may_start_in_falling_tails(&self, estimate: &Estimate) -> bool {
+        let knows_its_profile = estimate.profile.is_some() && !estimate.borrowed_profile;
+        !knows_its_profile
+            && self.running.iter().all(|job| {
+                job.compiles_here()
+                    && !job.suspended
+                    && job.fell_at.is_some()
+                    && below_peak_phase(job.current, job.peak)
+            })
     }
 
     /// Whether a job predicted by the default waits for a running job of its group to show
@@ -1341,9 +1360,9 @@ mod tests {
         assert_eq!(starts(&s.decide(None)), vec![2]);
     }
 
-    #[test]
-    fn the_tail_of_a_borrowed_profile_is_planned_without_the_slack() {
-        // A 100 s profile that rises for 12.5 s, peaks until 25 s, then holds a third.
+    /// A 3 GiB job of 100 s that rises for 12.5 s, peaks until 25 s, then holds a third:
+    /// along a profile borrowed from its group, or along its own.
+    fn kernel(borrowed_profile: bool) -> Estimate {
         let slices: Vec<u64> = (0..16)
             .map(|i| match i {
                 0 => 5,
@@ -1352,21 +1371,32 @@ mod tests {
                 _ => 10,
             })
             .collect();
-        let kernel = Estimate {
+        Estimate {
             peak: 3 * GIB,
             margin: 0,
             profile: Profile::new(crate::profile::ran(100.0, 100.0), &slices),
             waiting_seconds: 0.0,
-            borrowed_profile: true,
+            borrowed_profile,
             learning_group: None,
-        };
+        }
+    }
+
+    /// A kernel along a borrowed profile runs on a 3.5 GiB budget, where `second` fits beside
+    /// it only once its tail has ended: `second` waits.
+    fn a_kernel_then(second: Estimate) -> Scheduler {
         let mut s = Scheduler::new(Limits {
             budget: 3 * GIB + GIB / 2,
             slots: 2,
         });
-        s.submit(1, SESSION, kernel.clone(), false);
-        s.submit(2, SESSION, kernel, false);
+        s.submit(1, SESSION, kernel(true), false);
+        s.submit(2, SESSION, second, false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
+        s
+    }
+
+    #[test]
+    fn the_tail_of_a_borrowed_profile_is_planned_without_the_slack() {
+        let mut s = a_kernel_then(kernel(false));
         // Job 1 peaked and fell 30 CPU seconds in, where the profile falls at 25: 90 s in,
         // it is 75 s along the profile, and its tail may still be there when job 2 peaks.
         s.observe(1, 3 * GIB, 20.0);
@@ -1377,6 +1407,24 @@ mod tests {
         // not have until 120 s along.
         s.observe(1, GIB, 114.0);
         assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn a_job_without_its_own_profile_starts_in_the_tails_of_jobs_past_their_peaks() {
+        let mut s = a_kernel_then(kernel(true));
+        // Job 1 at its peak: job 2 waits.
+        s.observe(1, 3 * GIB, 20.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // Job 1 has fallen, though its tail will still be there when job 2 peaks: job 2
+        // starts all the same.
+        s.observe(1, GIB, 30.0);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+        // Job 2 meets job 1's tail: it is stopped, and keeps its work until job 1 has ended.
+        s.observe(2, 2 * GIB + GIB / 2, 10.0);
+        assert_eq!(s.decide(None), vec![Action::Suspend(2)]);
+        assert_eq!(s.decide(None), vec![]);
+        s.remove(1);
+        assert_eq!(s.decide(None), vec![Action::Resume(2)]);
     }
 
     #[test]
