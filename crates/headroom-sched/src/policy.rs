@@ -236,6 +236,12 @@ impl Running {
         self.local_share.is_none()
     }
 
+    /// Whether the job has fallen from its highest use to below its peak phase and stays
+    /// there: a compiler's memory falls once its heaviest pass is done.
+    fn past_its_peak(&self) -> bool {
+        self.fell_at.is_some() && below_peak_phase(self.current, self.peak)
+    }
+
     /// What the job is expected to need over the rest of its life. A job that has used more
     /// CPU time than its profile allows for is off the map: it reserves its peak to the end.
     /// Jobs of a group differ in length more than in shape, so a job that follows a profile
@@ -248,9 +254,7 @@ impl Running {
     fn outlook(&self, slack: f64) -> Outlook<'_> {
         let estimate = self.local_estimate();
         let (progress, slack_ahead) = match (&estimate.profile, self.fell_at) {
-            (Some(profile), Some(fell_at))
-                if estimate.borrowed_profile && below_peak_phase(self.current, self.peak) =>
-            {
+            (Some(profile), Some(fell_at)) if estimate.borrowed_profile && self.past_its_peak() => {
                 // Past the profile's peak phase even at the far end of the timing slack.
                 let profile_fell = profile.fell_below_peak_at(PEAK_PASSED);
                 let progress =
@@ -845,7 +849,7 @@ impl Scheduler {
             .running
             .iter()
             .enumerate()
-            .all(|(i, job)| i == index || job.fell_at.is_some());
+            .all(|(i, job)| i == index || job.past_its_peak());
         !room_is_coming && !self.loses_too_much(&self.running[index])
     }
 
@@ -859,12 +863,10 @@ impl Scheduler {
     fn may_start_in_falling_tails(&self, estimate: &Estimate) -> bool {
         let knows_its_profile = estimate.profile.is_some() && !estimate.borrowed_profile;
         !knows_its_profile
-            && self.running.iter().all(|job| {
-                job.compiles_here()
-                    && !job.suspended
-                    && job.fell_at.is_some()
-                    && below_peak_phase(job.current, job.peak)
-            })
+            && self
+                .running
+                .iter()
+                .all(|job| job.compiles_here() && !job.suspended && job.past_its_peak())
     }
 
     /// Whether a job predicted by the default waits for a running job of its group to show
