@@ -9,11 +9,14 @@
 #   - per exec of a program that is not a compiler (quiet host only): a shell loop of 1,000
 #     `/bin/true`, with the interceptor preloaded and with LD_PRELOAD removed. `true` never
 #     starts a program, so it starts without the interceptor; `nproc` is not on that list and
-#     loads it, as any program that might start a compiler does.
+#     loads it, as any program that might start a compiler does;
+#   - the floor (quiet and busy): one start of a static glibc `true` against one of a `true`
+#     built without a C library (nolibc-true.c). The shim is a glibc program, so it pays the
+#     first on every compiler call; the difference is glibc's own start-up on this host.
 # Each pair runs alternated (alternate.py), with the build's history on, as a build has it.
 # The load is a plain `make -j2` of examples/template-heavy's light units, rebuilt in a loop
 # outside headroom from before the loaded rows start until they end.
-# Usage: bench/build/interception-cost.sh [RUNS]   (needs python3, make, g++, a release build)
+# Usage: bench/build/interception-cost.sh [RUNS]   (needs python3, make, cc, g++, a release build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-300}
@@ -38,6 +41,9 @@ ln -s "$true_bin" "$work/cc"
 ln -s "$true_bin" "$work/direct-true"
 ln -s "$gxx" "$work/g++"
 ln -s "$gxx" "$work/direct-gxx"
+echo 'int main(void) { return 0; }' > "$work/glibc-true.c"
+cc -O2 -static -o "$work/glibc-true" "$work/glibc-true.c"
+cc -O2 -nostdlib -static -o "$work/nolibc-true" bench/build/nolibc-true.c
 cp -r examples/template-heavy "$work/load"
 bench=$PWD/bench/build
 
@@ -51,6 +57,8 @@ GAP_MS=100 python3 "$bench/alternate.py" $((runs / 3 + 1)) \$phase-true-apart.js
   direct="$work/direct-true" governed="$work/cc"
 python3 "$bench/alternate.py" $runs \$phase-gpp.json \
   direct="$work/direct-gxx -c trivial.cpp -o trivial.o" governed="$work/g++ -c trivial.cpp -o trivial.o"
+python3 "$bench/alternate.py" $runs \$phase-floor.json \
+  direct-unpreloaded="$work/nolibc-true" governed-unpreloaded="$work/glibc-true"
 [ "\${2:-}" = exec ] || exit 0
 python3 "$bench/alternate.py" $((runs / 10 + 5)) \$phase-exec.json \
   direct-unpreloaded="sh -c 'for i in \\\$(seq 1000); do /bin/true; done'" \
@@ -82,7 +90,9 @@ rows = (("true", "`true` by a compiler's name (overhead alone)", 1, "ms", 1e3),
         ("gpp", "g++ -c trivial.cpp (`int main(){}`)", 1, "ms", 1e3),
         ("exec", "one exec of `/bin/true` (loop of 1,000)", 1000, "µs", 1e6),
         ("exec-loading", "one exec of `nproc`, which loads the interceptor (loop of 1,000)",
-         1000, "µs", 1e6))
+         1000, "µs", 1e6),
+        ("floor", "floor: a program's start, without a C library (direct) and with static "
+         "glibc (governed column); neither is a compiler", 1, "ms", 1e3))
 print("| host | what | direct | governed | overhead | ratio |")
 print("|---|---|---:|---:|---:|---:|")
 for phase in ("quiet", "busy"):
