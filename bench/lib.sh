@@ -20,3 +20,37 @@ release_headroom() {
         headroom=target/release/headroom
     fi
 }
+
+# pypi_download PROJECT FILE SHA256 DIR: puts FILE of PROJECT's release files into DIR,
+# checked against SHA256, unless a copy with that hash is there already. The file comes from
+# the package index pip is configured with (PIP_INDEX_URL, pip's config, else PyPI), by its
+# simple page, since sdists whose setup.py imports torch cannot go through `pip download`.
+# Downloaded beside the target first, so an interrupted download never passes as done.
+pypi_download() {
+    local project=$1 name=$2 sha=$3 dir=$4 index url
+    if [ -f "$dir/$name" ] && echo "$sha  $dir/$name" | sha256sum --check --status; then
+        return
+    fi
+    index=${PIP_INDEX_URL:-$(pip config get global.index-url 2>/dev/null ||
+        python3 -c 'from pip._internal.models.index import PyPI; print(PyPI.simple_url)')}
+    url=$(python3 - "${index%/}/$project/" "$name" <<'PY'
+import re, sys, urllib.parse, urllib.request
+page, name = sys.argv[1], sys.argv[2]
+html = urllib.request.urlopen(page).read().decode()
+for href in re.findall(r'href="([^"]+)"', html):
+    url = urllib.parse.urljoin(page, href.split("#")[0])
+    if url.rsplit("/", 1)[-1] == name:
+        print(url)
+        sys.exit(0)
+sys.exit(f"{name} is not listed on {page}")
+PY
+)
+    mkdir -p "$dir"
+    curl --fail --location --retry 3 --silent --show-error --output "$dir/$name.part" "$url"
+    if ! echo "$sha  $dir/$name.part" | sha256sum --check --status; then
+        rm -f "$dir/$name.part"
+        echo "$name does not have sha256 $sha" >&2
+        exit 1
+    fi
+    mv "$dir/$name.part" "$dir/$name"
+}

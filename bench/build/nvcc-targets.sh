@@ -7,6 +7,7 @@
 # Usage: bench/build/nvcc-targets.sh   (needs the toolchain of .ci/cuda.sh, a release build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/lib.sh
 headroom=${HEADROOM:-$PWD/target/release/headroom}
 [ -x "$headroom" ] || { echo "needs $headroom: cargo build --release -p headroom"; exit 2; }
 env_dir="${HEADROOM_CUDA_ENV:-$HOME/.cache/headroom-ci}"
@@ -17,27 +18,7 @@ export PATH=$env_dir/cuda-home/bin:$PATH
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/headroom-bench/causal-conv1d
 name=causal_conv1d-1.7.0.tar.gz
 sha=3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b
-mkdir -p "$cache"
-if ! echo "$sha  $cache/$name" | sha256sum --check --status 2>/dev/null; then
-  index=${PIP_INDEX_URL:-$(pip config get global.index-url 2>/dev/null ||
-      python3 -c 'from pip._internal.models.index import PyPI; print(PyPI.simple_url)')}
-  url=$(python3 - "${index%/}/causal-conv1d/" "$name" <<'PY'
-import re, sys, urllib.parse, urllib.request
-page, name = sys.argv[1], sys.argv[2]
-html = urllib.request.urlopen(page).read().decode()
-for href in re.findall(r'href="([^"]+)"', html):
-    url = urllib.parse.urljoin(page, href.split("#")[0])
-    if url.rsplit("/", 1)[-1] == name:
-        print(url)
-        sys.exit(0)
-sys.exit(f"nvcc-targets.sh: {name} is not listed on {page}")
-PY
-)
-  curl --fail --location --retry 3 --silent --show-error --output "$cache/$name.part" "$url"
-  echo "$sha  $cache/$name.part" | sha256sum --check --status ||
-    { rm -f "$cache/$name.part"; echo "nvcc-targets.sh: $name does not have sha256 $sha" >&2; exit 1; }
-  mv "$cache/$name.part" "$cache/$name"
-fi
+pypi_download causal-conv1d "$name" "$sha" "$cache"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tar -xzf "$cache/$name" -C "$work"

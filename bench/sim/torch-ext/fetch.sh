@@ -7,6 +7,7 @@
 # The torch wheel is 540 MB; a copy already in CACHE/dl with the right hash is used as is.
 # Usage: bench/sim/torch-ext/fetch.sh [CACHE]   (default ~/.cache/headroom-bench/torch-ext)
 set -euo pipefail
+source "$(dirname "$0")/../../lib.sh"
 cache=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/headroom-bench/torch-ext}
 mkdir -p "$cache/dl" "$cache/src"
 
@@ -19,43 +20,10 @@ files=(
     "torch-cluster torch_cluster-1.6.3.tar.gz 78d5a930a5bbd0d8788df8c6d66addd68d6dd292fe3edb401e3dacba26308152"
     "torch torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl 48c2d861134c0b5697c7602cb5ffa68f62a2989fdcd1717e593356f67996ca1e"
 )
-index=${PIP_INDEX_URL:-$(pip config get global.index-url 2>/dev/null ||
-    python3 -c 'from pip._internal.models.index import PyPI; print(PyPI.simple_url)')}
-
-# url_of PROJECT FILE: the download link of FILE on PROJECT's page of the simple index.
-url_of() {
-    python3 - "${index%/}/$1/" "$2" <<'PY'
-import re, sys, urllib.parse, urllib.request
-page, name = sys.argv[1], sys.argv[2]
-html = urllib.request.urlopen(page).read().decode()
-for href in re.findall(r'href="([^"]+)"', html):
-    url = urllib.parse.urljoin(page, href.split("#")[0])
-    if url.rsplit("/", 1)[-1] == name:
-        print(url)
-        sys.exit(0)
-sys.exit(f"fetch.sh: {name} is not listed on {page}")
-PY
-}
-
-# verified FILE SHA256: whether FILE exists and has that hash.
-verified() {
-    [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status
-}
-
 for entry in "${files[@]}"; do
     read -r project name sha <<<"$entry"
     file=$cache/dl/$name
-    if ! verified "$file" "$sha"; then
-        url=$(url_of "$project" "$name")
-        # Downloaded beside the target first, so an interrupted download never passes as done.
-        curl --fail --location --retry 3 --silent --show-error --output "$file.part" "$url"
-        if ! verified "$file.part" "$sha"; then
-            rm -f "$file.part"
-            echo "fetch.sh: $name does not have sha256 $sha" >&2
-            exit 1
-        fi
-        mv "$file.part" "$file"
-    fi
+    pypi_download "$project" "$name" "$sha" "$cache/dl"
     case $file in
     *.tar.gz)
         dir=$cache/src/$(basename "$file" .tar.gz)
