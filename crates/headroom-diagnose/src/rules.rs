@@ -265,6 +265,17 @@ parallelism (MAX_JOBS, `-j`), build fewer architectures per job (TORCH_CUDA_ARCH
 CMAKE_CUDA_ARCHITECTURES), or pass `--threads 1` to nvcc",
     },
     Rule {
+        name: "nvcc-threads-killed",
+        kind: Kind::CompilerKilled,
+        // nvcc building several targets at once (`--threads`) reports a cicc or ptxas that
+        // the OOM killer ended with the shell's bare `Killed` and exits 255
+        // (bench/build/nvcc-targets.sh, nvcc 13.2 under a memory cgroup).
+        pattern: r"(?m)^\s*Killed\s*$",
+        advice: "a process the compiler ran was killed (SIGKILL), most likely by the OOM \
+killer: lower the build's parallelism (MAX_JOBS, `-j`), or for nvcc pass `--threads 1`, which \
+builds its targets one at a time",
+    },
+    Rule {
         name: "clang-killed",
         kind: Kind::CompilerKilled,
         pattern: r"clang(?:\+\+)?(?:-\d+)?: error: unable to execute command: Killed",
