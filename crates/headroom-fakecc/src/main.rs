@@ -8,7 +8,8 @@
 //! - `--cpu-ms MILLIS`: once at its memory, burn MILLIS of CPU time on `--threads` threads
 //!   (default 1), as a compiler's code generation would: under contention it takes longer;
 //! - `--oom-unless=FLAG`: print gcc's "virtual memory exhausted" and exit 1 unless FLAG is
-//!   among the arguments (to exercise the lower-memory flag ladder);
+//!   among the arguments, or for a FLAG of several words (`--threads 1`) those words in a row
+//!   (to exercise the lower-memory flag ladder);
 //! - `--fail-once MARKER`: the first run (when MARKER does not exist) creates MARKER and dies
 //!   like a kernel OOM kill (SIGKILL on itself) once it reached its memory;
 //! - `-E`: preprocess, as distcc's client asks of a compiler before it sends the job to a
@@ -59,7 +60,11 @@ fn main() {
         .or_else(|| number("--ms"))
         .unwrap_or(100);
     if let Some(flag) = args.iter().find_map(|a| a.strip_prefix("--oom-unless=")) {
-        if !args.iter().any(|a| a == flag) {
+        let words: Vec<&str> = flag.split(' ').collect();
+        let given = args
+            .windows(words.len())
+            .any(|run| run.iter().map(String::as_str).eq(words.iter().copied()));
+        if !given {
             eprintln!(
                 "cc1plus: out of memory allocating 1048576 bytes after a total of {mem_mib} MiB"
             );

@@ -6,13 +6,13 @@ use std::ffi::OsString;
 
 use headroom_farm::{FarmStyle, Farming};
 
-use super::{Family, ResponseFiles};
+use super::{Family, Ladder, ResponseFiles};
 
 pub const FAMILY: Family = Family {
     name: "example",
     programs: &["examplecc"],
     programs_without_version: &["examplecc.fast"],
-    gcc_flags: true,
+    ladder: Ladder::GccFlags,
     response_files: ResponseFiles::Lines,
     farming: Some(Farming {
         style: FarmStyle::Gcc,

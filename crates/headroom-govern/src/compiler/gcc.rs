@@ -3,13 +3,13 @@
 
 use headroom_farm::{FarmStyle, Farming};
 
-use super::{probe, Family, ResponseFiles};
+use super::{probe, Family, Ladder, ResponseFiles};
 
 pub const FAMILY: Family = Family {
     name: "gcc/clang",
     programs: &["gcc", "g++", "cc", "c++", "clang", "clang++"],
     programs_without_version: &[],
-    gcc_flags: true,
+    ladder: Ladder::GccFlags,
     response_files: ResponseFiles::Libiberty,
     farming: Some(Farming {
         style: FarmStyle::Gcc,

@@ -1,13 +1,13 @@
 //! hipcc, ROCm's compiler driver: it runs clang (a family of its own, governed by name), and
 //! no farm engine carries it.
 
-use super::{probe, Family, ResponseFiles};
+use super::{probe, Family, Ladder, ResponseFiles};
 
 pub const FAMILY: Family = Family {
     name: "hipcc",
     programs: &["hipcc"],
     programs_without_version: &[],
-    gcc_flags: false,
+    ladder: Ladder::None,
     response_files: ResponseFiles::Libiberty,
     farming: None,
     inner_tools: &[],

@@ -1,7 +1,7 @@
 //! Compiler families, one file each, in the manner of sccache's `compiler/`: every question
 //! headroom asks about a compiler is answered by its family's [`Family`] value, and nowhere
-//! else. Its names (with target prefixes and versions), which calls are probes, whether the
-//! flag ladder's gcc flags apply, how it reads `@file`s, whether and how a farm carries its
+//! else. Its names (with target prefixes and versions), which calls are probes, which rungs
+//! of the flag ladder apply, how it reads `@file`s, whether and how a farm carries its
 //! compiles, and the inner tools it runs.
 //!
 //! The interceptor (`intercept/compiler_names.c`) decides on each exec whether a program is a
@@ -13,6 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use headroom_farm::Farming;
+use headroom_sched::ladder::Rung;
 
 #[cfg(test)]
 mod example;
@@ -37,9 +38,8 @@ pub struct Family {
     pub programs: &'static [&'static str],
     /// Program names that take a target prefix but no version (`ld.gold`).
     pub programs_without_version: &'static [&'static str],
-    /// Whether the family takes gcc's flags (`-O2`, `-g`, `--param`), so the flag ladder,
-    /// whose rungs are gcc flags, applies to its jobs.
-    pub gcc_flags: bool,
+    /// Which rungs of the lower-memory flag ladder apply to its jobs.
+    pub ladder: Ladder,
     /// How it reads `@file` arguments.
     pub response_files: ResponseFiles,
     /// How a farm carries its compiles; `None`: its jobs stay on this machine.
@@ -50,6 +50,34 @@ pub struct Family {
     /// Whether a call only asks the compiler about itself (`--version`): such a call runs at
     /// once, neither a job nor waiting for admission.
     pub is_probe: fn(&[OsString]) -> bool,
+}
+
+/// Which rungs of the lower-memory flag ladder (`--lower-flags`) a family's jobs climb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ladder {
+    /// The configured ladder, whose rungs are gcc flags (`-O2`, `-g`, `--param`).
+    GccFlags,
+    /// nvcc's own rung: one target at a time (`--threads 1`) for a job that builds several
+    /// at once, each in a cicc of its own. The object is the same; the peak falls to one
+    /// target's (`bench/build/nvcc-targets.sh`: 1.9× less at two targets, 2.9× at three).
+    NvccThreads,
+    /// None: no flag of the family is known to lower its memory.
+    None,
+}
+
+impl Ladder {
+    /// The rungs a job with `args` climbs, given the `configured` ladder (empty when the
+    /// ladder is off, which turns off the family's own rungs too).
+    pub fn rungs(self, args: &[String], configured: &[Rung]) -> Vec<Rung> {
+        if configured.is_empty() {
+            return Vec::new();
+        }
+        match self {
+            Ladder::GccFlags => configured.to_vec(),
+            Ladder::NvccThreads => nvcc::one_target_at_a_time(args).into_iter().collect(),
+            Ladder::None => Vec::new(),
+        }
+    }
 }
 
 /// Every family headroom knows, each from its own file.

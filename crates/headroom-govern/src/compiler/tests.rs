@@ -163,7 +163,11 @@ fn target_prefixed_and_versioned_gcc_and_clang_get_the_ladder_and_the_farm() {
     ] {
         let family = family_of(name).unwrap_or_else(|| panic!("{name} has a family"));
         assert_eq!(family.name, "gcc/clang", "{name}");
-        assert!(family.gcc_flags, "{name} takes the flag ladder");
+        assert_eq!(
+            family.ladder,
+            Ladder::GccFlags,
+            "{name} takes the flag ladder"
+        );
         for engine in engines() {
             assert!(
                 farmed(&engine, name, "-O2 -c a.cpp -o a.o"),
@@ -192,8 +196,8 @@ fn names_with_another_prefix_are_governed_but_of_no_family() {
         "c++filt",
     ] {
         assert!(
-            !family_of(name).is_some_and(|f| f.gcc_flags),
-            "{name} takes no ladder"
+            !family_of(name).is_some_and(|f| f.ladder == Ladder::GccFlags),
+            "{name} takes no gcc flags"
         );
     }
 }
@@ -266,7 +270,7 @@ fn a_family_in_one_file_answers_every_question() {
     assert!(!is_probe("examplecc", &os_args("--version")));
     assert!(is_probe("g++", &os_args("--version")));
     // Its flags: the ladder applies.
-    assert!(family_of("examplecc").unwrap().gcc_flags);
+    assert_eq!(family_of("examplecc").unwrap().ladder, Ladder::GccFlags);
     // Its response files, one argument per line.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.rsp"), "-O 2\n").unwrap();

@@ -53,6 +53,7 @@ impl Governor {
         let local_share = farmable
             .then(|| own.known.local_share(&identity.key))
             .flatten();
+        let ladder = family.map_or_else(Vec::new, |f| f.ladder.rungs(&args, &own.config.ladder));
         let offer = Offer {
             session,
             key: identity.key.clone(),
@@ -65,11 +66,7 @@ impl Governor {
                 .or_else(|| own.shared_waiting_seconds.get(&portable_key))
                 .copied()
                 .unwrap_or(0.0),
-            lower_rungs: if family.is_some_and(|f| f.gcc_flags) {
-                own.config.ladder.len()
-            } else {
-                0
-            },
+            lower_rungs: ladder.len(),
             farmable,
             local_share,
         };
@@ -85,6 +82,7 @@ impl Governor {
                 cwd,
                 offered_ms,
                 pgid: None,
+                ladder,
             },
         );
         if decide_now {
@@ -148,19 +146,24 @@ impl Governor {
         let mut state = self.lock();
         let mut told_queued = false;
         loop {
-            let session = state
-                .jobs
-                .get(&id)
-                .and_then(|io| state.sessions.get(&io.session))
-                .filter(|session| !session.ending && !state.shutting_down);
-            let Some(session) = session else {
+            let io = state.jobs.get(&id).filter(|io| {
+                state
+                    .sessions
+                    .get(&io.session)
+                    .is_some_and(|session| !session.ending && !state.shutting_down)
+            });
+            let Some(ladder) = io.map(|io| io.ladder.clone()) else {
                 return Err(io::Error::other("the job's session has ended"));
             };
-            let ladder = session.config.ladder.clone();
             if let Some(job) = state.driver.begin_attempt(id) {
+                let rung = job
+                    .rung
+                    .checked_sub(1)
+                    .and_then(|rung| ladder.get(rung))
+                    .cloned();
                 return Ok(Reply::Run {
                     job_id: id,
-                    rung: job.rung.checked_sub(1).map(|rung| ladder[rung].clone()),
+                    rung,
                     nice: job.nice,
                     cpu_group: self.cpu_group(),
                     remote: job.node.map(|node| self.remote_launch(id, node)),

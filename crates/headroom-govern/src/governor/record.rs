@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use headroom_sched::ladder::Rung;
 use headroom_sched::{Driver, Farm, Finished, JobId, Limits, SessionId, WarmStart};
 use headroom_store::known::KnownPeaks;
 use headroom_store::recorder::{Ending, Recorder};
@@ -268,7 +269,8 @@ impl Governor {
             lowered_flags: job
                 .rung
                 .checked_sub(1)
-                .map(|rung| config.ladder[rung].describe()),
+                .and_then(|rung| io.ladder.get(rung))
+                .map(Rung::describe),
             over_budget: job.estimate.peak > config.budget,
             nice: job.nice,
             node: config

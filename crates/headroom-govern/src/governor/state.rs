@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use headroom_sched::ladder::Rung;
 use headroom_sched::{Driver, JobId, Limits, SessionId};
 use headroom_store::known::KnownPeaks;
 use headroom_store::recorder::{Recorder, Unwritten};
@@ -30,6 +31,9 @@ pub(super) struct JobIo {
     pub(super) offered_ms: u64,
     /// Process group of the running attempt, once the shim has reported it.
     pub(super) pgid: Option<i32>,
+    /// The rungs of the flag ladder it climbs, for its compiler and flags
+    /// ([`crate::compiler::Ladder`]); the driver counts them.
+    pub(super) ladder: Vec<Rung>,
 }
 
 pub(super) struct State {
