@@ -47,7 +47,8 @@ pub struct BuildArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "no_history")]
     trace: Option<PathBuf>,
     /// Let jobs that run out of memory even alone be rebuilt with lower-memory flags
-    /// (`-g0`, then `-O1`, then `-O0` and small GC parameters); the report lists them.
+    /// (`-g0`, then `-O1`, then `-O0` and small GC parameters; nvcc one target at a time,
+    /// `--threads 1`); the report lists them.
     #[arg(long, env = "HEADROOM_LOWER_FLAGS", value_parser = clap::builder::BoolishValueParser::new())]
     lower_flags: bool,
     /// Run every job at the normal CPU priority, instead of starting jobs off the build's
