@@ -29,10 +29,11 @@ pub(super) fn one_target_at_a_time(args: &[String]) -> Option<Rung> {
     while let Some(arg) = args.next() {
         if arg == "--threads" || arg == "-t" {
             threads = args.next().map(String::as_str);
-        } else if let Some(value) = arg
-            .strip_prefix("--threads=")
-            .or_else(|| arg.strip_prefix("-t=").or_else(|| arg.strip_prefix("-t")))
-        {
+        } else if let Some(value) = arg.strip_prefix("--threads=").or_else(|| {
+            // `-t4`, but not nvcc's other flags that begin so (`-time`, `-target-dir`).
+            let value = arg.strip_prefix("-t=").or_else(|| arg.strip_prefix("-t"))?;
+            value.bytes().all(|b| b.is_ascii_digit()).then_some(value)
+        }) {
             threads = Some(value);
         }
     }
@@ -88,6 +89,7 @@ mod tests {
             "--threads 1 -c a.cu",
             "-t1 -c a.cu",
             "--threads 4 -t 1 -c a.cu",
+            "-time t.csv -target-dir x -c a.cu",
         ] {
             assert_eq!(one_target_at_a_time(&args(one)), None, "{one}");
         }
