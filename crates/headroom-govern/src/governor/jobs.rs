@@ -146,20 +146,21 @@ impl Governor {
         let mut state = self.lock();
         let mut told_queued = false;
         loop {
-            let io = state.jobs.get(&id).filter(|io| {
-                state
-                    .sessions
-                    .get(&io.session)
-                    .is_some_and(|session| !session.ending && !state.shutting_down)
-            });
-            let Some(ladder) = io.map(|io| io.ladder.clone()) else {
+            let live = state
+                .jobs
+                .get(&id)
+                .and_then(|io| state.sessions.get(&io.session))
+                .is_some_and(|session| !session.ending && !state.shutting_down);
+            if !live {
                 return Err(io::Error::other("the job's session has ended"));
-            };
-            if let Some(job) = state.driver.begin_attempt(id) {
+            }
+            // The driver and the jobs' rungs, borrowed apart through the guard.
+            let now = &mut *state;
+            if let Some(job) = now.driver.begin_attempt(id) {
                 let rung = job
                     .rung
                     .checked_sub(1)
-                    .and_then(|rung| ladder.get(rung))
+                    .and_then(|rung| now.jobs.get(&id)?.ladder.get(rung))
                     .cloned();
                 return Ok(Reply::Run {
                     job_id: id,
