@@ -13,10 +13,13 @@
 #   - the floor (quiet and busy): one start of a static glibc `true` against one of a `true`
 #     built without a C library (nolibc-true.c). The shim is a glibc program, so it pays the
 #     first on every compiler call; the difference is glibc's own start-up on this host.
+#   - with GLIBC_SHIM=path (a shim built for glibc: `cargo build --release -p headroom-shim`),
+#     the shim headroom carries against that one, both governed, side by side.
 # Each pair runs alternated (alternate.py), with the build's history on, as a build has it.
 # The load is a plain `make -j2` of examples/template-heavy's light units, rebuilt in a loop
 # outside headroom from before the loaded rows start until they end.
-# Usage: bench/build/interception-cost.sh [RUNS]   (needs python3, make, cc, g++, a release build)
+# Usage: [GLIBC_SHIM=path] bench/build/interception-cost.sh [RUNS]
+#   (needs python3, make, cc, g++, a release build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-300}
@@ -59,6 +62,15 @@ python3 "$bench/alternate.py" $runs \$phase-gpp.json \
   direct="$work/direct-gxx -c trivial.cpp -o trivial.o" governed="$work/g++ -c trivial.cpp -o trivial.o"
 python3 "$bench/alternate.py" $runs \$phase-floor.json \
   direct-unpreloaded="$work/nolibc-true" governed-unpreloaded="$work/glibc-true"
+if [ -n "${GLIBC_SHIM:-}" ]; then
+  carried=\$(readlink "\$HEADROOM_STATE_DIR/shims/headroom-launch")
+  mkdir -p glibc-shim carried-shim
+  ln -sf "$GLIBC_SHIM" glibc-shim/headroom-launch
+  ln -sf "\$carried" carried-shim/headroom-launch
+  python3 "$bench/alternate.py" $runs \$phase-shims.json \
+    direct="$work/glibc-shim/headroom-launch $work/direct-true" \
+    governed="$work/carried-shim/headroom-launch $work/direct-true"
+fi
 [ "\${2:-}" = exec ] || exit 0
 python3 "$bench/alternate.py" $((runs / 10 + 5)) \$phase-exec.json \
   direct-unpreloaded="sh -c 'for i in \\\$(seq 1000); do /bin/true; done'" \
@@ -92,7 +104,9 @@ rows = (("true", "`true` by a compiler's name (overhead alone)", 1, "ms", 1e3),
         ("exec-loading", "one exec of `nproc`, which loads the interceptor (loop of 1,000)",
          1000, "µs", 1e6),
         ("floor", "floor: a program's start, without a C library (direct) and with static "
-         "glibc (governed column); neither is a compiler", 1, "ms", 1e3))
+         "glibc (governed column); neither is a compiler", 1, "ms", 1e3),
+        ("shims", "`true` through a shim built for glibc (direct column) and through the shim "
+         "headroom carries (governed column), both governed", 1, "ms", 1e3))
 print("| host | what | direct | governed | overhead | ratio |")
 print("|---|---|---:|---:|---:|---:|")
 for phase in ("quiet", "busy"):

@@ -6,7 +6,7 @@
 #   torch-ext        PyG's torch-scatter/-sparse/-cluster CPU extensions against a PyTorch
 #                    wheel (bench/sim/torch-ext), 1.3-2.4 GiB per unit, 12 minutes at -j2
 # Usage: bench/sim/record.sh [JOBS [NAME...]]   (default 2 and all; run on an otherwise quiet
-# machine). HEADROOM=path/to/headroom uses that build (headroom-shim beside it) instead.
+# machine). HEADROOM=path/to/headroom uses that build instead.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD

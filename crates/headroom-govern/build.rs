@@ -3,7 +3,11 @@
 //! Rust code (`intercept/compiler_names.c`, `intercept/preload.c`) into a static library:
 //! the Rust code calls `preload.c`'s rule, and its tests hold `compiler_names.c` to the
 //! compiler families (`src/compiler/`). The shared library is embedded in the binary
-//! (`intercept::LIBRARY`): one `cargo install` carries everything.
+//! (`intercept::LIBRARY`): one `cargo install` carries everything. With the `governor`
+//! feature, the binary that runs the governor also carries the compiler shim (`build/shim.rs`).
+
+#[path = "build/shim.rs"]
+mod shim;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,6 +18,9 @@ const SHARED_RULES: [&str; 2] = ["intercept/compiler_names.c", "intercept/preloa
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     println!("cargo:rerun-if-changed=intercept");
+    if std::env::var_os("CARGO_FEATURE_GOVERNOR").is_some() {
+        shim::build(&out);
+    }
     cc::Build::new()
         .files(SHARED_RULES)
         .warnings(true)

@@ -25,6 +25,8 @@ pub mod portable;
 pub mod protocol;
 pub mod session;
 pub mod shim;
+#[cfg(feature = "governor")]
+pub mod shim_binary;
 pub mod shimdir;
 pub mod start;
 pub mod state;

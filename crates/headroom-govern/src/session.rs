@@ -182,6 +182,26 @@ impl Exit {
 /// Takes the place's lock file, waiting for whoever holds it. A lock taken on a file that its
 /// holder removed meanwhile (a governor leaving) locks nothing: the file at the path is
 /// opened and locked again until the two are the same.
+/// The shim this binary carries, written into `dir`; `None` where it cannot be written (after
+/// a warning) or where this binary carries none.
+#[cfg(feature = "governor")]
+fn carried_shim(dir: &Path) -> Option<PathBuf> {
+    crate::shim_binary::install(dir)
+        .map_err(|err| {
+            headroom_output::say!(
+                "headroom: warning: cannot write the compiler shim into {} ({err}); headroom \
+                 itself stands in for it, which costs each compiler call a few milliseconds",
+                dir.display()
+            )
+        })
+        .ok()
+}
+
+#[cfg(not(feature = "governor"))]
+fn carried_shim(_: &Path) -> Option<PathBuf> {
+    None
+}
+
 fn lock_place(lock: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::MetadataExt;
     loop {
@@ -233,16 +253,12 @@ impl Session {
         state_dir: &Path,
         place: GovernorPlace,
     ) -> Result<Session, SessionError> {
-        // The small shim binary installed beside headroom starts faster than headroom itself.
-        let small_shim = exe.with_file_name("headroom-shim");
-        let shim_exe = if small_shim.is_file() {
-            small_shim
-        } else {
-            exe.to_path_buf()
-        };
+        let library_dir = state_dir.join("lib");
+        // The shim this binary carries starts faster than headroom itself, which acts as the
+        // shim where it cannot be written.
+        let shim_exe = carried_shim(&library_dir).unwrap_or_else(|| exe.to_path_buf());
         let (shim_dir, temporary_shims) = shimdir::install_or_temporary(state_dir, &shim_exe)
             .map_err(|(path, source)| SessionError::ShimDir { path, source })?;
-        let library_dir = state_dir.join("lib");
         let interceptor = intercept::install(&library_dir).map_err(|err| {
             format!(
                 "cannot write the interceptor into {} ({err}; set HEADROOM_STATE_DIR to a \

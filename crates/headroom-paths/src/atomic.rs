@@ -21,14 +21,21 @@ use crate::temp;
 /// a plain file's permissions (0666 less the umask). On an error nothing is left behind and
 /// `path` is as it was.
 pub fn write(path: &Path, bytes: &[u8], kind: &str) -> io::Result<()> {
-    let temporary = write_temporary(path, bytes, kind)?;
+    let temporary = write_temporary(path, bytes, kind, 0o666)?;
+    finish(std::fs::rename(&temporary, path), &temporary, path)
+}
+
+/// Writes a program to `path` whole, as [`write`] does, with a program's permissions (0777
+/// less the umask).
+pub fn write_executable(path: &Path, bytes: &[u8], kind: &str) -> io::Result<()> {
+    let temporary = write_temporary(path, bytes, kind, 0o777)?;
     finish(std::fs::rename(&temporary, path), &temporary, path)
 }
 
 /// Writes `bytes` to `path` whole as [`write`] does, but only where `path` does not exist:
 /// an existing file is kept, and the error is `AlreadyExists`.
 pub fn write_new(path: &Path, bytes: &[u8], kind: &str) -> io::Result<()> {
-    let temporary = write_temporary(path, bytes, kind)?;
+    let temporary = write_temporary(path, bytes, kind, 0o666)?;
     let linked = std::fs::hard_link(&temporary, path);
     let _ = std::fs::remove_file(&temporary);
     linked?;
@@ -43,13 +50,14 @@ pub fn replace_symlink(target: &Path, link: &Path, kind: &str) -> io::Result<()>
     finish(std::fs::rename(&temporary, link), &temporary, link)
 }
 
-/// Writes and fsyncs `bytes` in a new temporary file beside `path`; removes it on an error.
-fn write_temporary(path: &Path, bytes: &[u8], kind: &str) -> io::Result<PathBuf> {
+/// Writes and fsyncs `bytes` in a new temporary file beside `path`, created with `mode` (less
+/// the umask); removes it on an error.
+fn write_temporary(path: &Path, bytes: &[u8], kind: &str, mode: u32) -> io::Result<PathBuf> {
     let temporary = temporary_beside(path, kind);
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o666)
+        .mode(mode)
         .open(&temporary)?;
     let written = file.write_all(bytes).and_then(|()| file.sync_all());
     if let Err(err) = written {

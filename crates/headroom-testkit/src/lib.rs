@@ -18,6 +18,7 @@
 //! | `redis`, `s3`, `wsgidav` | the store servers (`.ci/stores.sh`): redis-server, moto, WebDAV |
 //! | `nvcc`, `torch` | the CUDA toolkit and PyTorch of `.ci/cuda.sh` |
 //! | `libc-static` | a static libc to link (libc6-dev) |
+//! | `musl-shim` | headroom's compiler shim built without glibc: Rust's musl target and musl-tools |
 //! | `cargo-cc` | the `cc` crate in the cargo registry cache |
 //! | `cgroup`, `cgroup-cpu` | a memory-limited (or CPU-weighted) cgroup this process may make |
 //! | `root` | root: mounting a tmpfs, writing the kernel log |

@@ -21,6 +21,9 @@ const INTERNAL: &[&str] = &[
     "HEADROOM_GOVERNOR_LOCK",      // the lock a shared governor takes to leave its socket
     "HEADROOM_SESSION",            // the session a build's compilers belong to, for the shims
     "HEADROOM_SAMPLE_INTERVAL_MS", // a hidden flag for tests and benchmarks
+    "HEADROOM_BUILDING_SHIM",      // set by headroom-govern's build script for the shim's build
+    "HEADROOM_SHIM_BINARY",        // where that build put the shim, at compile time
+    "HEADROOM_SHIM_TARGET",        // what it built the shim for, at compile time
 ];
 
 /// Every `"HEADROOM_…"` string in the non-test sources of the workspace's crates.

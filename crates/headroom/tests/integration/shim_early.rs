@@ -17,7 +17,17 @@ use std::process::{Child, Command, Stdio};
 use headroom_farm::RemoteLaunch;
 use headroom_govern::protocol::{read_frame, write_frame, Reply, Request};
 
-const SHIM: &str = env!("CARGO_BIN_EXE_headroom-shim");
+/// The shim headroom carries, written out once for this test binary, as a build writes it.
+fn shim() -> &'static Path {
+    static SHIM: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    let (_, path) = SHIM.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = headroom_govern::shim_binary::install(dir.path()).unwrap();
+        (dir, path)
+    });
+    path
+}
 
 /// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. Asked to
 /// end (SIGTERM), it appends its pid to `cleaned`, as gcc removes its temporary files then.
@@ -53,7 +63,7 @@ fn shim_asking(dir: &Path) -> (Child, UnixStream) {
 fn shim_asking_in(dir: &Path, session: Session) -> (Child, UnixStream) {
     executable(&dir.join("cc"), COMPILER);
     let listener = UnixListener::bind(dir.join("governor.sock")).unwrap();
-    let shim = Command::new(SHIM)
+    let shim = Command::new(shim())
         .arg0("headroom-launch")
         .arg(dir.join("cc"))
         .args(["-c", "unit.c"])

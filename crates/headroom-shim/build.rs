@@ -1,6 +1,8 @@
-//! Links `headroom-shim` statically where the C library allows it. Every compiler call of a
-//! governed build starts the shim, and loading a dynamic program's libraries is about half
-//! of what starting one costs on our VMs (BENCHMARKS.md, "Cost of interception").
+//! Links `headroom-shim` statically where it is built for glibc (where Rust's musl target is
+//! missing, see `headroom-govern`'s `build/shim.rs`; a musl build is static already). Every
+//! compiler call of a governed build starts the shim, and loading a dynamic program's
+//! libraries is about half of what starting one costs on our VMs (BENCHMARKS.md, "Cost of
+//! interception").
 //!
 //! Cargo cannot give one binary `-C target-feature=+crt-static`, so the shim gets what that
 //! flag would give it: a `-static-pie` link in which every C library that Rust's standard
