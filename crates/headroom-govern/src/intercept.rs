@@ -47,16 +47,7 @@ pub fn install(dir: &Path) -> io::Result<PathBuf> {
             "LD_PRELOAD cannot hold a path with a space or a colon",
         ));
     }
-    // A build killed while writing it left its temp file: the next one removes it.
-    headroom_paths::temp::remove_orphaned(dir, TEMP_KIND);
-    if path
-        .metadata()
-        .is_ok_and(|m| m.len() == LIBRARY.len() as u64)
-    {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(dir)?;
-    headroom_paths::atomic::write(&path, LIBRARY, TEMP_KIND)?;
+    headroom_paths::atomic::write_once(&path, LIBRARY, TEMP_KIND, false)?;
     Ok(path)
 }
 

@@ -7,7 +7,6 @@
 //! by which the governor tells shims from the processes they start (`crate::outside`).
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::intercept::TEMP_KIND;
@@ -23,25 +22,15 @@ pub const NAME: &str = "headroom-shim";
 /// returns its path.
 pub fn install(dir: &Path) -> io::Result<PathBuf> {
     let hash = xxhash_rust::xxh3::xxh3_64(SHIM);
-    let version_dir = dir.join(format!("shim-{hash:016x}"));
-    let path = version_dir.join(NAME);
-    let whole = |path: &Path| {
-        path.metadata()
-            .is_ok_and(|m| m.len() == SHIM.len() as u64 && m.permissions().mode() & 0o111 != 0)
-    };
-    if whole(&path) {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(&version_dir)?;
-    // A build killed while writing it left its temp file: the next one removes it.
-    headroom_paths::temp::remove_orphaned(&version_dir, TEMP_KIND);
-    headroom_paths::atomic::write_executable(&path, SHIM, TEMP_KIND)?;
+    let path = dir.join(format!("shim-{hash:016x}")).join(NAME);
+    headroom_paths::atomic::write_once(&path, SHIM, TEMP_KIND, true)?;
     Ok(path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn installs_once_per_version_as_an_executable_named_headroom_shim() {

@@ -25,10 +25,19 @@ pub fn write(path: &Path, bytes: &[u8], kind: &str) -> io::Result<()> {
     finish(std::fs::rename(&temporary, path), &temporary, path)
 }
 
-/// Writes a program to `path` whole, as [`write`] does, with a program's permissions (0777
-/// less the umask).
-pub fn write_executable(path: &Path, bytes: &[u8], kind: &str) -> io::Result<()> {
-    let temporary = write_temporary(path, bytes, kind, 0o777)?;
+/// Writes `bytes` to `path` as [`write`] does, unless a file of their length is there: for a
+/// file named by its content's hash, which one version of headroom writes once and every later
+/// run finds. Creates the directory, after removing what a writer killed in it left behind.
+/// An `executable` file gets a program's permissions (0777 less the umask).
+pub fn write_once(path: &Path, bytes: &[u8], kind: &str, executable: bool) -> io::Result<()> {
+    let dir = directory_of(path);
+    temp::remove_orphaned(dir, kind);
+    if path.metadata().is_ok_and(|m| m.len() == bytes.len() as u64) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    let mode = if executable { 0o777 } else { 0o666 };
+    let temporary = write_temporary(path, bytes, kind, mode)?;
     finish(std::fs::rename(&temporary, path), &temporary, path)
 }
 
@@ -124,6 +133,26 @@ mod tests {
         std::fs::write(&plain, "").unwrap();
         let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), mode(&plain), "a plain file's mode, not 0600");
+    }
+
+    #[test]
+    fn a_file_written_once_is_kept_and_a_killed_writers_temporary_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1").join("headroom-shim");
+        write_once(&path, b"one", ".tmp", true).unwrap();
+        let dead = temp::tests::ended_pid();
+        let orphan = dir.path().join(format!("v1/.tmp{dead}-9-headroom-shim"));
+        std::fs::write(&orphan, "half").unwrap();
+        std::fs::write(&path, b"two").unwrap();
+        write_once(&path, b"one", ".tmp", true).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"two",
+            "a whole file is not written again"
+        );
+        assert_eq!(names(&dir.path().join("v1")), ["headroom-shim"]);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "a program's mode, {mode:o}");
     }
 
     #[test]

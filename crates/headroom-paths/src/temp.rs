@@ -51,11 +51,12 @@ pub fn remove_orphaned(dir: &Path, kind: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A process id that has ended: a child that was waited for.
-    fn ended_pid() -> u32 {
+    /// The pid of a process that has ended.
+    pub(crate) fn ended_pid() -> u32 {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
