@@ -65,7 +65,7 @@ python3 "$bench/alternate.py" $runs \$phase-floor.json \
 if [ -n "${GLIBC_SHIM:-}" ]; then
   carried=\$(readlink "\$HEADROOM_STATE_DIR/shims/headroom-launch")
   mkdir -p glibc-shim carried-shim
-  ln -sf "$GLIBC_SHIM" glibc-shim/headroom-launch
+  ln -sf "${GLIBC_SHIM:-}" glibc-shim/headroom-launch
   ln -sf "\$carried" carried-shim/headroom-launch
   python3 "$bench/alternate.py" $runs \$phase-shims.json \
     direct="$work/glibc-shim/headroom-launch $work/direct-true" \
