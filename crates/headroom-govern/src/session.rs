@@ -179,9 +179,6 @@ impl Exit {
     }
 }
 
-/// Takes the place's lock file, waiting for whoever holds it. A lock taken on a file that its
-/// holder removed meanwhile (a governor leaving) locks nothing: the file at the path is
-/// opened and locked again until the two are the same.
 /// The shim this binary carries, written into `dir`; `None` where it cannot be written (after
 /// a warning) or where this binary carries none.
 #[cfg(feature = "governor")]
@@ -202,6 +199,9 @@ fn carried_shim(_: &Path) -> Option<PathBuf> {
     None
 }
 
+/// Takes the place's lock file, waiting for whoever holds it. A lock taken on a file that its
+/// holder removed meanwhile (a governor leaving) locks nothing: the file at the path is
+/// opened and locked again until the two are the same.
 fn lock_place(lock: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::MetadataExt;
     loop {
