@@ -11,8 +11,8 @@
 #     starts a program, so it starts without the interceptor; `nproc` is not on that list and
 #     loads it, as any program that might start a compiler does;
 #   - the floor (quiet and busy): one start of a static glibc `true` against one of a `true`
-#     built without a C library (nolibc-true.c). The shim is a glibc program, so it pays the
-#     first on every compiler call; the difference is glibc's own start-up on this host.
+#     built without a C library (nolibc-true.c): the difference is glibc's own start-up on
+#     this host, which a shim built for glibc pays on every compiler call.
 #   - with GLIBC_SHIM=path (a shim built for glibc: `cargo build --release -p headroom-shim`),
 #     the shim headroom carries against that one, both governed, side by side.
 # Each pair runs alternated (alternate.py), with the build's history on, as a build has it.

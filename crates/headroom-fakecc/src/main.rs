@@ -1,6 +1,6 @@
 //! `headroom-fakecc`: a stand-in compiler for tests and benchmarks. It grows to a given amount
 //! of really touched memory over a given time, holds it briefly, and writes its `-o` output,
-//! which names the CPU niceness and the `cpu` cgroup it ran in.
+//! which names the CPU niceness, the scheduler slice and the `cpu` cgroup it ran in.
 //!
 //! `headroom-fakecc [--mem MIB | --mem-file FILE] [--ms MILLIS] [--cpu-ms MILLIS [--threads N]] [--oom-unless=FLAG] [--fail-once MARKER] [-o OUT] [ANY…]`
 //! - `--mem-file FILE`: read `MIB [MILLIS]` from FILE, so a job's flags (and so its identity
@@ -97,12 +97,23 @@ fn main() {
         std::fs::write(
             out,
             format!(
-                "fake object, {mem_mib} MiB, nice {nice}, cpu {}, checksum {checksum}\n",
+                "fake object, {mem_mib} MiB, nice {nice}, slice {}, cpu {}, checksum {checksum}\n",
+                scheduler_slice(),
                 cpu_cgroup()
             ),
         )
         .unwrap_or_else(|e| usage(&format!("cannot write {out}: {e}")));
     }
+}
+
+/// This process's scheduler slice in nanoseconds, as `/proc/self/sched` names it; `?` where
+/// it does not (a kernel before EEVDF).
+fn scheduler_slice() -> String {
+    let sched = std::fs::read_to_string("/proc/self/sched").unwrap_or_default();
+    sched
+        .lines()
+        .find_map(|line| line.strip_prefix("se.slice")?.split(':').nth(1))
+        .map_or_else(|| "?".to_string(), |slice| slice.trim().to_string())
 }
 
 /// The path of this process's `cpu` cgroup (v1 `cpu` hierarchy, else v2), as

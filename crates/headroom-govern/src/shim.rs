@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use headroom_farm::RemoteLaunch;
 use headroom_probe::cpu_share::CpuShare;
+use headroom_process::slice::Slice;
 use headroom_process::{foreground, shell_code, Group, Usage};
 use headroom_sched::ladder::Rung;
 use headroom_sched::SessionId;
@@ -222,10 +223,11 @@ fn governed(
     }
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
+    let slice = Slice::shorten_own();
     let mut early = if std::env::var_os(FARM_ENV).is_some_and(|farm| farm == "1") {
         None
     } else {
-        start_attempt(&mut attempt_command(&command, args, None, None)).ok()
+        start_attempt(&mut attempt_command(&command, args, None, None), slice).ok()
     };
     loop {
         let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
@@ -240,11 +242,20 @@ fn governed(
                 remote,
                 ..
             }) => (rung, nice, cpu_group, remote),
-            Err(err) if liveness::is_silence(&err) => {
-                run_ungoverned(command, early, compiler, ledger)
+            // The governor is silent, or gone before admitting us: run as if it never existed,
+            // in this process where the compiler has not started yet, with the slice the
+            // build gave it.
+            other => {
+                if let Some(slice) = slice {
+                    slice.give_back(std::process::id());
+                }
+                match other {
+                    Err(err) if liveness::is_silence(&err) => {
+                        run_ungoverned(command, early, compiler, ledger)
+                    }
+                    _ => without_governor(command, early),
+                }
             }
-            // The governor is gone before admitting us: run as if it never existed.
-            _ => without_governor(command, early),
         };
         let priority = Priority {
             floor,
@@ -259,12 +270,10 @@ fn governed(
             mut early => {
                 end_early(&mut early);
                 priority.take_on(None);
-                start_attempt(&mut attempt_command(
-                    &command,
-                    args,
-                    rung.as_ref(),
-                    remote.as_ref(),
-                ))
+                start_attempt(
+                    &mut attempt_command(&command, args, rung.as_ref(), remote.as_ref()),
+                    slice,
+                )
             }
         };
         let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
@@ -481,10 +490,16 @@ impl Priority {
 }
 
 /// Starts an attempt in its own process group, so the governor can stop, resume or kill it
-/// whole, as the foreground child, with its stderr piped to this process.
-fn start_attempt(command: &mut Command) -> std::io::Result<Child> {
+/// whole, as the foreground child, with its stderr piped to this process. The attempt starts
+/// with the shim's short slice, so that it gets a core at once on a busy host, and then runs
+/// with the slice the shim was given (`slice`, see [`headroom_process::slice`]).
+fn start_attempt(command: &mut Command, slice: Option<Slice>) -> std::io::Result<Child> {
     command.stderr(Stdio::piped());
-    foreground::spawn(command).map_err(|err| err.source)
+    let child = foreground::spawn(command).map_err(|err| err.source)?;
+    if let Some(slice) = slice {
+        slice.give_back(child.id());
+    }
+    Ok(child)
 }
 
 /// Follows an admitted attempt to its end: tells the governor its process, reads its stderr;

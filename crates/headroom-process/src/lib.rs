@@ -14,9 +14,11 @@
 //! - [`wait_with_usage`]: the child's end and the kernel's account of it alone (`wait4`), so a
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
 //!   [`reap_orphans`]: reaping what a subreaper inherits;
-//! - [`shell_code`]: the exit code a shell reports for how a child ended (`128 + signal`).
+//! - [`shell_code`]: the exit code a shell reports for how a child ended (`128 + signal`);
+//! - [`slice`]: a short scheduler slice for processes that a compile waits on.
 
 pub mod foreground;
+pub mod slice;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};

@@ -119,6 +119,9 @@ pub fn serve(
         let governor = Arc::clone(&governor);
         std::thread::spawn(move || governor.beat());
     }
+    // Every compiler call waits on this thread and on the handlers it starts (which inherit
+    // the slice): on a busy host they get a core at once (`headroom_process::slice`).
+    let _ = headroom_process::slice::Slice::shorten_own();
     let handlers = Handlers::new();
     for stream in listener.incoming() {
         handlers.hand(stream?, &governor);

@@ -463,10 +463,45 @@ fn the_users_niceness_is_a_floor_for_every_compiler() {
     let output = command.output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     for object in ["o0.o", "o1.o"] {
-        // The stand-in compiler writes the niceness it ran at into its output.
-        let text = std::fs::read_to_string(dir.path().join(object)).unwrap();
-        let (_, after) = text.split_once("nice ").expect("the niceness is named");
-        let nice: i32 = after.split(',').next().unwrap().parse().unwrap();
+        let nice: i32 = ran_with(&dir.path().join(object), "nice").parse().unwrap();
         assert!(nice >= 15, "{object} ran at niceness {nice}");
+    }
+}
+
+/// What the stand-in compiler that wrote `object` says it ran with: `field` is `nice`, `slice`
+/// or `cpu`.
+fn ran_with(object: &std::path::Path, field: &str) -> String {
+    let text = std::fs::read_to_string(object).unwrap();
+    let (_, after) = text
+        .split_once(&format!(" {field} "))
+        .unwrap_or_else(|| panic!("{field} is not named in {text:?}"));
+    after.split(',').next().unwrap().to_string()
+}
+
+/// The shim and the governor run with the shortest scheduler slice, so that on a busy host a
+/// compiler call does not wait for cores at each of its wake-ups; the compiler gets back the
+/// slice the build was given, and runs as it would have without headroom.
+#[test]
+fn compilers_run_with_the_scheduler_slice_the_build_was_given() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+    let mut ungoverned = Command::new(dir.path().join("bin/g++"));
+    ungoverned.args(["-c", "x.cpp", "-o", "alone.o"]);
+    reliability::isolate(&mut ungoverned, dir.path());
+    assert!(ungoverned.status().unwrap().success());
+    let given = ran_with(&dir.path().join("alone.o"), "slice");
+    if given == "?" {
+        eprintln!("skipped: this kernel names no scheduler slice (/proc/self/sched)");
+        return;
+    }
+    let mut command = Command::new(HEADROOM);
+    command.args(["build", "--", "make"]);
+    reliability::isolate(&mut command, dir.path());
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    for object in ["o0.o", "o1.o"] {
+        let slice = ran_with(&dir.path().join(object), "slice");
+        assert_eq!(slice, given, "{object}");
     }
 }
