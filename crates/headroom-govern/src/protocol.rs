@@ -193,11 +193,14 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    /// How long ago, on the shared monotonic clock, the attempt ended.
+    /// How long ago, on the shared monotonic clock, the attempt ended: at least that long, so
+    /// that its end is never placed after a job admitted once it was over. The stamp is whole
+    /// milliseconds rounded down, and now is read to the nanosecond: the age is over by less
+    /// than a millisecond, never under (rounding both down put ends up to 1 ms late).
     pub fn age(&self) -> Duration {
         match self.ended_at {
             0 => Duration::ZERO,
-            ended_at => Duration::from_millis(monotonic_ms().saturating_sub(ended_at)),
+            ended_at => monotonic().saturating_sub(Duration::from_millis(ended_at)),
         }
     }
 }
@@ -205,8 +208,13 @@ impl Attempt {
 /// Milliseconds on the system's monotonic clock, which every process of the machine reads
 /// alike: a shim's stamp means the same to the governor.
 pub fn monotonic_ms() -> u64 {
+    monotonic().as_millis() as u64
+}
+
+/// The system's monotonic clock, to the nanosecond.
+fn monotonic() -> Duration {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// What the governor answers.
