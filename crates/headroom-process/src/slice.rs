@@ -18,7 +18,7 @@ use std::io;
 /// The slice asked for: the shortest the kernel grants.
 const SHORT_SLICE_NS: u64 = 100_000;
 
-/// The scheduling attributes a process had before it shortened its slice.
+/// The slice a thread had before it shortened it, to give back to the processes it starts.
 #[derive(Debug, Clone, Copy)]
 pub struct Slice {
     original_ns: u64,

@@ -227,19 +227,14 @@ fn a_compile_that_a_long_link_waited_on_goes_first_next_time() {
     assert!(start("a.o") < start("c.o"), "{:?}", warm.jobs);
 }
 
-/// What the fake compiler wrote into `object` after `field ` (`nice`, `cpu`).
-fn object_says(project: &Project, object: &str, field: &str) -> String {
-    let text = std::fs::read_to_string(project.path(object)).unwrap();
-    let (_, after) = text
-        .split_once(&format!(", {field} "))
-        .unwrap_or_else(|| panic!("the fake compiler names its {field}: {text}"));
-    after.split(',').next().unwrap().to_string()
-}
-
 #[test]
 fn jobs_off_the_longest_path_run_nicer_next_time() {
     let project = long_link_project();
-    let nice = |object: &str| -> u8 { object_says(&project, object, "nice").parse().unwrap() };
+    let nice = |object: &str| -> u8 {
+        fakecc::object_says(&project.path(object), "nice")
+            .parse()
+            .unwrap()
+    };
     // Niceness is what priorities fall back to where no CPU cgroup can be made.
     let build =
         |flags: &[&str]| build_long_link_with(&project, flags, &[("HEADROOM_CPU_CGROUP", "0")]);
@@ -278,7 +273,7 @@ fn cpu_cgroups_can_be_made() -> bool {
 /// The builds' cgroup a compile of `project` ran in (`…/headroom-cpu-<pid>-build<n>`), by
 /// what the fake compiler wrote into `object`.
 fn builds_cgroup_of(project: &Project, object: &str) -> String {
-    let cgroup = object_says(project, object, "cpu");
+    let cgroup = fakecc::object_says(&project.path(object), "cpu");
     let name = cgroup.rsplit('/').next().unwrap();
     assert!(
         name.starts_with("headroom-cpu-"),
@@ -293,7 +288,11 @@ fn where_a_cpu_cgroup_can_be_made_the_build_runs_in_it_and_nicer_jobs_yield_insi
         return;
     }
     let project = long_link_project();
-    let nice = |object: &str| -> u8 { object_says(&project, object, "nice").parse().unwrap() };
+    let nice = |object: &str| -> u8 {
+        fakecc::object_says(&project.path(object), "nice")
+            .parse()
+            .unwrap()
+    };
     build_long_link(&project, &["--jobs", "2"]);
     assert_eq!([nice("a.o"), nice("b.o"), nice("c.o")], [0, 0, 0]);
     // As in `jobs_off_the_longest_path_run_nicer_next_time`, c.o is off the longest path: it

@@ -4,7 +4,7 @@
 //! fault found by hostile testing, reproduced with the real binary, real make and real
 //! processes (the stand-in compiler, or real g++ where its temporary files matter).
 
-use crate::support::{self, reliability};
+use crate::support::{self, fakecc, reliability};
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -463,19 +463,11 @@ fn the_users_niceness_is_a_floor_for_every_compiler() {
     let output = command.output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     for object in ["o0.o", "o1.o"] {
-        let nice: i32 = ran_with(&dir.path().join(object), "nice").parse().unwrap();
+        let nice: i32 = fakecc::object_says(&dir.path().join(object), "nice")
+            .parse()
+            .unwrap();
         assert!(nice >= 15, "{object} ran at niceness {nice}");
     }
-}
-
-/// What the stand-in compiler that wrote `object` says it ran with: `field` is `nice`, `slice`
-/// or `cpu`.
-fn ran_with(object: &std::path::Path, field: &str) -> String {
-    let text = std::fs::read_to_string(object).unwrap();
-    let (_, after) = text
-        .split_once(&format!(" {field} "))
-        .unwrap_or_else(|| panic!("{field} is not named in {text:?}"));
-    after.split(',').next().unwrap().to_string()
 }
 
 /// The shim and the governor run with the shortest scheduler slice, so that on a busy host a
@@ -490,7 +482,7 @@ fn compilers_run_with_the_scheduler_slice_the_build_was_given() {
     ungoverned.args(["-c", "x.cpp", "-o", "alone.o"]);
     reliability::isolate(&mut ungoverned, dir.path());
     assert!(ungoverned.status().unwrap().success());
-    let given = ran_with(&dir.path().join("alone.o"), "slice");
+    let given = fakecc::object_says(&dir.path().join("alone.o"), "slice");
     if given == "?" {
         eprintln!("skipped: this kernel names no scheduler slice (/proc/self/sched)");
         return;
@@ -501,7 +493,7 @@ fn compilers_run_with_the_scheduler_slice_the_build_was_given() {
     let output = command.output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     for object in ["o0.o", "o1.o"] {
-        let slice = ran_with(&dir.path().join(object), "slice");
+        let slice = fakecc::object_says(&dir.path().join(object), "slice");
         assert_eq!(slice, given, "{object}");
     }
 }

@@ -27,3 +27,13 @@ pub fn command_in(dir: &Path, program: &str) -> Command {
     crate::support::in_project(&mut command, dir);
     command
 }
+
+/// What the stand-in compiler wrote into `object` about how it ran: `field` is `nice`,
+/// `slice` or `cpu`.
+pub fn object_says(object: &Path, field: &str) -> String {
+    let text = std::fs::read_to_string(object).unwrap();
+    let (_, after) = text
+        .split_once(&format!(", {field} "))
+        .unwrap_or_else(|| panic!("the fake compiler names its {field}: {text}"));
+    after.split(',').next().unwrap().to_string()
+}
