@@ -236,6 +236,12 @@ impl Running {
         self.local_share.is_none()
     }
 
+    /// Whether the job was predicted, or seen, to need more than the whole `budget`: it has
+    /// shown that it fits beside nothing, so no job starts in its falling tail either.
+    fn beyond(&self, budget: u64) -> bool {
+        self.local_estimate().peak.max(self.peak) > budget
+    }
+
     /// Whether the job has fallen from its highest use to below its peak phase and stays
     /// there: a compiler's memory falls once its heaviest pass is done.
     fn past_its_peak(&self) -> bool {
@@ -859,14 +865,18 @@ impl Scheduler {
     /// their needs meet, and it waits there with its work (`gives_back_for_something`), where
     /// it would otherwise have waited with none. Only for a job that does not know its own
     /// profile: one that does is placed by the plan better than by a stop (a cold kernel,
-    /// whose group's jobs differ in length, starts in the tail of the one before it).
+    /// whose group's jobs differ in length, starts in the tail of the one before it). Not in
+    /// the tail of a job beyond the whole budget, which runs alone to its end (the report
+    /// says a job predicted so "ran alone").
     fn may_start_in_falling_tails(&self, estimate: &Estimate) -> bool {
         let knows_its_profile = estimate.profile.is_some() && !estimate.borrowed_profile;
         !knows_its_profile
-            && self
-                .running
-                .iter()
-                .all(|job| job.compiles_here() && !job.suspended && job.past_its_peak())
+            && self.running.iter().all(|job| {
+                job.compiles_here()
+                    && !job.suspended
+                    && job.past_its_peak()
+                    && !job.beyond(self.limits.budget)
+            })
     }
 
     /// Whether a job predicted by the default waits for a running job of its group to show
@@ -1087,6 +1097,27 @@ mod tests {
         s.submit(1, SESSION, Estimate::flat(5 * GIB), false);
         s.submit(2, SESSION, Estimate::flat(GIB / 4), false);
         assert_eq!(starts(&s.decide(None)), vec![1]);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        // Its falling tail, which a job without a profile could otherwise start in.
+        s.observe(1, 5 * GIB, 10.0);
+        s.observe(1, GIB / 2, 11.0);
+        assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
+        s.remove(1);
+        assert_eq!(starts(&s.decide(None)), vec![2]);
+    }
+
+    #[test]
+    fn a_job_seen_beyond_the_budget_runs_alone_to_its_end() {
+        let mut s = Scheduler::new(Limits {
+            budget: GIB,
+            slots: 2,
+        });
+        s.submit(1, SESSION, Estimate::flat(GIB / 2), false);
+        s.submit(2, SESSION, Estimate::flat(GIB * 3 / 4), false);
+        assert_eq!(starts(&s.decide(None)), vec![1]);
+        s.observe(1, 2 * GIB, 10.0);
+        s.decide(None);
+        s.observe(1, GIB / 8, 11.0);
         assert_eq!(starts(&s.decide(None)), Vec::<JobId>::new());
         s.remove(1);
         assert_eq!(starts(&s.decide(None)), vec![2]);
