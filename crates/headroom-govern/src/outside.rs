@@ -40,26 +40,22 @@ impl OutsideTracker {
     pub fn observe(&mut self, processes: &[ProcStat], t_ms: u64) -> u64 {
         let mut counted = 0;
         for process in processes {
-            let compiler_like = is_compiler_like(&process.comm);
-            if compiler_like || process.counted_bytes >= HEAVY {
+            if is_compiler_like(&process.comm) || process.counted_bytes >= HEAVY {
                 counted += process.counted_bytes;
             }
             let entry = self
                 .seen
                 .entry(process.pid)
-                .or_insert_with(|| OutsideProcess {
-                    pid: process.pid,
-                    name: process.comm.clone(),
-                    compiler_like,
-                    peak: 0,
-                    first_seen_ms: t_ms,
-                    last_seen_ms: t_ms,
-                    reason: if compiler_like {
-                        why_not_governed(process, processes)
-                    } else {
-                        "not a compiler: counted against the budget".to_string()
-                    },
-                });
+                .or_insert_with(|| described(process, processes, t_ms));
+            // A process that has run another program since it was seen (a build driver's
+            // fork that became the compiler) is what it runs now.
+            if entry.name != process.comm {
+                *entry = OutsideProcess {
+                    peak: entry.peak,
+                    first_seen_ms: entry.first_seen_ms,
+                    ..described(process, processes, t_ms)
+                };
+            }
             entry.peak = entry.peak.max(process.counted_bytes);
             entry.last_seen_ms = t_ms;
         }
@@ -108,6 +104,24 @@ impl OutsideTracker {
             .collect();
         kept.sort_by_key(|p| std::cmp::Reverse(p.peak));
         kept
+    }
+}
+
+/// What the report says of `process`, one of the processes outside the jobs at `t_ms`.
+fn described(process: &ProcStat, outside: &[ProcStat], t_ms: u64) -> OutsideProcess {
+    let compiler_like = is_compiler_like(&process.comm);
+    OutsideProcess {
+        pid: process.pid,
+        name: process.comm.clone(),
+        compiler_like,
+        peak: 0,
+        first_seen_ms: t_ms,
+        last_seen_ms: t_ms,
+        reason: if compiler_like {
+            why_not_governed(process, outside)
+        } else {
+            "not a compiler: counted against the budget".to_string()
+        },
     }
 }
 
@@ -187,6 +201,30 @@ mod tests {
                 .contains("does not load headroom's interceptor"),
             "{}",
             kept[2].reason
+        );
+    }
+
+    #[test]
+    fn a_fork_seen_before_it_became_the_compiler_is_named_as_the_compiler() {
+        let mut tracker = OutsideTracker::default();
+        tracker.observe(&[process(30, 1, "static-driver", 1)], 0);
+        tracker.observe(&[process(30, 1, "g++", 300)], 500);
+        let kept = tracker.finish();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(
+            (
+                kept[0].name.as_str(),
+                kept[0].compiler_like,
+                kept[0].first_seen_ms
+            ),
+            ("g++", true, 0)
+        );
+        assert!(
+            kept[0]
+                .reason
+                .contains("does not load headroom's interceptor"),
+            "{}",
+            kept[0].reason
         );
     }
 
