@@ -46,6 +46,7 @@ impl Slice {
 
     /// Gives process `pid` (a child that inherited the short slice) the slice this process
     /// had, keeping its policy and niceness as they are now. Failing only costs speed.
+    /// Pid 0 is the calling thread.
     pub fn give_back(self, pid: u32) {
         let Ok(pid) = libc::pid_t::try_from(pid) else {
             return;
@@ -54,6 +55,18 @@ impl Slice {
             attr.sched_runtime = self.original_ns;
             let _ = set(pid, &attr);
         }
+    }
+}
+
+impl Slice {
+    /// Runs `work` on the calling thread, which shortened its slice, with the slice it had,
+    /// and shortens it again after: for long work on a thread that otherwise answers compiler
+    /// calls, and for the threads that work starts, which inherit the slice.
+    pub fn while_given_back<T>(self, work: impl FnOnce() -> T) -> T {
+        self.give_back(0);
+        let done = work();
+        let _ = Slice::shorten_own();
+        done
     }
 }
 
@@ -116,6 +129,25 @@ mod tests {
             assert_eq!(get(pid).unwrap().sched_nice, 7, "niceness kept");
             child.kill().unwrap();
             child.wait().unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn work_given_back_the_slice_starts_threads_with_it_and_the_short_one_returns() {
+        std::thread::spawn(|| {
+            let before = slice_of(0);
+            let Some(slice) = Slice::shorten_own() else {
+                eprintln!("skipped: this kernel has no per-task scheduler slices (Linux 6.12)");
+                return;
+            };
+            let (own, started) = slice.while_given_back(|| {
+                let started = std::thread::spawn(|| slice_of(0)).join().unwrap();
+                (slice_of(0), started)
+            });
+            assert_eq!((own, started), (before, before));
+            assert_eq!(slice_of(0), SHORT_SLICE_NS.min(before), "short again after");
         })
         .join()
         .unwrap();

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use headroom_process::signal_group;
+use headroom_process::slice::Slice;
 use headroom_sched::{Driver, Job, JobId, JobState, Limits, SessionId};
 
 use crate::liveness::HEARTBEAT;
@@ -71,15 +72,19 @@ pub(super) struct Handlers {
     pub(super) send: Sender<UnixStream>,
     pub(super) queue: Arc<Mutex<Receiver<UnixStream>>>,
     pub(super) idle: Arc<AtomicUsize>,
+    /// The slice the governor had before its accepting thread shortened it, which the threads
+    /// inherit; `None` where the kernel has no per-task slices.
+    pub(super) build_slice: Option<Slice>,
 }
 
 impl Handlers {
-    pub(super) fn new() -> Handlers {
+    pub(super) fn new(build_slice: Option<Slice>) -> Handlers {
         let (send, receive) = std::sync::mpsc::channel();
         Handlers {
             send,
             queue: Arc::new(Mutex::new(receive)),
             idle: Arc::default(),
+            build_slice,
         }
     }
 
@@ -96,15 +101,16 @@ impl Handlers {
                 .expect("idle threads hold the receiver");
             return;
         }
-        let (governor, queue, idle) = (
+        let (governor, queue, idle, build_slice) = (
             Arc::clone(governor),
             Arc::clone(&self.queue),
             Arc::clone(&self.idle),
+            self.build_slice,
         );
         std::thread::spawn(move || {
             let mut stream = stream;
             loop {
-                governor.handle(stream);
+                governor.handle(stream, build_slice);
                 idle.fetch_add(1, Ordering::SeqCst);
                 let next = queue.lock().ok().and_then(|queue| queue.recv().ok());
                 match next {
@@ -219,13 +225,22 @@ fn build_status(
 }
 
 impl Governor {
-    fn handle(&self, stream: UnixStream) {
+    /// Serves one connection on a thread that answers compiler calls on the short slice.
+    fn handle(&self, stream: UnixStream, build_slice: Option<Slice>) {
         match read_frame::<Request>(&stream) {
+            // A session's thread answers no compiler call for as long as its build runs, and
+            // starts the session's history writer, which must not preempt the build's work
+            // each time a job ends: both have the slice the build has.
             Ok(Request::Join {
                 config,
                 root,
                 protocol: PROTOCOL,
-            }) => self.serve_session(*config, root, &stream),
+            }) => match build_slice {
+                Some(slice) => {
+                    slice.while_given_back(|| self.serve_session(*config, root, &stream))
+                }
+                None => self.serve_session(*config, root, &stream),
+            },
             // A CLI of another version, whose shims would not understand this governor:
             // closing refuses it, and it runs a governor of its own.
             Ok(Request::Join { protocol, .. }) => {

@@ -121,8 +121,7 @@ pub fn serve(
     }
     // Every compiler call waits on this thread and on the handlers it starts (which inherit
     // the slice): on a busy host they get a core at once (`headroom_process::slice`).
-    let _ = headroom_process::slice::Slice::shorten_own();
-    let handlers = Handlers::new();
+    let handlers = Handlers::new(headroom_process::slice::Slice::shorten_own());
     for stream in listener.incoming() {
         handlers.hand(stream?, &governor);
     }
