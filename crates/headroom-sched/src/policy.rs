@@ -10,7 +10,8 @@
 //! bigger than the whole budget has it to itself at its peak: without a profile it starts once
 //! nothing runs (farmed jobs included), with one it may start where the others end before its
 //! peak comes. A job that knows no profile of its own and fits no plan still starts once every
-//! running job has passed its peak: at worst it is stopped before their needs meet. Jobs
+//! running job has passed its peak, unless one is beyond the whole budget: at worst it is
+//! stopped before their needs meet. Jobs
 //! whose length is known from their profile queue longest first, counting with each job the
 //! work that waited on it in an earlier build (`chain`), and each job starts at a CPU niceness
 //! that grows with how far its path is from the longest one, so that when jobs want more cores
