@@ -56,9 +56,7 @@ impl Slice {
             let _ = set(pid, &attr);
         }
     }
-}
 
-impl Slice {
     /// Runs `work` on the calling thread, which shortened its slice, with the slice it had,
     /// and shortens it again after: for long work on a thread that otherwise answers compiler
     /// calls, and for the threads that work starts, which inherit the slice.

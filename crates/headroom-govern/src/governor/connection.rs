@@ -235,12 +235,13 @@ impl Governor {
                 config,
                 root,
                 protocol: PROTOCOL,
-            }) => match build_slice {
-                Some(slice) => {
-                    slice.while_given_back(|| self.serve_session(*config, root, &stream))
+            }) => {
+                let serve = || self.serve_session(*config, root, &stream);
+                match build_slice {
+                    Some(slice) => slice.while_given_back(serve),
+                    None => serve(),
                 }
-                None => self.serve_session(*config, root, &stream),
-            },
+            }
             // A CLI of another version, whose shims would not understand this governor:
             // closing refuses it, and it runs a governor of its own.
             Ok(Request::Join { protocol, .. }) => {
