@@ -158,10 +158,14 @@ impl Watch<'_> {
         let counted: u64 = processes.iter().map(|p| p.counted_bytes).sum();
         let mut by_command: Vec<(String, u64)> = Vec::new();
         for process in &processes {
-            let name = self
-                .names
-                .entry((process.pid, process.comm.clone()))
-                .or_insert_with(|| process_name(process.pid, &process.comm));
+            let key = (process.pid, process.comm.clone());
+            if !self.names.contains_key(&key) {
+                if let Some(name) = process_name(process.pid, &process.comm) {
+                    self.names.insert(key.clone(), name);
+                }
+            }
+            // One caught mid-exec is named by its command for this sample only.
+            let name = self.names.get(&key).unwrap_or(&process.comm);
             let entry = self
                 .process_peaks
                 .entry(process.pid)
@@ -255,17 +259,55 @@ const INDUCTOR_COMPILE_WORKER: [&str; 2] = [
 /// that is a compile worker of torch's Inductor, named `torch._inductor…compile_worker`: the
 /// sidecar and the workers it forks are what a torch.compile run holds most of its memory in,
 /// and `python3` does not say so. Reads `/proc/PID/cmdline` of Python processes only.
-fn process_name(pid: i32, comm: &str) -> String {
-    let is_compile_worker = comm.starts_with("python")
-        && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            INDUCTOR_COMPILE_WORKER
-                .iter()
-                .any(|entry| cmdline.contains(entry))
-        });
-    if is_compile_worker {
+///
+/// `None` for a Python process whose command line is empty: one caught inside `execve`, whose
+/// command name is already `python3` but whose arguments are not yet in place (or one that
+/// has exited). Its name is not known yet, so it is not kept.
+fn process_name(pid: i32, comm: &str) -> Option<String> {
+    if !comm.starts_with("python") {
+        return Some(comm.to_string());
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if cmdline.is_empty() {
+        return None;
+    }
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    let is_compile_worker = INDUCTOR_COMPILE_WORKER
+        .iter()
+        .any(|entry| cmdline.contains(entry));
+    Some(if is_compile_worker {
         "torch._inductor…compile_worker".to_string()
     } else {
         comm.to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_python_process_without_its_arguments_is_not_named_for_good() {
+        let Ok(mut python) = std::process::Command::new("python3")
+            .args(["-c", "pass"])
+            .spawn()
+        else {
+            eprintln!("skipped: no python3 on PATH");
+            return;
+        };
+        let pid = python.id() as i32;
+        // Exited and not yet reaped, its command line reads empty, as inside `execve`.
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .contains(") Z ")
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(process_name(pid, "python3"), None);
+        python.wait().unwrap();
+        assert_eq!(
+            process_name(std::process::id() as i32, "cc1plus").as_deref(),
+            Some("cc1plus")
+        );
     }
 }
