@@ -207,6 +207,10 @@ fn governed(
     // Without the handlers a signal ends the shim and leaves the compiler running: still a
     // build that goes on, so not a reason to refuse it.
     let _ = foreground::install();
+    // What an attempt's compiler starts and leaves behind when it is ended comes to this shim,
+    // not to the build's subreaper: it is still the attempt's (`end_early`, and the governor's
+    // walk of the build, `headroom_probe::procs::walk_build`).
+    headroom_process::become_subreaper();
     let request = Request::Job {
         session,
         compiler: compiler.to_string_lossy().into_owned(),
@@ -323,9 +327,11 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
 }
 
 /// Ends the early attempt, if one runs, and waits for it, so that nothing of it writes an
-/// output once another attempt starts. SIGTERM first, as the governor's own kills, so that
-/// gcc removes its temporary files; SIGKILL after [`headroom_process::TERM_GRACE`]. Where the
-/// user's signal ended it, nothing starts the job again: the shim exits as the compiler did.
+/// output or holds memory once another attempt starts. SIGTERM first, as the governor's own
+/// kills, so that gcc removes its temporary files; SIGKILL after
+/// [`headroom_process::TERM_GRACE`], and to whatever of it outlived the compiler's driver (a
+/// `cc1plus` still dying, or a child that ignores SIGTERM). Where the user's signal ended it,
+/// nothing starts the job again: the shim exits as the compiler did.
 fn end_early(early: &mut Option<Child>) {
     let Some(mut child) = early.take() else {
         return;
@@ -337,6 +343,7 @@ fn end_early(early: &mut Option<Child>) {
         headroom_process::signal_group(group, libc::SIGKILL);
     }
     let status = reap(child);
+    headroom_process::end_what_is_left_of_group(group);
     if foreground::interrupted() {
         std::process::exit(shell_code(status))
     }

@@ -149,19 +149,38 @@ pub fn tree_usage(root: i32) -> Option<Usage> {
 }
 
 /// What one walk of a build's process tree found: the usage of each job (by the pid its
-/// attempt started as) and every process outside all jobs.
+/// attempt started as), every process outside all jobs, and what is left of ended attempts.
 #[derive(Debug, Default)]
 pub struct BuildTree {
     pub jobs: Vec<(i32, Usage)>,
     pub outside: Vec<ProcStat>,
+    /// Memory of processes an attempt started that outlived its leader and wait below the shim
+    /// that started it, their subreaper, to be killed and reaped (a `cc1plus` still dying after
+    /// its driver): it is memory in use until they are gone, but they belong to no job and are
+    /// no compiler that ran outside admission.
+    pub remains_bytes: u64,
+}
+
+/// Where the walk is: below what.
+#[derive(Clone, Copy)]
+enum Below {
+    /// The build's own processes.
+    Build,
+    /// A process that starts jobs, in process group `group`: each of its children in a group
+    /// of its own is an attempt.
+    JobStarter { group: i32 },
+    /// What is left of an attempt.
+    Remains,
 }
 
 /// Walks the processes below `root` (not `root` itself, nor `skip` and what is below it):
 /// the subtree of each pid in `job_roots` is summed as that job, as [`tree_usage`] sums it;
 /// every other process is listed as outside, with [`count_shared_pages`] applied to them.
-/// Used by the governor to see memory that no job accounts for. A process-group leader started by a process that `starts_jobs` is an
-/// attempt whose pid the governor does not know yet: neither a job nor outside. Job roots not
-/// met below `root` are summed on their own.
+/// Used by the governor to see memory that no job accounts for. Below a process that
+/// `starts_jobs` (a shim), a process-group leader is an attempt whose pid the governor does
+/// not know yet, neither a job nor outside, and a process in another group than the shim's is
+/// what is left of an attempt ([`BuildTree::remains_bytes`]). Job roots not met below `root`
+/// are summed on their own.
 pub fn walk_build(
     root: i32,
     skip: i32,
@@ -169,12 +188,12 @@ pub fn walk_build(
     starts_jobs: impl Fn(&ProcStat) -> bool,
 ) -> BuildTree {
     let mut found = BuildTree::default();
-    let mut pending: Vec<(i32, bool)> = children_of(root)
+    let mut pending: Vec<(i32, Below)> = children_of(root)
         .unwrap_or_default()
         .into_iter()
-        .map(|pid| (pid, false))
+        .map(|pid| (pid, Below::Build))
         .collect();
-    while let Some((pid, parent_starts_jobs)) = pending.pop() {
+    while let Some((pid, below)) = pending.pop() {
         if pid == skip {
             continue;
         }
@@ -185,23 +204,34 @@ pub fn walk_build(
         let Ok(stat) = procfs::process::Process::new(pid).and_then(|process| process.stat()) else {
             continue;
         };
-        if parent_starts_jobs && stat.pgrp == pid {
-            continue;
-        }
+        let below_this = match below {
+            Below::JobStarter { .. } if stat.pgrp == pid => continue,
+            Below::JobStarter { group } if stat.pgrp != group => Below::Remains,
+            Below::Remains => Below::Remains,
+            _ => Below::Build,
+        };
         // A zombie runs nothing and holds no memory: a compiler killed with its job, whose
         // parent died first, waits as one until the subreaper above the build reaps it.
         if stat.state == 'Z' {
             continue;
         }
         let process = ProcStat::from_stat(stat);
-        let starts = starts_jobs(&process);
+        let below_children = match below_this {
+            Below::Build if starts_jobs(&process) => Below::JobStarter {
+                group: process.pgid,
+            },
+            other => other,
+        };
         pending.extend(
             children_of(pid)
                 .unwrap_or_default()
                 .into_iter()
-                .map(|child| (child, starts)),
+                .map(|child| (child, below_children)),
         );
-        found.outside.push(process);
+        match below_this {
+            Below::Remains => found.remains_bytes += process.counted_bytes,
+            _ => found.outside.push(process),
+        }
     }
     for &pid in job_roots {
         if !found.jobs.iter().any(|&(seen, _)| seen == pid) {
@@ -334,6 +364,69 @@ time.sleep(60)
         let listed = tree.outside.iter().any(|process| process.pid == pid);
         child.wait().unwrap();
         assert!(!listed, "the unreaped `true` is not outside the jobs");
+    }
+
+    /// Stands for a shim: a subreaper that starts an attempt in a process group of its own,
+    /// whose leader ends once its child holds 64 MiB, and leaves that child behind; prints
+    /// `left` then.
+    const JOB_STARTER_WITH_REMAINS: &str = r#"
+import ctypes, os, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+ready, told = os.pipe()
+leader = os.fork()
+if leader == 0:
+    os.setpgid(0, 0)
+    if os.fork() == 0:
+        held = bytearray(64 << 20)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        os.write(told, b"x")
+        time.sleep(30)
+        os._exit(0)
+    os.read(ready, 1)
+    os._exit(0)
+os.waitpid(leader, 0)
+print("left", flush=True)
+time.sleep(30)
+"#;
+
+    #[test]
+    fn what_an_attempt_leaves_below_its_shim_is_counted_but_not_outside() {
+        let Ok(mut starter) = Command::new("python3")
+            .args(["-c", JOB_STARTER_WITH_REMAINS])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("skipped: no python3 on PATH");
+            return;
+        };
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(starter.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        // The leader's child, now the starter's.
+        let starter_pid = starter.id() as i32;
+        let remains = children_of(starter_pid).unwrap_or_default();
+        let walk = walk_build(std::process::id() as i32, 0, &[], |p| p.pid == starter_pid);
+        for &pid in &remains {
+            signal(pid);
+        }
+        starter.kill().unwrap();
+        starter.wait().unwrap();
+        assert_eq!(remains.len(), 1, "{line}: {remains:?}");
+        assert!(
+            !walk.outside.iter().any(|p| p.pid == remains[0]),
+            "{:?}",
+            walk.outside
+        );
+        assert!(walk.remains_bytes >= 64 << 20, "{walk:?}");
+    }
+
+    fn signal(pid: i32) {
+        // SAFETY: kill(2) on a process this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - [`wait_within`]: the child's end, waited for a bounded time;
 //! - [`wait_with_usage`]: the child's end and the kernel's account of it alone (`wait4`), so a
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
-//!   [`reap_orphans`]: reaping what a subreaper inherits;
+//!   [`reap_orphans`]: reaping what a subreaper inherits, [`end_what_is_left_of_group`]: ending
+//!   it;
 //! - [`shell_code`]: the exit code a shell reports for how a child ended (`128 + signal`);
 //! - [`slice`]: a short scheduler slice for processes that a compile waits on.
 
@@ -240,6 +241,27 @@ pub fn become_subreaper() {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag and touches no memory.
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+/// Kills and reaps what is left of process group `group` once its leader has been reaped: the
+/// processes the leader started in it that outlived it, which this process, their subreaper
+/// ([`become_subreaper`]), inherited. The group is signalled only while a live child of this
+/// process is in it, so its number cannot have been given to another group.
+pub fn end_what_is_left_of_group(group: i32) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only into `status`.
+        match unsafe { libc::waitpid(-group, &mut status, libc::WNOHANG) } {
+            // No child of this process is in the group any more.
+            -1 => return,
+            0 => {
+                signal_group(group, libc::SIGKILL);
+                // SAFETY: as above; blocks until one of the killed children is gone.
+                unsafe { libc::waitpid(-group, &mut status, 0) };
+            }
+            _ => {}
+        }
     }
 }
 

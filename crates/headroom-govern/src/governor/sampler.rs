@@ -186,7 +186,7 @@ impl Governor {
                     continue;
                 };
                 let t_ms = own.now_ms();
-                let counted = own.outside.observe(&tree.outside, t_ms);
+                let counted = own.outside.observe(&tree.outside, t_ms) + tree.remains_bytes;
                 outside += counted;
                 if let Some(bytes) = machine_left {
                     own.room.push(Room { t_ms, bytes });

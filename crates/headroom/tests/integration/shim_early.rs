@@ -2,7 +2,8 @@
 //! trip is off the compile's critical path (BENCHMARKS.md, "Cost of interception"). Each test
 //! plays the governor on a socket of its own, with the real shim binary and a stand-in
 //! compiler that records its process id and waits for the test's word to end: a queued job's
-//! early compiler is asked to end (so it can clean up) and started again on admission, the
+//! early compiler is asked to end (so it can clean up), what it started is ended with it, and
+//! it is started again on admission, the
 //! admitted compiler's pid and status reach the governor, an attempt sent elsewhere is ended
 //! and reaped before that one starts (in a farm session none starts before the answer), and a
 //! governor that goes away leaves the compiler running to its end.
@@ -31,10 +32,15 @@ fn shim() -> &'static Path {
 
 /// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. Asked to
 /// end (SIGTERM), it appends its pid to `cleaned`, as gcc removes its temporary files then.
-/// It gives up once its directory is gone, which a failed test leaves that way.
+/// Where the file `leave-a-child` exists, it first starts a child that ignores SIGTERM and
+/// appends its pid to `children`. Both give up once the directory is gone, which a failed test
+/// leaves that way.
 const COMPILER: &str = r#"#!/bin/sh
 dir=$(dirname "$0")
 trap 'echo $$ >> "$dir/cleaned"; exit 143' TERM
+if [ -e "$dir/leave-a-child" ]; then
+  sh -c 'trap "" TERM; echo $$ >> "$1/children"; while [ -d "$1" ]; do sleep 0.01; done' sh "$dir" &
+fi
 echo $$ >> "$dir/pids"
 while [ ! -e "$dir/go" ]; do [ -d "$dir" ] || exit 1; sleep 0.01; done
 exit 3
@@ -175,6 +181,32 @@ fn a_queued_compiler_is_ended_and_started_again_when_admitted() {
         }
         other => panic!("expected Finished, got {other:?}"),
     }
+    write_frame(&stream, &Reply::Done).unwrap();
+    assert_eq!(wait_for(shim).code(), Some(3));
+}
+
+#[test]
+fn what_a_queued_compiler_started_is_ended_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("leave-a-child"), "").unwrap();
+    let (shim, stream, _) = queued(dir.path());
+    let child = pids_in(dir.path(), "children");
+    assert_eq!(child.len(), 1, "the early compiler started its child");
+    // It ignores SIGTERM and outlived the compiler: the shim, its subreaper, kills and reaps it.
+    wait_until("the early compiler's child to be gone", || {
+        process_state(child[0]).is_none()
+    });
+    std::fs::remove_file(dir.path().join("leave-a-child")).unwrap();
+    write_frame(&stream, &run(None)).unwrap();
+    assert!(matches!(
+        read_frame::<Request>(&stream).unwrap(),
+        Request::Started { .. }
+    ));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert!(matches!(
+        read_frame::<Request>(&stream).unwrap(),
+        Request::Finished(_)
+    ));
     write_frame(&stream, &Reply::Done).unwrap();
     assert_eq!(wait_for(shim).code(), Some(3));
 }
