@@ -416,8 +416,9 @@ impl Session {
             let _ = std::fs::remove_file(&self.place.socket);
         }
         if let Some(governor) = self.governor.as_mut() {
-            // A private governor ends with its only session; a shared one may serve others.
-            if self.place.is_shared() {
+            // A private governor ends with its only session, and a killed one now, before the
+            // next build can find it half gone; a shared one may serve others.
+            if self.place.is_shared() && !matches!(ended, Ending::Silent(_)) {
                 let _ = governor.try_wait();
             } else {
                 let _ = governor.wait();
