@@ -30,7 +30,7 @@ use crate::protocol::{
     write_frame, BuildStatus, GovernorConfig, GovernorStatus, Reply, Request, MAX_REPORT_FRAME,
     PROTOCOL,
 };
-use crate::shim::{FARM_ENV, LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
+use crate::shim::{FARM_ENV, JOB_TMPDIR_ENV, LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
 /// The governor reads its first session's configuration from this variable and its socket
@@ -42,6 +42,9 @@ const GOVERNOR_FD: i32 = 3;
 /// A private socket directory of a session's own under the temporary directory (where no
 /// shared place can be used) is named so, followed by the CLI's id.
 const RUNTIME_KIND: &str = "headroom-run";
+/// A session's directory for its compilers' temporary files ([`jobs_temp_dir`]) is named so,
+/// followed by the CLI's id.
+const JOBS_TEMP_KIND: &str = "headroom-tmp";
 /// The hidden subcommand that runs the governor.
 pub const GOVERNOR_SUBCOMMAND: &str = "__governor";
 /// How often a session tries to join before it gives up: a governor that is leaving (its
@@ -215,6 +218,23 @@ fn lock_place(lock: &Path) -> std::io::Result<File> {
     }
 }
 
+/// The directory the session's compilers keep their temporary files in (their `TMPDIR`, see
+/// [`crate::shim::JOB_TMPDIR_ENV`]): a new one under the user's temporary directory, removed
+/// with the session. headroom ends compilers on purpose (the early attempt of a queued job, a
+/// job killed to make room or to stay clear of the OOM killer), and not every compiler
+/// removes its temporary files when it is ended: clang's driver and nvcc leave theirs, and
+/// nothing does on SIGKILL. What they leave goes with this directory rather than piling up in
+/// the user's. One a killed session left behind goes at the next session's start. `None`
+/// where it cannot be made: compilers then keep the user's.
+fn jobs_temp_dir() -> Option<tempfile::TempDir> {
+    let temp = std::env::temp_dir();
+    headroom_paths::temp::remove_orphaned(&temp, JOBS_TEMP_KIND);
+    tempfile::Builder::new()
+        .prefix(&headroom_paths::temp::prefix(JOBS_TEMP_KIND))
+        .tempdir_in(&temp)
+        .ok()
+}
+
 /// A session of a running governor, and the ways that lead compilers to it.
 pub struct Session {
     place: GovernorPlace,
@@ -229,6 +249,8 @@ pub struct Session {
     _temporary_shims: Option<tempfile::TempDir>,
     /// The shim binary, which the interceptor runs as `headroom-launch COMPILER ARGS…`.
     shim_exe: PathBuf,
+    /// Where the session's compilers keep their temporary files, removed with the session.
+    jobs_temp: Option<tempfile::TempDir>,
     /// The interceptor to preload into the build, or why there is none.
     interceptor: Result<PathBuf, String>,
     /// The variables the build gets (`NAME=VALUE`, see [`build_variables`]).
@@ -308,6 +330,7 @@ impl Session {
             shim_dir,
             _temporary_shims: temporary_shims,
             shim_exe,
+            jobs_temp: jobs_temp_dir(),
             interceptor,
             parallelism_set: config.parallelism_set,
             farm: config.farm.is_some(),
@@ -362,7 +385,7 @@ impl Session {
     /// The variables that lead a launcher to this session's governor, for running compile
     /// jobs as `LAUNCHER COMPILER ARGS…`.
     pub fn launcher_env(&self) -> Vec<(OsString, OsString)> {
-        vec![
+        let mut env: Vec<(OsString, OsString)> = vec![
             (
                 SOCKET_ENV.into(),
                 self.place.socket.clone().into_os_string(),
@@ -370,7 +393,11 @@ impl Session {
             (SESSION_ENV.into(), self.id.to_string().into()),
             (SHIM_DIR_ENV.into(), self.shim_dir.clone().into_os_string()),
             (FARM_ENV.into(), if self.farm { "1" } else { "0" }.into()),
-        ]
+        ];
+        if let Some(dir) = &self.jobs_temp {
+            env.push((JOB_TMPDIR_ENV.into(), dir.path().into()));
+        }
+        env
     }
 
     /// Ends the session: the governor resumes anything of it still stopped (and kills its

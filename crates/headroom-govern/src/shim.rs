@@ -42,6 +42,11 @@ pub const FARM_ENV: &str = "HEADROOM_FARM";
 /// Set for a job's processes (to its shim's process id), so a compiler started by a compiler
 /// is not governed twice.
 pub const JOB_ENV: &str = "HEADROOM_JOB";
+/// The session's directory for its compilers' temporary files: a governed attempt runs with
+/// it as `TMPDIR`, so that what a compiler headroom ended leaves there goes with the session
+/// (`crate::session`). Only in place of the temporary directory the session itself had: a
+/// build step that chose another (Bazel's sandbox) keeps its own.
+pub const JOB_TMPDIR_ENV: &str = "HEADROOM_JOB_TMPDIR";
 /// How much of the end of a failed job's stderr is sent to the governor.
 const STDERR_TAIL: usize = 8 << 10;
 
@@ -211,6 +216,7 @@ fn governed(
     // not to the build's subreaper: it is still the attempt's (`end_early`, and the governor's
     // walk of the build, `headroom_probe::procs::walk_build`).
     headroom_process::become_subreaper();
+    let temp_dir = session_temp_dir();
     let request = Request::Job {
         session,
         compiler: compiler.to_string_lossy().into_owned(),
@@ -231,7 +237,8 @@ fn governed(
     let mut early = if std::env::var_os(FARM_ENV).is_some_and(|farm| farm == "1") {
         None
     } else {
-        start_attempt(&mut attempt_command(&command, args, None, None), slice).ok()
+        let mut attempt = attempt_command(&command, args, None, None, temp_dir.as_deref());
+        start_attempt(&mut attempt, slice).ok()
     };
     loop {
         let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
@@ -275,7 +282,13 @@ fn governed(
                 end_early(&mut early);
                 priority.take_on(None);
                 start_attempt(
-                    &mut attempt_command(&command, args, rung.as_ref(), remote.as_ref()),
+                    &mut attempt_command(
+                        &command,
+                        args,
+                        rung.as_ref(),
+                        remote.as_ref(),
+                        temp_dir.as_deref(),
+                    ),
                     slice,
                 )
             }
@@ -310,6 +323,14 @@ fn governed(
         let _ = std::io::stderr().write_all(&stderr);
         std::process::exit(shell_code(status))
     }
+}
+
+/// The session's directory for temporary files ([`JOB_TMPDIR_ENV`]), where it stands in for
+/// this process's own and still exists.
+fn session_temp_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os(JOB_TMPDIR_ENV)?);
+    let in_place_of_mine = dir.parent() == Some(std::env::temp_dir().as_path());
+    (in_place_of_mine && dir.is_dir()).then_some(dir)
 }
 
 /// Runs the compiler as if there were no governor: becomes it, or, where the first attempt
@@ -424,12 +445,15 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The command of one attempt: the compiler `base` runs, with `args` lowered by `rung` when
-/// given, sent to a farm node through the engine's client when `remote` is given.
+/// given, sent to a farm node through the engine's client when `remote` is given, with the
+/// session's `temp_dir` as its `TMPDIR` when run here (a farm's client may start the
+/// engine's server, which outlives the session and its directory).
 fn attempt_command(
     base: &Command,
     args: &[OsString],
     rung: Option<&Rung>,
     remote: Option<&RemoteLaunch>,
+    temp_dir: Option<&Path>,
 ) -> Command {
     let args = match rung {
         Some(rung) => rung.apply(args),
@@ -454,6 +478,9 @@ fn attempt_command(
         };
     }
     command.env(JOB_ENV, std::process::id().to_string());
+    if let (Some(dir), None) = (temp_dir, remote) {
+        command.env("TMPDIR", dir);
+    }
     command
 }
 

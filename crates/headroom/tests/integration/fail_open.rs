@@ -314,6 +314,80 @@ fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_fi
     assert!(dir.path().join("real.o").exists());
 }
 
+/// A stand-in compiler whose compiles leave a file in their temporary directory, as clang's
+/// driver and nvcc do when they are ended, and append which directory that was to `tmpdirs`.
+/// It answers `--version` (the governor asks it).
+const LEAVES_TEMP_FILES: &str = r#"#!/bin/sh
+case " $* " in *" -c "*) ;; *) echo "stand-in 1.0"; exit 0 ;; esac
+echo "$TMPDIR" >> "$(dirname "$0")/../tmpdirs"
+: > "$TMPDIR/left-by-$$"
+for output; do :; done
+: > "$output"
+"#;
+
+#[test]
+fn what_compilers_leave_in_their_temporary_directory_goes_with_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 0, "");
+    let compiler = dir.path().join("bin/g++");
+    std::fs::remove_file(&compiler).unwrap();
+    std::fs::write(&compiler, LEAVES_TEMP_FILES).unwrap();
+    std::fs::set_permissions(
+        &compiler,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // Three compiles, and a fourth whose step chose a temporary directory of its own.
+    let makefile = ".PHONY: all\nall: o0.o o1.o o2.o o3.o\n\
+                    o3.o:\n\tTMPDIR=$(CURDIR)/own g++ -c o3.cpp -o $@\n\
+                    %.o:\n\tg++ -c $*.cpp -o $@\n";
+    std::fs::write(dir.path().join("Makefile"), makefile).unwrap();
+    let own = dir.path().join("own");
+    std::fs::create_dir(&own).unwrap();
+    // What a session killed before its end left: the next build's start removes it.
+    let mut ended = Command::new("true").spawn().unwrap();
+    ended.wait().unwrap();
+    let temp = dir.path().join("tmp");
+    let left_by_a_killed_session = temp.join(format!("headroom-tmp{}-x1", ended.id()));
+    std::fs::create_dir(&left_by_a_killed_session).unwrap();
+    std::fs::write(left_by_a_killed_session.join("cc1.s"), "").unwrap();
+
+    let output = build(dir.path(), &["--", "make", "-j4"]).output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(objects(dir.path(), 4), 4);
+    let tmpdirs = std::fs::read_to_string(dir.path().join("tmpdirs")).unwrap();
+    let tmpdirs: Vec<&Path> = tmpdirs.lines().map(Path::new).collect();
+    // One for each compile, and one more for each early attempt of a queued job.
+    let in_session_dir = tmpdirs
+        .iter()
+        .filter(|dir| dir.parent() == Some(temp.as_path()))
+        .count();
+    let chosen = tmpdirs.iter().filter(|dir| **dir == own).count();
+    assert!(
+        in_session_dir >= 3 && chosen >= 1 && in_session_dir + chosen == tmpdirs.len(),
+        "compiles run in the session's directory under the user's TMPDIR, and a step that \
+         chose another TMPDIR keeps it: {tmpdirs:?}"
+    );
+    let names = |dir: &Path| -> Vec<_> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name())
+            .collect()
+    };
+    assert!(
+        names(&temp).is_empty(),
+        "left in the user's TMPDIR: {:?}",
+        names(&temp)
+    );
+    assert_eq!(
+        names(&own).len(),
+        chosen,
+        "a directory a step chose is its own"
+    );
+}
+
 #[test]
 fn a_runtime_directory_another_user_took_or_that_cannot_be_used_does_not_stop_the_build() {
     let _alone = support::WHOLE_MACHINE.hold();
