@@ -5,8 +5,9 @@
 //! early compiler is asked to end (so it can clean up), what it started is ended with it, and
 //! it is started again on admission, the
 //! admitted compiler's pid and status reach the governor, an attempt sent elsewhere is ended
-//! and reaped before that one starts (in a farm session none starts before the answer), and a
-//! governor that goes away leaves the compiler running to its end.
+//! and reaped before that one starts (in a farm session none starts before the answer), a
+//! compiler here gets the session's temporary directory while a farm's client keeps the
+//! user's, and a governor that goes away leaves the compiler running to its end.
 
 use crate::support::reliability::{process_state, wait_until};
 
@@ -30,8 +31,9 @@ fn shim() -> &'static Path {
     path
 }
 
-/// A stand-in compiler: appends its pid to `pids`, waits for the file `go`, exits 3. Asked to
-/// end (SIGTERM), it appends its pid to `cleaned`, as gcc removes its temporary files then.
+/// A stand-in compiler: appends its pid to `pids` and its `TMPDIR` to `tmpdirs`, waits for the
+/// file `go`, exits 3. Asked to end (SIGTERM), it appends its pid to `cleaned`, as gcc removes
+/// its temporary files then.
 /// Where the file `leave-a-child` exists, it first starts a child that ignores SIGTERM and
 /// appends its pid to `children`. Both give up once the directory is gone, which a failed test
 /// leaves that way.
@@ -42,6 +44,7 @@ if [ -e "$dir/leave-a-child" ]; then
   sh -c 'trap "" TERM; echo $$ >> "$1/children"; while [ -d "$1" ]; do sleep 0.01; done' sh "$dir" &
 fi
 echo $$ >> "$dir/pids"
+echo "$TMPDIR" >> "$dir/tmpdirs"
 while [ ! -e "$dir/go" ]; do [ -d "$dir" ] || exit 1; sleep 0.01; done
 exit 3
 "#;
@@ -66,8 +69,15 @@ fn shim_asking(dir: &Path) -> (Child, UnixStream) {
     shim_asking_in(dir, Session::Local)
 }
 
+/// The temporary directory of the session the shim in `dir` belongs to
+/// (`HEADROOM_JOB_TMPDIR`), under the user's, `dir/tmp`.
+fn session_temp(dir: &Path) -> std::path::PathBuf {
+    dir.join("tmp/headroom-tmp1-session")
+}
+
 fn shim_asking_in(dir: &Path, session: Session) -> (Child, UnixStream) {
     executable(&dir.join("cc"), COMPILER);
+    std::fs::create_dir_all(session_temp(dir)).unwrap();
     let listener = UnixListener::bind(dir.join("governor.sock")).unwrap();
     let shim = Command::new(shim())
         .arg0("headroom-launch")
@@ -76,6 +86,8 @@ fn shim_asking_in(dir: &Path, session: Session) -> (Child, UnixStream) {
         .current_dir(dir)
         .env("HEADROOM_SOCKET", dir.join("governor.sock"))
         .env("HEADROOM_SESSION", "1")
+        .env("TMPDIR", dir.join("tmp"))
+        .env("HEADROOM_JOB_TMPDIR", session_temp(dir))
         .env(
             "HEADROOM_FARM",
             match session {
@@ -212,9 +224,9 @@ fn what_a_queued_compiler_started_is_ended_with_it() {
 }
 
 /// Answers the shim's job in `dir` by sending it to a farm node whose engine client records
-/// whether a compiler had started here, and waits for the shim to end; returns what the client
-/// saw: `early-gone` or `early-still-there` for a compiler that started before the answer,
-/// `none-here` where none did.
+/// whether a compiler had started here (and its own `TMPDIR`, in `client-tmpdir`), and waits
+/// for the shim to end; returns what the client saw: `early-gone` or `early-still-there` for
+/// a compiler that started before the answer, `none-here` where none did.
 fn sent_to_a_farm_node(dir: &Path, shim: Child, stream: &UnixStream) -> String {
     let client = dir.join("client");
     executable(
@@ -225,6 +237,7 @@ early=$(head -n 1 "$dir/pids" 2>/dev/null)
 if [ -z "$early" ]; then echo none-here
 elif [ -e "/proc/$early" ]; then echo early-still-there
 else echo early-gone; fi > "$dir/client.log"
+echo "$TMPDIR" > "$dir/client-tmpdir"
 "#,
     );
     let remote = RemoteLaunch {
@@ -247,16 +260,40 @@ else echo early-gone; fi > "$dir/client.log"
     log.trim().to_string()
 }
 
+/// A job in `dir` whose compiler starts here before the answer, which then sends it to a farm
+/// node: what the node's client saw (see [`sent_to_a_farm_node`]).
+fn farmed_after_an_early_start(dir: &Path) -> String {
+    let (shim, stream) = shim_asking(dir);
+    started_before_the_answer(dir);
+    sent_to_a_farm_node(dir, shim, &stream)
+}
+
 #[test]
 fn an_attempt_sent_to_a_farm_node_starts_only_once_the_early_one_is_reaped() {
     let dir = tempfile::tempdir().unwrap();
-    let (shim, stream) = shim_asking(dir.path());
-    started_before_the_answer(dir.path());
-    assert_eq!(sent_to_a_farm_node(dir.path(), shim, &stream), "early-gone");
+    assert_eq!(farmed_after_an_early_start(dir.path()), "early-gone");
     assert_eq!(
         compiler_pids(dir.path()).len(),
         1,
         "no compiler ran here again"
+    );
+}
+
+#[test]
+fn an_attempt_here_gets_the_sessions_temporary_directory_and_a_farm_client_the_users() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(farmed_after_an_early_start(dir.path()), "early-gone");
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    assert_eq!(
+        read("tmpdirs").trim(),
+        session_temp(dir.path()).to_str().unwrap(),
+        "the compiler here runs in the session's temporary directory"
+    );
+    // The engine's client may start its server, which outlives the session's directory.
+    assert_eq!(
+        read("client-tmpdir").trim(),
+        dir.path().join("tmp").to_str().unwrap(),
+        "the farm's client keeps the user's"
     );
 }
 
