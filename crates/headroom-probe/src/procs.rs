@@ -306,21 +306,36 @@ print("forked", flush=True)
 time.sleep(60)
 "#;
 
-    #[test]
-    fn forked_workers_count_their_shared_pages_once() {
-        let Ok(mut pool) = Command::new("python3")
-            .args(["-c", FORKED_POOL])
-            .process_group(0)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-        else {
+    /// Starts `python3 -c script` (in a process group of its own where `own_group`) and
+    /// returns it with the first line it prints; `None`, after saying the test is skipped,
+    /// where python3 is not installed.
+    fn python_once_it_prints(
+        script: &str,
+        own_group: bool,
+    ) -> Option<(std::process::Child, String)> {
+        let mut command = Command::new("python3");
+        command
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped());
+        if own_group {
+            command.process_group(0);
+        }
+        let Ok(mut python) = command.spawn() else {
             headroom_testkit::skip("python3", "python3 is not installed");
-            return;
+            return None;
         };
         let mut line = String::new();
-        std::io::BufReader::new(pool.stdout.take().unwrap())
+        std::io::BufReader::new(python.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
+        Some((python, line))
+    }
+
+    #[test]
+    fn forked_workers_count_their_shared_pages_once() {
+        let Some((mut pool, line)) = python_once_it_prints(FORKED_POOL, true) else {
+            return;
+        };
         let pid = pool.id() as i32;
         let usage = tree_usage(pid).unwrap();
         let build = walk_build(std::process::id() as i32, 0, &[], |_| false);
@@ -392,20 +407,10 @@ time.sleep(30)
 
     #[test]
     fn what_an_attempt_leaves_below_its_shim_is_counted_but_not_outside() {
-        let Ok(mut starter) = Command::new("python3")
-            .args(["-c", JOB_STARTER_WITH_REMAINS])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
+        let Some((mut starter, line)) = python_once_it_prints(JOB_STARTER_WITH_REMAINS, false)
         else {
-            eprintln!("skipped: no python3 on PATH");
             return;
         };
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(starter.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
         // The leader's child, now the starter's.
         let starter_pid = starter.id() as i32;
         let remains = children_of(starter_pid).unwrap_or_default();
