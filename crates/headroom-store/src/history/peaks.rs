@@ -20,15 +20,15 @@ pub(super) fn learn(
     let clean = job.exit_code == Some(0) && job.peak > 0;
     if clean && job.node.is_some() {
         // A farm node compiled it: what it used here is its local share, not its peak.
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO local_shares (key, bytes) VALUES (?1, ?2)
              ON CONFLICT(key) DO UPDATE SET bytes = excluded.bytes",
-            params![job.key, job.peak as i64],
-        )?;
+        )?
+        .execute(params![job.key, job.peak as i64])?;
     }
     // Only a clean run here tells the job's real peak; lowered flags change it too.
     if clean && job.node.is_none() && job.lowered_flags.is_none() {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO peaks (key, peak, runs, profile_cpu_ms, profile_wall_ms, profile,
                  portable_key, measured_unix_ms)
              VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7)
@@ -37,16 +37,16 @@ pub(super) fn learn(
                  profile_wall_ms = excluded.profile_wall_ms, profile = excluded.profile,
                  portable_key = excluded.portable_key,
                  measured_unix_ms = excluded.measured_unix_ms",
-            params![
-                job.key,
-                job.peak as i64,
-                profile.map(|p| millis(p.cpu_seconds())),
-                profile.map(|p| millis(p.wall_seconds())),
-                profile.map(encode_shape),
-                portable_key,
-                unix_ms_now(),
-            ],
-        )?;
+        )?
+        .execute(params![
+            job.key,
+            job.peak as i64,
+            profile.map(|p| millis(p.cpu_seconds())),
+            profile.map(|p| millis(p.wall_seconds())),
+            profile.map(encode_shape),
+            portable_key,
+            unix_ms_now(),
+        ])?;
     }
     Ok(())
 }
