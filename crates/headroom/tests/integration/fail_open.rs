@@ -252,7 +252,7 @@ fn project_with_a_job_to_kill(dir: &Path) {
     let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/template-heavy");
     let makefile = format!(
         ".PHONY: all\nall: grow.o real.o\n\
-         grow.o:\n\tg++ --mem-file grow -c grow.cpp -o $@\n\
+         grow.o:\n\tg++ --mem-file grow --cpu-ms 1000 -c grow.cpp -o $@\n\
          real.o:\n\t/usr/bin/g++ -std=c++17 --param ggc-min-expand=100 \
          --param ggc-min-heapsize=131072 -O2 -DUNIT_NAME=real -DTARGET_MIB=300 \
          -I{unit} -c {unit}/unit.cpp -o $@\n",
@@ -289,7 +289,9 @@ fn a_job_killed_to_make_room_is_requeued_not_retried_alone_and_leaves_no_temp_fi
     // when the two reach the budget's suspend line the stand-in holds most of it, and the
     // real compile's own growth then passes the budget and a job must be killed. (Over 2 s it
     // reached the line only once the real compile had peaked: it was suspended, resumed when
-    // that compile ended, and nothing had to be killed.)
+    // that compile ended, and nothing had to be killed.) It holds its peak for a second of CPU
+    // time (`--cpu-ms` in the Makefile): ending at its peak, it was gone before a real compile
+    // slowed by a busy machine had grown to the line, and nothing had to make room.
     std::fs::write(dir.path().join("grow"), "400 500").unwrap();
     for object in ["grow.o", "real.o"] {
         std::fs::remove_file(dir.path().join(object)).unwrap();
