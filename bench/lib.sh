@@ -54,3 +54,10 @@ PY
     fi
     mv "$dir/$name.part" "$dir/$name"
 }
+
+# governor_of BUILD: the process id of the governor that `headroom build` process BUILD
+# started (a session of its own state directory runs a private one), or nothing before it is
+# up.
+governor_of() {
+    pgrep -P "$1" -f ' __governor$' | head -1 || true
+}

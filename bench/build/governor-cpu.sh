@@ -8,6 +8,8 @@
 set -euo pipefail
 [ $# -ge 2 ] && [ -x "$1" ] && [ -x "$2" ] || { echo "usage: $0 BEFORE AFTER [CALLS] [PAIRS]"; exit 2; }
 binaries=("$(realpath "$1")" "$(realpath "$2")")
+cd "$(dirname "$0")/../.."
+source bench/lib.sh
 names=(before after)
 calls=${3:-2000}
 pairs=${4:-4}
@@ -19,12 +21,12 @@ ln -s "$(type -P true)" "$work/cc"
 cpu_per_call() {
   local done=$work/done
   rm -f "$done"
-  (cd "$work" && HEADROOM_STATE_DIR=$2 "$1" build -- \
+  (cd "$work" && HEADROOM_STATE_DIR=$2 exec "$1" build -- \
     bash -c "for i in \$(seq $calls); do ./cc; done; touch '$done'; sleep 2" >/dev/null 2>&1) &
   local build=$!
   local governor=
   until [ -e "$done" ]; do
-    [ -n "$governor" ] || governor=$(pgrep -f "^$1 __governor\$" | head -1 || true)
+    [ -n "$governor" ] || governor=$(governor_of "$build")
     sleep 0.05
   done
   local ns=0 thread

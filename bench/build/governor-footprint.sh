@@ -6,6 +6,7 @@
 #   (needs `cargo build --release -p headroom -p headroom-fakecc`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/lib.sh
 jobs=${1:-1000}
 headroom=${HEADROOM:-$PWD/target/release/headroom}
 fakecc=${FAKECC:-$PWD/target/release/headroom-fakecc}
@@ -33,7 +34,7 @@ start=$(date +%s.%N)
 (cd "$work" && exec "$headroom" build -- make -s -j"$cpus" 2>"$work/summary") &
 build=$!
 gov=""
-while [ -z "$gov" ] && kill -0 $build 2>/dev/null; do gov=$(pgrep -P $build -f __governor || true); sleep 0.02; done
+while [ -z "$gov" ] && kill -0 $build 2>/dev/null; do gov=$(governor_of $build); sleep 0.02; done
 hwm=0; cpu=0
 while [ -n "$gov" ] && [ -r /proc/$gov/status ]; do
   h=$(awk '/VmHWM/ {print $2}' /proc/$gov/status 2>/dev/null || echo 0)
