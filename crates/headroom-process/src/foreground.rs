@@ -7,7 +7,9 @@
 //! child (woken too, in case it is stopped), and a shim with no child running exits at once
 //! with `128 + signal`, as it would have without a handler. Ctrl-Z (and a background read or
 //! write) stops the child, then the shim; SIGCONT (`fg`, `bg`) resumes the child stopped so.
-//! SIGWINCH is passed on as it is. State is process-wide, as signal dispositions are.
+//! SIGWINCH is passed on as it is. A signal the shim was started ignoring (`nohup`) is left
+//! ignored, as the compiler would have it without the shim. State is process-wide, as signal
+//! dispositions are.
 
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -33,61 +35,67 @@ const ENDING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQU
 /// The signals of a terminal's job control that stop the child, then this process.
 const STOPPING: [i32; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
 
-/// Installs the handlers that pass every signal on to the foreground child.
+/// Installs the one handler that passes every signal on to the foreground child, for each
+/// signal the process was not started ignoring: one the build ignores (`nohup` ignores
+/// SIGHUP) stays ignored, and the child inherits that as it would without the shim.
+///
+/// Installed with sigaction(2) directly: the shim starts on every compiler call, and
+/// signal-hook's registry, which allocates for every signal it takes, made this 70 µs of
+/// the call (BENCHMARKS.md, "Cost of interception").
 pub fn install() -> Result<(), InstallError> {
-    for signal in STOPPING {
-        let handle = move || {
-            let group = RUNNING_GROUP.load(Ordering::SeqCst);
-            if group > 0 {
-                STOPPED_BY_TERMINAL.store(true, Ordering::SeqCst);
-                crate::signal_group(group, signal);
-            }
-            // SAFETY: kill(2) on this process: stop as the signal's default action would.
-            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-        };
-        // SAFETY: the handler only uses atomics and kill(2), which is async-signal-safe.
-        register(signal, unsafe {
-            signal_hook::low_level::register(signal, handle)
-        })?;
-    }
-    let resume = || {
-        if STOPPED_BY_TERMINAL.swap(false, Ordering::SeqCst) {
-            signal(libc::SIGCONT);
+    let handled = STOPPING
+        .into_iter()
+        .chain([libc::SIGCONT, libc::SIGWINCH])
+        .chain(ENDING);
+    for signal in handled.filter(|&signal| !crate::is_ignored(signal)) {
+        // SAFETY: a zeroed sigaction is a valid one with no flags and an empty mask.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = pass_on as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: a valid action, whose handler only uses atomics and async-signal-safe calls.
+        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+            let source = std::io::Error::last_os_error();
+            return Err(InstallError { signal, source });
         }
-    };
-    // SAFETY: the handlers only use atomics and kill(2), which is async-signal-safe.
-    register(libc::SIGCONT, unsafe {
-        signal_hook::low_level::register(libc::SIGCONT, resume)
-    })?;
-    register(libc::SIGWINCH, unsafe {
-        signal_hook::low_level::register(libc::SIGWINCH, || signal(libc::SIGWINCH))
-    })?;
-    for ending in ENDING {
-        let handle = move || match RUNNING_GROUP.load(Ordering::SeqCst) {
-            STARTING => {
-                PENDING_SIGNAL.store(ending, Ordering::SeqCst);
-                // The start may have finished in between; then nobody else would pass it on.
-                let group = RUNNING_GROUP.load(Ordering::SeqCst);
-                if group > 0 {
-                    wake_and_end(group, ending);
-                }
-            }
-            group if group > 0 => wake_and_end(group, ending),
-            // SAFETY: _exit is async-signal-safe.
-            _ => unsafe { libc::_exit(128 + ending) },
-        };
-        // SAFETY: the handler only uses atomics and async-signal-safe calls (kill, _exit).
-        register(ending, unsafe {
-            signal_hook::low_level::register(ending, handle)
-        })?;
     }
     Ok(())
 }
 
-fn register<T>(signal: i32, registered: std::io::Result<T>) -> Result<(), InstallError> {
-    registered
-        .map(drop)
-        .map_err(|source| InstallError { signal, source })
+/// The handler of every signal [`install`] takes.
+extern "C" fn pass_on(signal: libc::c_int) {
+    // SAFETY: this thread's errno, kept for the code the signal interrupted.
+    let errno = unsafe { *libc::__errno_location() };
+    if STOPPING.contains(&signal) {
+        let group = RUNNING_GROUP.load(Ordering::SeqCst);
+        if group > 0 {
+            STOPPED_BY_TERMINAL.store(true, Ordering::SeqCst);
+            crate::signal_group(group, signal);
+        }
+        // SAFETY: kill(2) on this process: stop as the signal's default action would.
+        unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+    } else if signal == libc::SIGCONT {
+        if STOPPED_BY_TERMINAL.swap(false, Ordering::SeqCst) {
+            self::signal(libc::SIGCONT);
+        }
+    } else if signal == libc::SIGWINCH {
+        self::signal(libc::SIGWINCH);
+    } else {
+        match RUNNING_GROUP.load(Ordering::SeqCst) {
+            STARTING => {
+                PENDING_SIGNAL.store(signal, Ordering::SeqCst);
+                // The start may have finished in between; then nobody else would pass it on.
+                let group = RUNNING_GROUP.load(Ordering::SeqCst);
+                if group > 0 {
+                    wake_and_end(group, signal);
+                }
+            }
+            group if group > 0 => wake_and_end(group, signal),
+            // SAFETY: _exit is async-signal-safe.
+            _ => unsafe { libc::_exit(128 + signal) },
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }
 
 /// Starts `command` as the foreground child, in a process group of its own. A signal that

@@ -106,10 +106,11 @@ pub struct Interrupts {
 }
 
 impl Interrupts {
-    /// Catches `signals` from now on.
+    /// Catches `signals` from now on, but for those the process was started ignoring: a
+    /// build run under `nohup` ignores SIGHUP, and so do its commands.
     pub fn install(signals: &[i32]) -> Result<Interrupts, InstallError> {
         let pending = Arc::new(AtomicUsize::new(0));
-        for &signal in signals {
+        for &signal in signals.iter().filter(|&&signal| !is_ignored(signal)) {
             signal_hook::flag::register_usize(signal, Arc::clone(&pending), signal as usize)
                 .map_err(|source| InstallError { signal, source })?;
         }
@@ -130,6 +131,18 @@ impl Interrupts {
             0 => None,
             signal => Some(signal as i32),
         }
+    }
+}
+
+/// Whether this process ignores `signal` (`SIG_IGN`, which a program inherits across exec:
+/// `nohup` starts its command so with SIGHUP). A supervisor leaves such a signal ignored, as
+/// what it runs would have it without headroom, instead of catching and passing it on.
+pub fn is_ignored(signal: i32) -> bool {
+    // SAFETY: sigaction(2) with no new action only reads the current one into `current`.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 
@@ -453,5 +466,18 @@ mod tests {
         assert_eq!(interrupts.last(), Some(libc::SIGUSR1));
         assert_eq!(interrupts.take(), Some(libc::SIGUSR1));
         assert_eq!(interrupts.take(), None);
+    }
+
+    #[test]
+    fn a_signal_ignored_before_install_stays_ignored() {
+        // SAFETY: signal(2) on a signal only this test uses, as nohup does with SIGHUP.
+        unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
+        assert!(is_ignored(libc::SIGUSR2));
+        assert!(!is_ignored(libc::SIGUSR1));
+        let interrupts = Interrupts::install(&[libc::SIGUSR2]).unwrap();
+        // SAFETY: raise(3): ignored, the signal neither ends the test nor is caught.
+        unsafe { libc::raise(libc::SIGUSR2) };
+        assert_eq!(interrupts.take(), None);
+        assert!(is_ignored(libc::SIGUSR2));
     }
 }

@@ -244,6 +244,36 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
     });
 }
 
+/// `nohup headroom build …` and a terminal that hangs up: the hang-up reaches the CLI and,
+/// through the shell, every process of the build. A build started ignoring SIGHUP must go on
+/// as `nohup make` does: neither the CLI nor a shim may catch the signal and end its child.
+#[test]
+fn a_build_started_ignoring_sighup_survives_a_hang_up() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 2, "--mem 4 --ms 3000");
+    let mut command = build(dir.path(), &["--jobs", "2", "--", "make", "-j2"]);
+    command.process_group(0).stderr(Stdio::piped());
+    // SAFETY: signal(2) between fork and exec, as nohup does before it runs its command.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let cli = command.spawn().unwrap();
+    wait_until("two compiles", || compilers(cli.id()).len() == 2);
+    let everyone = below(cli.id(), "");
+    // SAFETY: kill(2) on this test's build: its CLI's group, then each of its processes.
+    unsafe { libc::kill(-(cli.id() as i32), libc::SIGHUP) };
+    for pid in everyone {
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+    }
+    let output = output_within_patience(cli);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(objects(dir.path(), 2), 2);
+}
+
 /// A project whose first job (`grow.o`, the stand-in compiler) outgrows what its history says
 /// and whose second (`real.o`, real g++ for 4 s) is the youngest job when it does: the
 /// governor kills `real.o` to make room and requeues it.
