@@ -87,11 +87,12 @@ pub fn main(argv: Vec<OsString>) -> ! {
     let mut command = Command::new(&compiler);
     command.args(&args);
     // The job's own processes (nvcc's cicc, gcc's cc1plus) are part of this job: they need
-    // no interceptor.
+    // no interceptor. Set in this process's own environment, as every variable the compiler
+    // gets from the shim is (see [`set_attempt_environment`]).
     match crate::intercept::job_preload() {
-        Some(Some(preload)) => command.env("LD_PRELOAD", preload),
-        Some(None) => command.env_remove("LD_PRELOAD"),
-        None => &mut command,
+        Some(Some(preload)) => std::env::set_var("LD_PRELOAD", preload),
+        Some(None) => std::env::remove_var("LD_PRELOAD"),
+        None => {}
     };
     let socket = std::env::var_os(SOCKET_ENV).filter(|_| std::env::var_os(JOB_ENV).is_none());
     let Some(socket) = socket.map(PathBuf::from) else {
@@ -234,11 +235,14 @@ fn governed(
     // The niceness the user gave the build is a floor that headroom's priorities add to.
     let floor = getpriority_process(None).unwrap_or(0);
     let slice = Slice::shorten_own();
+    let build_temp_dir = set_attempt_environment(temp_dir.as_deref());
+    let attempt = |rung: Option<&Rung>, remote: Option<&RemoteLaunch>| {
+        attempt_command(compiler, args, rung, remote, build_temp_dir.as_deref())
+    };
     let mut early = if std::env::var_os(FARM_ENV).is_some_and(|farm| farm == "1") {
         None
     } else {
-        let mut attempt = attempt_command(&command, args, None, None, temp_dir.as_deref());
-        start_attempt(&mut attempt, slice).ok()
+        start_attempt(&mut attempt(None, None), slice).ok()
     };
     loop {
         let (rung, nice, cpu_group, remote) = match liveness::read_reply(&stream) {
@@ -281,16 +285,7 @@ fn governed(
             mut early => {
                 end_early(&mut early);
                 priority.take_on(None);
-                start_attempt(
-                    &mut attempt_command(
-                        &command,
-                        args,
-                        rung.as_ref(),
-                        remote.as_ref(),
-                        temp_dir.as_deref(),
-                    ),
-                    slice,
-                )
+                start_attempt(&mut attempt(rung.as_ref(), remote.as_ref()), slice)
             }
         };
         let fallback_markers = remote.as_ref().map_or(&[][..], |r| &r.fallback_markers);
@@ -444,16 +439,31 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
-/// The command of one attempt: the compiler `base` runs, with `args` lowered by `rung` when
-/// given, sent to a farm node through the engine's client when `remote` is given, with the
-/// session's `temp_dir` as its `TMPDIR` when run here (a farm's client may start the
-/// engine's server, which outlives the session and its directory).
+/// Sets what every attempt inherits from this process's environment: [`JOB_ENV`], and the
+/// session's `temp_dir`, where there is one, as `TMPDIR`; returns the `TMPDIR` the build gave
+/// the shim. In the shim's own environment, not each attempt's `Command`: a `Command` with
+/// variables of its own makes the standard library copy the whole environment on every
+/// spawn, which was 80 µs of a compiler call (BENCHMARKS.md, "Cost of interception"). The
+/// shim runs one thread, so nothing reads the environment while it changes.
+fn set_attempt_environment(temp_dir: Option<&Path>) -> Option<OsString> {
+    let build_temp_dir = std::env::var_os("TMPDIR");
+    std::env::set_var(JOB_ENV, std::process::id().to_string());
+    if let Some(dir) = temp_dir {
+        std::env::set_var("TMPDIR", dir);
+    }
+    build_temp_dir
+}
+
+/// The command of one attempt: `compiler` with `args` lowered by `rung` when given, or sent
+/// to a farm node through the engine's client when `remote` is given. The client gets back
+/// the build's own `build_temp_dir`, since it may start the engine's server, which outlives
+/// the session and its directory.
 fn attempt_command(
-    base: &Command,
+    compiler: &Path,
     args: &[OsString],
     rung: Option<&Rung>,
     remote: Option<&RemoteLaunch>,
-    temp_dir: Option<&Path>,
+    build_temp_dir: Option<&OsStr>,
 ) -> Command {
     let args = match rung {
         Some(rung) => rung.apply(args),
@@ -464,23 +474,17 @@ fn attempt_command(
             let mut client = Command::new(&remote.program);
             client
                 .args(&remote.args_before)
-                .arg(base.get_program())
+                .arg(compiler)
                 .envs(remote.env.iter().map(|(name, value)| (name, value)));
+            match build_temp_dir {
+                Some(dir) => client.env("TMPDIR", dir),
+                None => client.env_remove("TMPDIR"),
+            };
             client
         }
-        None => Command::new(base.get_program()),
+        None => Command::new(compiler),
     };
     command.args(args);
-    for (key, value) in base.get_envs() {
-        match value {
-            Some(value) => command.env(key, value),
-            None => command.env_remove(key),
-        };
-    }
-    command.env(JOB_ENV, std::process::id().to_string());
-    if let (Some(dir), None) = (temp_dir, remote) {
-        command.env("TMPDIR", dir);
-    }
     command
 }
 
