@@ -185,12 +185,17 @@ fn a_governor_that_no_session_joins_leaves() {
 }
 
 /// Starts a build of two compiles made with `recipe` in `dir`, in its own process group as a
-/// shell's job is (a terminal signals the whole group); returns it, its group and its two
-/// compilers once both run.
-fn two_compiles_as_a_job(dir: &Path, recipe: &str) -> (Child, i32, Vec<i32>) {
+/// shell's job is (a terminal signals the whole group), started as `shell` starts it;
+/// returns it, its group and its two compilers once both run.
+fn two_compiles_as_a_job(
+    dir: &Path,
+    recipe: &str,
+    shell: impl FnOnce(&mut Command),
+) -> (Child, i32, Vec<i32>) {
     reliability::project(dir, 2, recipe);
     let mut command = build(dir, &["--jobs", "2", "--", "make", "-j2"]);
     command.process_group(0).stderr(Stdio::piped());
+    shell(&mut command);
     let cli = command.spawn().unwrap();
     let group = cli.id() as i32;
     wait_until("two compiles", || compilers(cli.id()).len() == 2);
@@ -202,7 +207,7 @@ fn two_compiles_as_a_job(dir: &Path, recipe: &str) -> (Child, i32, Vec<i32>) {
 fn ctrl_z_stops_the_compilers_and_fg_resumes_them() {
     let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
-    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 4000");
+    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 4000", |_| {});
     // SAFETY: kill(2) on the process group of this test's build.
     unsafe { libc::kill(-group, libc::SIGTSTP) };
     wait_until("every compiler stopped", || {
@@ -228,7 +233,7 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
     let dir = tempfile::tempdir().unwrap();
     reliability::become_subreaper();
     // Compiles far longer than the test waits for them to end.
-    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 600000");
+    let (cli, group, running) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 600000", |_| {});
     // SAFETY: kill(2) on the process group of this test's build: what Ctrl-\ sends.
     unsafe { libc::kill(-group, libc::SIGQUIT) };
     let output = output_within_patience(cli);
@@ -251,21 +256,19 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
 fn a_build_started_ignoring_sighup_survives_a_hang_up() {
     let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
-    reliability::project(dir.path(), 2, "--mem 4 --ms 3000");
-    let mut command = build(dir.path(), &["--jobs", "2", "--", "make", "-j2"]);
-    command.process_group(0).stderr(Stdio::piped());
-    // SAFETY: signal(2) between fork and exec, as nohup does before it runs its command.
-    unsafe {
-        command.pre_exec(|| {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let cli = command.spawn().unwrap();
-    wait_until("two compiles", || compilers(cli.id()).len() == 2);
+    let nohup = |command: &mut Command| {
+        // SAFETY: signal(2) between fork and exec, as nohup does before it runs its command.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    };
+    let (cli, group, _) = two_compiles_as_a_job(dir.path(), "--mem 4 --ms 3000", nohup);
     let everyone = below(cli.id(), "");
     // SAFETY: kill(2) on this test's build: its CLI's group, then each of its processes.
-    unsafe { libc::kill(-(cli.id() as i32), libc::SIGHUP) };
+    unsafe { libc::kill(-group, libc::SIGHUP) };
     for pid in everyone {
         unsafe { libc::kill(pid, libc::SIGHUP) };
     }
