@@ -81,7 +81,12 @@ pub fn serve(
     exit: crate::session::Exit,
 ) -> io::Result<()> {
     let terminate = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+    // One started ignoring a signal (`nohup headroom build`) leaves it ignored, as its CLI does.
+    let ending = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+    for signal in ending
+        .into_iter()
+        .filter(|&s| !headroom_process::is_ignored(s))
+    {
         signal_hook::flag::register(signal, Arc::clone(&terminate))?;
     }
     // What the history says of earlier builds comes with the first session.

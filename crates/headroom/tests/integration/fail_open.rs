@@ -275,6 +275,12 @@ fn a_build_started_ignoring_sighup_survives_a_hang_up() {
     let output = output_within_patience(cli);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(objects(dir.path(), 2), 2);
+    // The governor, one of the build's processes, stayed too.
+    assert!(
+        !stderr(&output).contains("the governor stopped"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 /// A project whose first job (`grow.o`, the stand-in compiler) outgrows what its history says
