@@ -27,11 +27,11 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use headroom_probe::cpu_share::CpuShare;
+use headroom_process::Interrupts;
 use headroom_sched::SessionId;
 
 use crate::ledger::{Elsewhere, ReservationLedger};
@@ -80,15 +80,9 @@ pub fn serve(
     defaults: GovernorConfig,
     exit: crate::session::Exit,
 ) -> io::Result<()> {
-    let terminate = Arc::new(AtomicBool::new(false));
-    // One started ignoring a signal (`nohup headroom build`) leaves it ignored, as its CLI does.
-    let ending = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
-    for signal in ending
-        .into_iter()
-        .filter(|&s| !headroom_process::is_ignored(s))
-    {
-        signal_hook::flag::register(signal, Arc::clone(&terminate))?;
-    }
+    // As the CLI's: one started ignoring a signal (`nohup headroom build`) leaves it ignored.
+    let terminate = Interrupts::install(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        .map_err(io::Error::other)?;
     // What the history says of earlier builds comes with the first session.
     let driver = driver_for(&defaults, &Past::default());
     let governor = Arc::new(Governor {

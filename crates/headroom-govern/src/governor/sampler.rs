@@ -3,13 +3,12 @@
 //! users' governors), and flushes what was sampled to the sessions' reports.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use headroom_probe::cgroup::Cgroup;
 use headroom_probe::procs::{walk_build, Usage};
 use headroom_probe::room::MemoryFacts;
-use headroom_process::{ask_group_to_end, signal_group, TERM_GRACE};
+use headroom_process::{ask_group_to_end, signal_group, Interrupts, TERM_GRACE};
 use headroom_sched::{Action, Job, JobId, JobState, OutsideAction, Reading, SessionId};
 use headroom_store::{JobEvent, JobEventKind, Room, Sample};
 
@@ -115,13 +114,13 @@ impl Governor {
 
     /// Samples every running job, and each session's processes outside them, until told to
     /// stop. A session's build is everything below its CLI, but the governor.
-    pub(super) fn sample_until(&self, terminate: &AtomicBool) {
+    pub(super) fn sample_until(&self, terminate: &Interrupts) {
         let interval = Duration::from_millis(self.defaults.sample_interval_ms.max(10));
         let cgroup = Cgroup::of_self().ok().flatten();
         let governor = std::process::id() as i32;
         loop {
             std::thread::sleep(interval);
-            if terminate.load(Ordering::Relaxed) || self.never_joined() {
+            if terminate.last().is_some() || self.never_joined() {
                 self.end_on_signal();
             }
             let (groups, roots) = {

@@ -251,7 +251,7 @@ fn ctrl_backslash_ends_the_compilers_with_the_build() {
 
 /// `nohup headroom build …` and a terminal that hangs up: the hang-up reaches the CLI and,
 /// through the shell, every process of the build. A build started ignoring SIGHUP must go on
-/// as `nohup make` does: neither the CLI nor a shim may catch the signal and end its child.
+/// as `nohup make` does: neither the CLI, a shim nor the governor may catch the signal.
 #[test]
 fn a_build_started_ignoring_sighup_survives_a_hang_up() {
     let _alone = support::WHOLE_MACHINE.hold();
