@@ -38,7 +38,9 @@ pub const SESSION_ENV: &str = "HEADROOM_SESSION";
 /// `1` in a build whose session may send compiles to a build farm, `0` otherwise. Its shims wait
 /// for the governor's answer before they start the compiler: a job sent to a farm node would
 /// otherwise start here first, only to be ended, and hold this machine's memory meanwhile.
-pub const FARM_ENV: &str = "HEADROOM_FARM";
+/// Not `HEADROOM_FARM`, the user's `--farm`: a `headroom build` run by a build step would take
+/// this value for its own farm and refuse to start.
+pub const FARM_ENV: &str = "HEADROOM_SESSION_FARM";
 /// Set for a job's processes (to its shim's process id), so a compiler started by a compiler
 /// is not governed twice.
 pub const JOB_ENV: &str = "HEADROOM_JOB";

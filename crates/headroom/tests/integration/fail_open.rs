@@ -491,6 +491,24 @@ fn a_damaged_shim_directory_does_not_stop_the_build() {
     }
 }
 
+/// A build step that runs `headroom build` itself (a script wrapped whole whose parts already
+/// use headroom): the inner build runs and governs its compiles. It used to refuse to start,
+/// failing the outer build, since it read a variable the outer one set for its shims as its
+/// own `--farm`.
+#[test]
+fn a_build_run_by_a_governed_build_runs() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+    let output = build(dir.path(), &["--", HEADROOM, "build", "--", "make"])
+        .output()
+        .unwrap();
+    let said = stderr(&output);
+    assert!(output.status.success(), "{said}");
+    assert_eq!(objects(dir.path(), 2), 2, "{said}");
+    assert!(said.contains("headroom: 2 jobs"), "{said}");
+}
+
 /// A Makefile whose `clean` takes a while and whose `all` builds `out` from nothing: under
 /// `make -j`, `make clean all` runs both at once, and `clean` removes what `all` built.
 fn project_with_ordered_goals(dir: &Path) {

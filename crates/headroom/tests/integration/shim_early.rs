@@ -89,7 +89,7 @@ fn shim_asking_in(dir: &Path, session: Session) -> (Child, UnixStream) {
         .env("TMPDIR", dir.join("tmp"))
         .env("HEADROOM_JOB_TMPDIR", session_temp(dir))
         .env(
-            "HEADROOM_FARM",
+            "HEADROOM_SESSION_FARM",
             match session {
                 Session::Local => "0",
                 Session::Farm => "1",
