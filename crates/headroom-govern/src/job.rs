@@ -15,7 +15,8 @@ pub struct JobIdentity {
     pub key: String,
     /// Same compiler and normalised flags.
     pub group: u64,
-    /// The output file, else the crate name, else the first source, else the compiler.
+    /// The output file, else the crate name, else the first source, else the compiler; for
+    /// a job that only preprocesses (`-E`), the first source first.
     pub label: String,
     /// The command line as people read it.
     pub command: String,
@@ -40,6 +41,7 @@ impl JobIdentity {
         let mut output = None;
         let mut crate_name = None;
         let mut first_input = None;
+        let mut preprocess_only = false;
         let mut args_iter = args.iter().map(String::as_str).peekable();
         while let Some(arg) = args_iter.next() {
             if FLAGS_WITH_FILE_VALUE.contains(&arg) {
@@ -56,14 +58,19 @@ impl JobIdentity {
             } else if is_input(arg) {
                 first_input.get_or_insert(arg);
             } else {
+                preprocess_only |= arg == "-E";
                 flags.push(arg);
             }
         }
-        let label = output
-            .or(crate_name)
-            .or(first_input)
-            .unwrap_or(compiler)
-            .to_string();
+        // Tools that preprocess before they compile (ccache, distcc) write the preprocessed
+        // source to a temporary file of a new name each time: named by it, the job would be
+        // a new one in every build.
+        let named_by = if preprocess_only {
+            first_input.or(output)
+        } else {
+            output.or(crate_name).or(first_input)
+        };
+        let label = named_by.unwrap_or(compiler).to_string();
         let flags: Vec<String> = flags.into_iter().map(String::from).collect();
         let group = xxh3_64(format!("{compiler}\u{1e}{}", flags.join("\u{1f}")).as_bytes());
         let key = hash_key(compiler, &label, &flags, cwd);
@@ -128,6 +135,22 @@ mod tests {
         assert_ne!(a.key, b.key);
         assert_eq!(a.label, "a.o");
         assert_eq!(b.label, "b.o");
+    }
+
+    #[test]
+    fn preprocessing_to_a_temporary_file_is_the_same_job_in_every_build() {
+        // As ccache runs it, with a new temporary file each time.
+        let first = identity(
+            "-E -o /home/ana/.cache/ccache/tmp/cpp_stdout.tmp.JpBJX7.ii a.cpp",
+            "/src",
+        );
+        let next = identity(
+            "-E -o /home/ana/.cache/ccache/tmp/cpp_stdout.tmp.RIQ70p.ii a.cpp",
+            "/src",
+        );
+        assert_eq!(first.label, "a.cpp");
+        assert_eq!(first.key, next.key);
+        assert_ne!(first.group, identity("-c -o a.o a.cpp", "/src").group);
     }
 
     #[test]
