@@ -260,7 +260,7 @@ mod tests {
         let options = variables.options();
         assert_eq!(options[0], "--action_env=HEADROOM_SOCKET=/run/s.sock");
         assert_eq!(options[1], "--action_env=HEADROOM_SESSION=2147483649");
-        assert_eq!(options[3], "--action_env=HEADROOM_FARM=0");
+        assert_eq!(options[3], "--action_env=HEADROOM_SESSION_FARM=0");
         assert_eq!(options[5], "--action_env=LD_PRELOAD=/state/lib/i.so");
         assert_eq!(options[6], SPAWN_STRATEGY);
         build.env_remove(LAUNCHER_ENV);

@@ -83,7 +83,7 @@ fn project(units: &[&str], mib: u64, millis: u64) -> tempfile::TempDir {
     let objects: Vec<String> = units.iter().map(|unit| format!("{unit}.o")).collect();
     // The build's own record of whether its shims were told that a farm takes compiles.
     let mut makefile = format!(
-        "all: {}\n\techo $$HEADROOM_FARM > farm-session\n",
+        "all: {}\n\techo $$HEADROOM_SESSION_FARM > farm-session\n",
         objects.join(" ")
     );
     for unit in units {

@@ -55,7 +55,7 @@ fn executable(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// Whether the shim's session may send compiles to a build farm (`HEADROOM_FARM`).
+/// Whether the shim's session may send compiles to a build farm (`HEADROOM_SESSION_FARM`).
 #[derive(Clone, Copy)]
 enum Session {
     Local,
