@@ -159,7 +159,7 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     // follows the build's processes.
     headroom_process::become_subreaper();
     let start = Instant::now();
-    let mut build = Command::new(&args.command[0]);
+    let mut build = build_command(&args.command[0], &session);
     let governed = session.govern(&mut build);
     let bazel = BazelBuild::arguments(&args.command, &mut build);
     match governed {
@@ -217,6 +217,20 @@ fn run_ungoverned(command: &[OsString]) -> Result<u8> {
     match Command::new(&command[0]).args(&command[1..]).status() {
         Ok(status) => Ok(shell_code(status) as u8),
         Err(err) => cannot_start(&command[0], err),
+    }
+}
+
+/// The program the build starts: the build command's own, or the launcher in front of it when
+/// it is itself a compiler (`headroom build -- g++ -c big.cpp`), since the interceptor governs
+/// what the build command starts, not the command headroom starts.
+fn build_command(program: &OsStr, session: &Session) -> Command {
+    let name = Path::new(program).file_name().and_then(OsStr::to_str);
+    if name.is_some_and(headroom_govern::compiler::is_governed) {
+        let mut launch = Command::new(session.launcher());
+        launch.arg(program);
+        launch
+    } else {
+        Command::new(program)
     }
 }
 

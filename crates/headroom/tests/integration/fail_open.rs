@@ -509,6 +509,24 @@ fn a_build_run_by_a_governed_build_runs() {
     assert!(said.contains("headroom: 2 jobs"), "{said}");
 }
 
+/// A build command that is itself a compiler (`headroom build -- g++ -c big.cpp`) is governed
+/// as one job. It used to run ungoverned, with a summary saying that no compiler ran: the
+/// interceptor sees what the build command starts, not the command headroom starts.
+#[test]
+fn a_compiler_given_as_the_build_command_is_governed() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 0, "");
+    let compile = [
+        "--", "g++", "--mem", "4", "--ms", "10", "-c", "o0.cpp", "-o", "o0.o",
+    ];
+    let output = build(dir.path(), &compile).output().unwrap();
+    let said = stderr(&output);
+    assert!(output.status.success(), "{said}");
+    assert_eq!(objects(dir.path(), 1), 1, "{said}");
+    assert!(said.contains("headroom: 1 jobs"), "{said}");
+}
+
 /// A Makefile whose `clean` takes a while and whose `all` builds `out` from nothing: under
 /// `make -j`, `make clean all` runs both at once, and `clean` removes what `all` built.
 fn project_with_ordered_goals(dir: &Path) {
