@@ -20,6 +20,7 @@ const INTERNAL: &[&str] = &[
     "HEADROOM_GOVERNOR_CONFIG",    // the CLI's configuration for the governor
     "HEADROOM_GOVERNOR_LOCK",      // the lock a shared governor takes to leave its socket
     "HEADROOM_SESSION",            // the session a build's compilers belong to, for the shims
+    "HEADROOM_SESSION_FARM",       // whether that session may farm, for the shims
     "HEADROOM_JOB_TMPDIR",         // the session's directory for its compilers' temporary files
     "HEADROOM_SAMPLE_INTERVAL_MS", // a hidden flag for tests and benchmarks
     "HEADROOM_BUILDING_SHIM",      // set by headroom-govern's build script for the shim's build
