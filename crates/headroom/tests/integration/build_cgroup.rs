@@ -29,7 +29,9 @@ fn project() -> tempfile::TempDir {
 
 /// Runs `build` without headroom in a fresh cgroup capped at `limit`, and checks that it
 /// fails because the kernel OOM-killed part of it (`why` says why it cannot fit). False when
-/// no cgroup can be made here (the test then skips).
+/// no cgroup can be made here (the test then skips). The jobs' peaks must meet for that, so
+/// the callers hold [`support::WHOLE_MACHINE`]: beside another heavy test, one compile could
+/// be done before the other reaches its peak (seen once in a CI run).
 fn oom_killed_alone(name: &str, limit: u64, mut build: Command, why: &str) -> bool {
     let Some(bare) = limited_cgroup(name, limit) else {
         return false;
@@ -44,6 +46,7 @@ fn oom_killed_alone(name: &str, limit: u64, mut build: Command, why: &str) -> bo
 
 #[test]
 fn make_j4_is_oom_killed_alone_and_completes_under_headroom() {
+    let _alone = support::WHOLE_MACHINE.hold();
     let dir = project();
     let mut make = command_in(dir.path(), "make");
     make.args(["-j4", "-k"]);
@@ -134,6 +137,7 @@ fn governed_build(dir: &std::path::Path, name: &str, args: &[&str]) -> Option<Bu
 
 #[test]
 fn a_tree_configured_before_headroom_is_governed_however_it_is_built() {
+    let _alone = support::WHOLE_MACHINE.hold();
     if !support::have(&["cmake", "ninja"]) {
         return;
     }
