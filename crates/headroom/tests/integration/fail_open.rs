@@ -500,13 +500,7 @@ fn a_build_run_by_a_governed_build_runs() {
     let _alone = support::WHOLE_MACHINE.hold();
     let dir = tempfile::tempdir().unwrap();
     reliability::project(dir.path(), 2, "--mem 4 --ms 10");
-    let output = build(dir.path(), &["--", HEADROOM, "build", "--", "make"])
-        .output()
-        .unwrap();
-    let said = stderr(&output);
-    assert!(output.status.success(), "{said}");
-    assert_eq!(objects(dir.path(), 2), 2, "{said}");
-    assert!(said.contains("headroom: 2 jobs"), "{said}");
+    builds_governed(dir.path(), &["--", HEADROOM, "build", "--", "make"], 2);
 }
 
 /// A build command that is itself a compiler (`headroom build -- g++ -c big.cpp`) is governed
@@ -520,11 +514,17 @@ fn a_compiler_given_as_the_build_command_is_governed() {
     let compile = [
         "--", "g++", "--mem", "4", "--ms", "10", "-c", "o0.cpp", "-o", "o0.o",
     ];
-    let output = build(dir.path(), &compile).output().unwrap();
+    builds_governed(dir.path(), &compile, 1);
+}
+
+/// Runs `headroom build ARGS…` in the scratch project `dir` and checks that it succeeds,
+/// leaves the `count` objects `o0.o`… and governed them as that many jobs.
+fn builds_governed(dir: &Path, args: &[&str], count: usize) {
+    let output = build(dir, args).output().unwrap();
     let said = stderr(&output);
     assert!(output.status.success(), "{said}");
-    assert_eq!(objects(dir.path(), 1), 1, "{said}");
-    assert!(said.contains("headroom: 1 jobs"), "{said}");
+    assert_eq!(objects(dir, count), count, "{said}");
+    assert!(said.contains(&format!("headroom: {count} jobs")), "{said}");
 }
 
 /// A Makefile whose `clean` takes a while and whose `all` builds `out` from nothing: under
