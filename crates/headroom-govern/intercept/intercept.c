@@ -15,8 +15,15 @@
  * Programs that need no interceptor start without it in LD_PRELOAD, so they do not pay for
  * loading it: the launcher, and tools that never start another program (cp, mkdir, true…).
  *
+ * A program started with an environment of its caller's making (`env -i make`, SCons, whose
+ * compilers get only its own `ENV`) would lose the build's variables and the interceptor
+ * with them, and every compiler below it would run ungoverned. So the interceptor keeps the
+ * variables it was loaded with, and gives them back, with itself first in LD_PRELOAD, to an
+ * exec whose environment has dropped them. Only the variables that lead to the governor
+ * come back: what else the caller dropped stays dropped.
+ *
  * It runs between vfork and exec, so it allocates nothing, takes no lock and resolves libc's
- * functions once, when it is loaded. */
+ * functions and keeps its variables once, when it is loaded. */
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,6 +32,7 @@
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -45,20 +53,59 @@ static execvpe_fn real_execvpe;
 static spawn_fn real_posix_spawn;
 static spawn_fn real_posix_spawnp;
 
-__attribute__((constructor)) static void resolve_libc(void) {
-    real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
-    real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
-    real_posix_spawn = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
-    real_posix_spawnp = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+/* The `NAME=value` entry of `name` in `env`, or NULL. */
+static char *entry_of(char *const env[], const char *name) {
+    size_t len = strlen(name);
+    for (; env && *env; env++) {
+        if (strncmp(*env, name, len) == 0 && (*env)[len] == '=') return *env;
+    }
+    return NULL;
 }
 
 /* The value of `name` in `env`, or NULL. */
 static const char *lookup(char *const env[], const char *name) {
-    size_t len = strlen(name);
-    for (; env && *env; env++) {
-        if (strncmp(*env, name, len) == 0 && (*env)[len] == '=') return *env + len + 1;
+    const char *entry = entry_of(env, name);
+    return entry ? entry + strlen(name) + 1 : NULL;
+}
+
+#define PRELOAD_PREFIX "LD_PRELOAD="
+
+/* The variables that lead a build's processes to its governor: all that `Session::govern`
+ * sets besides LD_PRELOAD and the build's parallelism (the integration test
+ * `a_step_that_clears_its_environment_keeps_its_compilers_governed` holds the two lists
+ * together). */
+static const char *const SESSION_VARIABLES[] = {
+    "HEADROOM_SOCKET",   "HEADROOM_LAUNCHER",     "HEADROOM_SESSION",
+    "HEADROOM_SHIM_DIR", "HEADROOM_SESSION_FARM", "HEADROOM_JOB_TMPDIR",
+};
+#define SESSION_MOST (sizeof SESSION_VARIABLES / sizeof *SESSION_VARIABLES)
+
+/* The build this process belongs to, as its environment said when the interceptor was
+ * loaded: the `NAME=value` entries of the session's variables, and `LD_PRELOAD=` this
+ * library. Empty outside a governed build and inside a job. */
+static char *session[SESSION_MOST];
+static size_t session_len;
+static char *session_preload;
+
+static void keep_session(void) {
+    if (!lookup(environ, "HEADROOM_SOCKET") || lookup(environ, "HEADROOM_JOB")) return;
+    Dl_info self;
+    if (!dladdr((void *)keep_session, &self) || !self.dli_fname) return;
+    session_preload = malloc(strlen(PRELOAD_PREFIX) + strlen(self.dli_fname) + 1);
+    if (!session_preload) return;
+    strcpy(stpcpy(session_preload, PRELOAD_PREFIX), self.dli_fname);
+    for (size_t i = 0; i < SESSION_MOST; i++) {
+        char *entry = entry_of(environ, SESSION_VARIABLES[i]);
+        if (entry && (entry = strdup(entry))) session[session_len++] = entry;
     }
-    return NULL;
+}
+
+__attribute__((constructor)) static void on_load(void) {
+    real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+    real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
+    real_posix_spawn = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
+    real_posix_spawnp = (spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+    keep_session();
 }
 
 /* The launcher to run instead of a program named `name`, or NULL when it is to run as it
@@ -92,9 +139,9 @@ static const char *search_path(const char *file, char out[PATH_MAX]) {
     }
 }
 
-static size_t count(char *const argv[]) {
+static size_t count(char *const list[]) {
     size_t n = 0;
-    while (argv[n]) n++;
+    while (list && list[n]) n++;
     return n;
 }
 
@@ -107,14 +154,26 @@ static char **launch_argv(const char *compiler, char *const argv[], size_t argc,
     return out;
 }
 
-#define PRELOAD_PREFIX "LD_PRELOAD="
+/* Whether `env` dropped the build this process belongs to. */
+static int dropped_session(char *const env[]) {
+    return session_len > 0 && !lookup(env, "HEADROOM_SOCKET");
+}
 
-/* The `LD_PRELOAD=…` entry of `env`, or NULL. */
-static char *preload_entry(char *const env[]) {
+/* `env` with the session's variables added, and this library first in its LD_PRELOAD, built
+ * in `out` (count of `env` + session_len + 2 pointers) and `preload` (room for
+ * `session_preload`, ':' and the value of `env`'s LD_PRELOAD). */
+static char *const *with_session(char *const env[], char **out, char *preload) {
+    const char *theirs = lookup(env, "LD_PRELOAD");
+    char *end = stpcpy(preload, session_preload);
+    if (theirs && *theirs) stpcpy(stpcpy(end, ":"), theirs);
+    size_t n = 0;
     for (; env && *env; env++) {
-        if (strncmp(*env, PRELOAD_PREFIX, strlen(PRELOAD_PREFIX)) == 0) return *env;
+        if (strncmp(*env, PRELOAD_PREFIX, strlen(PRELOAD_PREFIX)) != 0) out[n++] = *env;
     }
-    return NULL;
+    for (size_t i = 0; i < session_len; i++) out[n++] = session[i];
+    out[n++] = preload;
+    out[n] = NULL;
+    return out;
 }
 
 /* `env` with headroom's interceptor taken out of its LD_PRELOAD `entry`, built in `out`
@@ -143,8 +202,16 @@ enum call { EXECVE, EXECVPE, SPAWN, SPAWNP };
  * interceptor starts without it. `file` is looked up on PATH for EXECVPE and SPAWNP only. */
 static int start(enum call call, pid_t *pid, const char *file,
                  const posix_spawn_file_actions_t *actions, const posix_spawnattr_t *attr,
-                 char *const argv[], char *const envp[]) {
+                 char *const argv[], char *const given_envp[]) {
     int saved = errno;
+    int restores = dropped_session(given_envp);
+    const char *their_preload = restores ? lookup(given_envp, "LD_PRELOAD") : NULL;
+    char *restored[restores ? count(given_envp) + session_len + 2 : 1];
+    char restored_preload[restores ? strlen(session_preload) + 1 +
+                                         (their_preload ? strlen(their_preload) : 0) + 1
+                                   : 1];
+    char *const *envp =
+        restores ? with_session(given_envp, restored, restored_preload) : given_envp;
     int searches_path = call == EXECVPE || call == SPAWNP;
     const char *slash = strrchr(file, '/');
     const char *name = slash ? slash + 1 : file;
@@ -153,7 +220,7 @@ static int start(enum call call, pid_t *pid, const char *file,
     const char *compiler = launcher && argv && argv[0] ? search_path(file, found) : NULL;
 
     const char *entry = compiler || headroom_starts_no_program(name, strlen(name))
-                            ? preload_entry(envp) : NULL;
+                            ? entry_of(envp, "LD_PRELOAD") : NULL;
     char *env_without[entry ? count(envp) + 1 : 1];
     char entry_without[entry ? strlen(entry) + 1 : 1];
     char *const *env = entry ? without_interceptor(envp, entry, env_without, entry_without) : envp;

@@ -1,6 +1,6 @@
 //! Processes of a build that run outside every admitted job: a build driver, or a compiler
 //! started where the interceptor could not act (by a statically linked or setuid program, or
-//! with the environment cleared). Their memory is real, so the scheduler counts it against
+//! one that removed `LD_PRELOAD`). Their memory is real, so the scheduler counts it against
 //! the budget; compilers among them are named in the report with why they were not governed.
 
 use std::collections::HashMap;

@@ -1219,6 +1219,96 @@ fn a_compiler_the_interceptor_cannot_see_is_counted_and_named() {
     );
 }
 
+/// A build step that starts a program with an environment of its own making (`env -i`, SCons's
+/// `ENV`) drops headroom's variables and the interceptor with them; its compilers used to run
+/// outside admission. They are governed, directly or through a shell, and the program gets
+/// back every variable the session set, and nothing else the step dropped.
+#[test]
+fn a_step_that_clears_its_environment_keeps_its_compilers_governed() {
+    let project = Project::new();
+    project.write(
+        "Makefile",
+        "all: o0.o o1.o plain cleared
+         o0.o:
+	env -i PATH=\"$$PATH\" g++ --mem 4 --ms 10 -c o0.cpp -o o0.o
+         o1.o:
+	env -i PATH=\"$$PATH\" sh -c 'g++ --mem 4 --ms 10 -c o1.cpp -o o1.o'
+         plain:
+	env > plain
+         cleared:
+	env -i /usr/bin/env > cleared
+",
+    );
+    let mut build = project.headroom(&["--report", "report.json", "--", "make"]);
+    build
+        .env("HEADROOM_UNRELATED", "the user's")
+        .env("UNRELATED", "x");
+    let given: Vec<String> = build
+        .get_envs()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .chain(std::env::vars().map(|(name, _)| name))
+        .collect();
+    let output = build.output().unwrap();
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    let report = project.report();
+    assert_eq!(report.jobs.len(), 2, "{:?}", report.jobs);
+    assert!(report.ungoverned_compilers().next().is_none(), "{text}");
+    let names = |file: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(project.path(file)).unwrap();
+        let mut names: Vec<String> = text
+            .lines()
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name.to_string()))
+            .collect();
+        names.sort();
+        names
+    };
+    let session: Vec<String> = names("plain")
+        .into_iter()
+        .filter(|name| name.starts_with("HEADROOM_") && !given.contains(name))
+        .collect();
+    let mut carried = session.clone();
+    carried.push("LD_PRELOAD".to_string());
+    carried.sort();
+    assert!(
+        session.contains(&"HEADROOM_SOCKET".to_string()),
+        "{session:?}"
+    );
+    assert_eq!(names("cleared"), carried);
+}
+
+/// SCons runs each compiler with its construction environment's `ENV`, a `PATH` and little
+/// else, so none of headroom's variables: a real SCons build of real g++ compiles.
+#[test]
+fn a_scons_build_is_governed() {
+    if !support::have(&["scons", "g++"]) {
+        return;
+    }
+    let project = Project::new();
+    std::fs::remove_file(project.path("bin/g++")).unwrap();
+    project.write(
+        "a.cpp",
+        "#include <vector>\nint a() { return std::vector<int>(2).size(); }\n",
+    );
+    project.write(
+        "b.cpp",
+        "#include <string>\nint b() { return std::string(\"bb\").size(); }\n",
+    );
+    project.write("SConstruct", "Environment().Object(['a.cpp', 'b.cpp'])\n");
+    let output = project.run(&["--report", "report.json", "--", "scons", "-Q", "-j2"]);
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(project.path("a.o").exists() && project.path("b.o").exists());
+    let report = project.report();
+    assert_eq!(report.jobs.len(), 2, "{:?}", report.jobs);
+    assert!(
+        report.jobs.iter().all(|job| job.peak > MIB),
+        "{:?}",
+        report.jobs
+    );
+    assert!(report.ungoverned_compilers().next().is_none(), "{text}");
+}
+
 #[test]
 fn a_cargo_build_script_compiling_c_through_the_cc_crate_is_governed() {
     let project = Project::new();
