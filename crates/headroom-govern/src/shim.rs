@@ -7,6 +7,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
@@ -530,12 +531,22 @@ impl Priority {
 }
 
 /// Starts an attempt in its own process group, so the governor can stop, resume or kill it
-/// whole, as the foreground child, with its stderr piped to this process. The attempt starts
-/// with the shim's short slice, so that it gets a core at once on a busy host, and then runs
-/// with the slice the shim was given (`slice`, see [`headroom_process::slice`]).
+/// whole, as the foreground child, with its stderr read by this process: through a pipe, or
+/// through a terminal of its own where the shim's stderr is a terminal, so the compiler
+/// colours its diagnostics as it would without headroom. The attempt starts with the shim's
+/// short slice, so that it gets a core at once on a busy host, and then runs with the slice
+/// the shim was given (`slice`, see [`headroom_process::slice`]).
 fn start_attempt(command: &mut Command, slice: Option<Slice>) -> std::io::Result<Child> {
-    command.stderr(Stdio::piped());
-    let child = foreground::spawn(command).map_err(|err| err.source)?;
+    let (stderr, reader) = headroom_process::terminal::for_child(std::io::stderr().as_fd());
+    command.stderr(stderr);
+    let spawned = foreground::spawn(command).map_err(|err| err.source);
+    // The command no longer holds the terminal's writing end: once the attempt's processes
+    // close theirs, the reader sees the end.
+    command.stderr(Stdio::null());
+    let mut child = spawned?;
+    if let Some(reader) = reader {
+        child.stderr = Some(ChildStderr::from(reader));
+    }
     if let Some(slice) = slice {
         slice.give_back(child.id());
     }

@@ -16,10 +16,13 @@
 //!   [`reap_orphans`]: reaping what a subreaper inherits, [`end_what_is_left_of_group`]: ending
 //!   it;
 //! - [`shell_code`]: the exit code a shell reports for how a child ended (`128 + signal`);
-//! - [`slice`]: a short scheduler slice for processes that a compile waits on.
+//! - [`slice`]: a short scheduler slice for processes that a compile waits on;
+//! - [`terminal`]: a pseudo-terminal for a child whose stderr is read, where the supervisor's
+//!   own stderr is a terminal.
 
 pub mod foreground;
 pub mod slice;
+pub mod terminal;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};

@@ -2,13 +2,14 @@
 //! in a memory cgroup of its own under `--memory-limit`; and what is then done to it (signals
 //! passed on, reaping) by the pid and cgroup it was started with.
 
-use std::process::{Command, Stdio};
+use std::os::fd::AsFd;
+use std::process::{ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use headroom_diagnose::ExitInfo;
 use headroom_probe::cgroup::Cgroup;
-use headroom_process::{Group, SpawnError};
+use headroom_process::{terminal, Group, SpawnError};
 
 use super::Launch;
 
@@ -38,12 +39,16 @@ pub(super) fn start(launch: &Launch) -> anyhow::Result<Result<Started, SpawnErro
         ),
         None => None,
     };
+    // CMD writes where we read: to a pipe, or where ours is a terminal to a terminal of its
+    // own, so that it colours and buffers its output as it would on ours.
+    let (stdout, stdout_reader) = terminal::for_child(std::io::stdout().as_fd());
+    let (stderr, stderr_reader) = terminal::for_child(std::io::stderr().as_fd());
     let mut command = Command::new(&launch.program);
     command
         .args(&launch.args)
         .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stdout(stdout)
+        .stderr(stderr);
     for (key, value) in &launch.env {
         command.env(key, value);
     }
@@ -66,10 +71,20 @@ pub(super) fn start(launch: &Launch) -> anyhow::Result<Result<Started, SpawnErro
         .map_or(0.0, |d| d.as_secs_f64());
     // A session of its own gives the tree an identity (its session id) that survives double
     // forks, and keeps the terminal's Ctrl-C for us to pass on.
-    let child = match headroom_process::spawn(&mut command, Group::Session) {
+    let spawned = headroom_process::spawn(&mut command, Group::Session);
+    // The command's copies of the terminals' writing ends go: once CMD's processes close
+    // theirs, the pumps see the end.
+    drop(command);
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => return Ok(Err(err)),
     };
+    if let Some(reader) = stdout_reader {
+        child.stdout = Some(ChildStdout::from(reader));
+    }
+    if let Some(reader) = stderr_reader {
+        child.stderr = Some(ChildStderr::from(reader));
+    }
     Ok(Ok(Started {
         pid: child.id() as i32,
         child,

@@ -65,3 +65,32 @@ fn a_build_whose_stderr_is_not_a_terminal_shows_no_status() {
         "no status drawn: {said:?}"
     );
 }
+
+/// A compiler colours its diagnostics when its stderr is a terminal. Its shim reads what it
+/// writes, through a pipe, which made a governed g++ on a terminal print plain text; on a
+/// terminal the shim now gives it a terminal of its own, and its diagnostics reach the
+/// user's terminal byte for byte as without headroom.
+#[test]
+fn a_compilers_diagnostics_on_a_terminal_are_as_without_headroom() {
+    if !support::have(&["script", "stty", "g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 0, "");
+    // The real g++, not the project's stand-in.
+    std::fs::remove_file(dir.path().join("bin/g++")).unwrap();
+    std::fs::write(dir.path().join("err.cpp"), "int main() { return x; }\n").unwrap();
+    let on_a_terminal = |command: &str| {
+        let mut script = Command::new("script");
+        script.args(["-qec", &format!("stty cols 100; {command}"), "/dev/null"]);
+        reliability::isolate(&mut script, dir.path());
+        let output = script.stdin(Stdio::null()).output().unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let compile = "g++ -c err.cpp -o err.o";
+    let alone = on_a_terminal(compile);
+    assert!(alone.contains("\x1b[01;31m\x1b[Kerror"), "{alone:?}");
+    let governed = on_a_terminal(&format!("{HEADROOM} build -- {compile}"));
+    assert!(governed.contains(&alone), "{alone:?}\n{governed:?}");
+    assert!(governed.contains("1 jobs in"), "{governed}");
+}

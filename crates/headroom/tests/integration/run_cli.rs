@@ -289,6 +289,47 @@ fn a_kill_headroom_sends_is_not_called_out_of_memory() {
     assert!(shown.contains("headroom killed CMD"), "{shown}");
 }
 
+/// On a terminal, CMD writes to terminals of its own as it would to ours (colours, line
+/// buffering, progress bars), and its output reaches ours unchanged; into a pipe, it writes to
+/// pipes. It used to write to pipes always: Python's `sys.stdout.isatty()` was false on a
+/// terminal, and compilers printed plain diagnostics.
+#[test]
+fn cmd_on_a_terminal_writes_to_terminals() {
+    if !support::have(&["script"]) {
+        return;
+    }
+    let scratch = Scratch::new();
+    let probe = "for fd in 1 2; do if [ -t $fd ]; then echo fd$fd=tty >&$fd; else echo fd$fd=pipe >&$fd; fi; done";
+    let output = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{HEADROOM} run -- sh -c '{probe}'"),
+            "/dev/null",
+        ])
+        .current_dir(scratch.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    assert!(
+        shown.contains("fd1=tty\r\n") && shown.contains("fd2=tty\r\n"),
+        "{shown:?}"
+    );
+    let piped = Command::new(HEADROOM)
+        .args(["run", "--", "sh", "-c", probe])
+        .current_dir(scratch.dir.path())
+        .output()
+        .unwrap();
+    assert!(piped.status.success());
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), "fd1=pipe\n");
+    assert!(
+        stderr(&piped).starts_with("fd2=pipe\n"),
+        "{}",
+        stderr(&piped)
+    );
+}
+
 #[test]
 fn a_terminal_gets_a_live_status_line() {
     if Command::new("script").arg("--version").output().is_err() {
