@@ -40,9 +40,32 @@ pub struct SpawnError {
 }
 
 impl SpawnError {
-    /// The program does not exist (a shell would say "command not found" and exit 127).
-    pub fn is_not_found(&self) -> bool {
-        self.source.kind() == std::io::ErrorKind::NotFound
+    /// The exit code a shell reports for this program (see [`not_started_code`]).
+    pub fn shell_code(&self) -> Option<u8> {
+        not_started_code(&self.source)
+    }
+}
+
+/// How to run `program`, which exists but could not be run (exit code 126).
+pub fn how_to_run(program: &std::ffi::OsStr) -> String {
+    let shown = program.to_string_lossy();
+    if std::path::Path::new(program).is_dir() {
+        format!("`{shown}` is a directory")
+    } else {
+        format!(
+            "make it executable (chmod +x {shown}), or run it through its interpreter (sh {shown})"
+        )
+    }
+}
+
+/// The exit code a shell reports for a command that could not start with `err`: 127 when the
+/// program does not exist ("command not found"), 126 when it exists but cannot be run (not
+/// executable, a directory). `None` for any other error, which is the supervisor's own.
+pub fn not_started_code(err: &std::io::Error) -> Option<u8> {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => Some(127),
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::IsADirectory => Some(126),
+        _ => None,
     }
 }
 
@@ -381,11 +404,22 @@ mod tests {
     #[test]
     fn a_program_that_does_not_exist_is_named_and_not_found() {
         let err = spawn(&mut Command::new("headroom-no-such-program"), Group::Own).unwrap_err();
-        assert!(err.is_not_found());
+        assert_eq!(err.shell_code(), Some(127));
         assert!(
             err.to_string().contains("`headroom-no-such-program`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_run_reads_as_126() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("not-executable.sh");
+        std::fs::write(&script, "echo hi\n").unwrap();
+        for program in [script.as_path(), dir.path()] {
+            let err = spawn(&mut Command::new(program), Group::Own).unwrap_err();
+            assert_eq!(err.shell_code(), Some(126), "{err}");
+        }
     }
 
     #[test]

@@ -27,9 +27,6 @@ use supervise::Launch;
 
 use headroom_output as output;
 
-/// Exit status when CMD cannot be found, as shells do.
-const EXIT_NOT_FOUND: u8 = 127;
-
 /// Arguments of `headroom run`.
 #[derive(clap::Args)]
 #[command(
@@ -192,13 +189,19 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             Ok(outcome) => outcome,
             Err(spawn_error) => {
                 headroom_output::say!("headroom: error: {spawn_error}");
-                if spawn_error.is_not_found() {
-                    headroom_output::say!("headroom: check the spelling of CMD or your PATH");
-                    write_outputs(&args, &report)?;
-                    return Ok(EXIT_NOT_FOUND);
+                let code = spawn_error.shell_code();
+                match code {
+                    Some(127) => {
+                        headroom_output::say!("headroom: check the spelling of CMD or your PATH")
+                    }
+                    Some(_) => headroom_output::say!(
+                        "headroom: {}",
+                        headroom_process::how_to_run(&rung.argv[0])
+                    ),
+                    None => {}
                 }
                 write_outputs(&args, &report)?;
-                return Ok(2);
+                return Ok(code.unwrap_or(2));
             }
         };
         let mut stages = stages::summarise(

@@ -234,15 +234,20 @@ fn build_command(program: &OsStr, session: &Session) -> Command {
     }
 }
 
-/// The build command `program` could not start: 127 when it does not exist, as a shell says,
-/// else headroom's own error.
+/// The build command `program` could not start: 127 when it does not exist and 126 when it
+/// cannot be run, as a shell says, else headroom's own error.
 fn cannot_start(program: &OsStr, err: std::io::Error) -> Result<u8> {
-    let program = program.to_string_lossy();
-    if err.kind() == std::io::ErrorKind::NotFound {
-        headroom_output::say!("headroom: command not found: {program}");
-        return Ok(127);
+    let shown = program.to_string_lossy();
+    let Some(code) = headroom_process::not_started_code(&err) else {
+        bail!("cannot run `{shown}`: {err}")
+    };
+    if code == 127 {
+        headroom_output::say!("headroom: command not found: {shown}");
+    } else {
+        let how = headroom_process::how_to_run(program);
+        headroom_output::say!("headroom: cannot run `{shown}`: {err}; {how}");
     }
-    bail!("cannot run `{program}`: {err}")
+    Ok(code)
 }
 
 /// Whether `command` sets the variable `name` (to any value).

@@ -522,6 +522,16 @@ fn exit_codes_pass_through() {
     assert_eq!(missing.status.code(), Some(127));
     assert!(stderr(&missing).contains("command not found: no-such-build-tool-xyz"));
 
+    // Found but not executable: 126, as a shell says, with how to run it.
+    project.write("build.sh", "make\n");
+    let not_executable = project.run(&["--", "./build.sh"]);
+    assert_eq!(not_executable.status.code(), Some(126));
+    assert!(
+        stderr(&not_executable).contains("chmod +x ./build.sh"),
+        "{}",
+        stderr(&not_executable)
+    );
+
     let bad_budget = project.run(&["--budget", "lots", "--", "true"]);
     assert_eq!(bad_budget.status.code(), Some(2));
     let message = stderr(&bad_budget);

@@ -53,6 +53,14 @@ fn a_missing_command_exits_127() {
 }
 
 #[test]
+fn a_command_that_cannot_be_run_exits_126() {
+    let scratch = Scratch::new();
+    let output = scratch.headroom(&["run", "--", "."]);
+    assert_eq!(output.status.code(), Some(126));
+    assert_said(&output, "`.` is a directory");
+}
+
+#[test]
 fn bad_input_is_a_clear_error_naming_the_flag() {
     let scratch = Scratch::new();
     let regex = scratch.headroom(&["run", "--stage-regex", "(unclosed", "--", "true"]);
