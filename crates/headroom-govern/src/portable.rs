@@ -91,14 +91,16 @@ fn version_text(compiler: &Path) -> Option<String> {
         let _ = child.wait();
         return None;
     }
-    let mut text = String::new();
-    child
-        .stdout
-        .take()?
-        .take(64 << 10)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
+    // What it printed is in the pipe by now. A process it left holding the pipe (a compile
+    // server a wrapper started) may keep it open for as long as it lives: the pipe is read
+    // without waiting for its end, or the job would wait for that process.
+    let stdout = child.stdout.take()?;
+    rustix::fs::fcntl_setfl(&stdout, rustix::fs::OFlags::NONBLOCK).ok()?;
+    let mut text = Vec::new();
+    // Ends at the end of the pipe or, with the pipe still held, once it is empty (`EAGAIN`),
+    // keeping what was read.
+    let _ = stdout.take(64 << 10).read_to_end(&mut text);
+    Some(String::from_utf8_lossy(&text).into_owned())
 }
 
 /// The first word of `text` that looks like a version: digits, a dot, digits, and perhaps

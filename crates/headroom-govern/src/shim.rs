@@ -19,11 +19,13 @@ use std::time::Instant;
 use headroom_farm::RemoteLaunch;
 use headroom_probe::cpu_share::CpuShare;
 use headroom_process::slice::Slice;
-use headroom_process::{foreground, shell_code, Group, Usage};
+use headroom_process::{foreground, shell_code, Group, Usage, OUTPUT_AFTER_EXIT};
 use headroom_sched::ladder::Rung;
 use headroom_sched::SessionId;
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::process::{getpriority_process, setpriority_pgrp, setpriority_process, Pid};
+use rustix::process::{
+    getpriority_process, setpriority_pgrp, setpriority_process, Pid, PidfdFlags,
+};
 
 use crate::liveness;
 use crate::protocol::{monotonic_ms, read_frame, write_frame, Attempt, Reply, Request};
@@ -339,8 +341,8 @@ fn without_governor(command: Command, early: Option<Child>) -> ! {
         become_compiler(command)
     };
     foreground::signal(libc::SIGCONT);
-    if let Some(mut pipe) = child.stderr.take() {
-        let _ = std::io::copy(&mut pipe, &mut std::io::stderr());
+    if let Some(pipe) = child.stderr.take() {
+        let _ = std::io::stderr().write_all(&collect_stderr(pipe, child.id(), None, &[]));
     }
     std::process::exit(shell_code(reap(child)))
 }
@@ -375,45 +377,68 @@ fn reap(mut child: Child) -> ExitStatus {
     ended.unwrap_or_else(|err| fail(127, &format!("cannot wait for the compiler: {err}")))
 }
 
-/// Reads an attempt's stderr to its end. While an attempt runs the governor sends only its
-/// heartbeats, so its socket closing, or staying silent past the bound, means it has gone or
-/// hung: then the attempt, which it may have stopped, is resumed, since nobody else would.
-/// An attempt that writes one of `fallback_markers` (its farm engine is about to compile
-/// here, unadmitted) is killed at once.
+/// Reads an attempt's stderr to its end, or until [`OUTPUT_AFTER_EXIT`] after the attempt's
+/// own process (the compiler's driver) exited: a background process it left holding stderr
+/// (a compile server a wrapper started) would otherwise hold the build up for as long as it
+/// lives, where make alone goes on at once. While the attempt runs the governor, where there
+/// is one, sends only its heartbeats, so its socket closing, or staying silent past the
+/// bound, means it has gone or hung: then the attempt, which it may have stopped, is resumed,
+/// since nobody else would. An attempt that writes one of `fallback_markers` (its farm engine
+/// is about to compile here, unadmitted) is killed at once.
 fn collect_stderr(
     mut pipe: ChildStderr,
-    mut governor: &UnixStream,
+    attempt: u32,
+    mut governor: Option<&UnixStream>,
     fallback_markers: &[String],
 ) -> Vec<u8> {
     let mut stderr = Vec::new();
     let mut chunk = [0u8; 8192];
-    let mut governor_watched = true;
     let silence = liveness::silence_bound();
     let mut heard = Instant::now();
-    let tick = rustix::event::Timespec::try_from(liveness::HEARTBEAT).unwrap_or_default();
+    // Readable once the attempt's process has exited (Linux 5.3 and later; before, the end of
+    // stderr is waited for, as it always was).
+    let mut running = Pid::from_raw(attempt as i32)
+        .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok());
+    let mut exited_at: Option<Instant> = None;
     loop {
-        let mut ready = [
-            PollFd::new(&pipe, PollFlags::IN),
-            PollFd::new(governor, PollFlags::IN),
-        ];
-        let watched = if governor_watched { 2 } else { 1 };
-        let timeout = governor_watched.then_some(&tick);
-        match poll(&mut ready[..watched], timeout) {
+        let mut ready = vec![PollFd::new(&pipe, PollFlags::IN)];
+        if let Some(governor) = governor {
+            ready.push(PollFd::new(governor, PollFlags::IN));
+        }
+        if let Some(pidfd) = &running {
+            ready.push(PollFd::new(pidfd, PollFlags::IN));
+        }
+        let wait = match exited_at {
+            Some(exited) => Some(OUTPUT_AFTER_EXIT.saturating_sub(exited.elapsed())),
+            None => governor.map(|_| liveness::HEARTBEAT),
+        };
+        let timeout = wait.and_then(|wait| rustix::event::Timespec::try_from(wait).ok());
+        match poll(&mut ready, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => break,
         }
-        if governor_watched {
-            let readable = !ready[1].revents().is_empty();
-            let alive = readable && read_frame::<Reply>(&mut governor).is_ok();
+        let pipe_ready = !ready[0].revents().is_empty();
+        let governor_ready = governor.is_some() && !ready[1].revents().is_empty();
+        let attempt_exited = running.is_some() && !ready[ready.len() - 1].revents().is_empty();
+        drop(ready);
+        if let Some(mut watched) = governor {
+            let alive = governor_ready && read_frame::<Reply>(&mut watched).is_ok();
             if alive {
                 heard = Instant::now();
             }
-            if (readable && !alive) || heard.elapsed() > silence {
-                governor_watched = false;
+            if (governor_ready && !alive) || heard.elapsed() > silence {
+                governor = None;
                 foreground::signal(libc::SIGCONT);
             }
         }
-        if ready[0].revents().is_empty() {
+        if attempt_exited {
+            running = None;
+            exited_at = Some(Instant::now());
+        }
+        if exited_at.is_some_and(|exited| exited.elapsed() >= OUTPUT_AFTER_EXIT) {
+            break;
+        }
+        if !pipe_ready {
             continue;
         }
         match pipe.read(&mut chunk) {
@@ -430,6 +455,7 @@ fn collect_stderr(
                 }
             }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            // A terminal's reader reads EIO once every writer has closed it.
             Err(_) => break,
         }
     }
@@ -566,10 +592,11 @@ fn finish_attempt(
         0
     };
     let _ = write_frame(stream, &Request::Started { pid });
+    let attempt = child.id();
     let stderr = child
         .stderr
         .take()
-        .map(|pipe| collect_stderr(pipe, stream, fallback_markers))
+        .map(|pipe| collect_stderr(pipe, attempt, Some(stream), fallback_markers))
         .unwrap_or_default();
     let ended = headroom_process::wait_with_usage(child);
     foreground::ended();

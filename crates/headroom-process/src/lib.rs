@@ -30,6 +30,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a supervisor that reads a child's output waits for more once the child has
+/// exited: what it wrote before its exit is read by then, and a background process it left
+/// holding the stream (a daemon, a compile server) is not waited for.
+pub const OUTPUT_AFTER_EXIT: Duration = Duration::from_millis(500);
+
 /// A child could not be started.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot run `{program}`: {source}")]

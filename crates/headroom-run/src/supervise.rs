@@ -20,7 +20,8 @@ use headroom_process::{Interrupts, SpawnError};
 use crate::devices::Devices;
 use crate::stages::{StageDetector, StageStart};
 pub use evidence::KernelPeaks;
-use pump::{Event, Pumps, DRAIN_WAIT};
+use headroom_process::OUTPUT_AFTER_EXIT;
+use pump::{Event, Pumps};
 use spawn::Forwarded;
 pub use watch::{ProcessPeak, Sample};
 
@@ -130,7 +131,7 @@ pub fn run(
         samples: watch.samples,
         stage_starts: stage_starts
             .into_iter()
-            .filter(|s| s.t <= duration_s + DRAIN_WAIT.as_secs_f64())
+            .filter(|s| s.t <= duration_s + OUTPUT_AFTER_EXIT.as_secs_f64())
             .collect(),
         exit: evidence.exit,
         output_tail: pumps.output_tail(),

@@ -7,16 +7,15 @@ use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::stages::{StageDetector, StageScanner, StageStart};
+use headroom_process::OUTPUT_AFTER_EXIT;
 
 /// How much of the command's output is kept for classifying a failure.
 const TAIL_BYTES: usize = 256 * 1024;
 /// The pipe size asked for CMD's stdout and stderr, and the most read from one at a time.
 const PIPE_BYTES: usize = 1 << 20;
-/// How long to wait for output after the command exits (daemons may hold the pipes open).
-pub(super) const DRAIN_WAIT: Duration = Duration::from_millis(500);
 
 /// What the pumps tell the supervising loop.
 pub(super) enum Event {
@@ -112,10 +111,10 @@ impl Pumps {
         self.open = 0;
     }
 
-    /// After CMD has exited: waits at most [`DRAIN_WAIT`] for output written just before its
+    /// After CMD has exited: waits at most [`OUTPUT_AFTER_EXIT`] for output written just before its
     /// exit, and the stage lines in it, which go to `stage_starts`; then clears the status.
     pub fn drain(&mut self, stage_starts: &mut Vec<StageStart>) {
-        let until = Instant::now() + DRAIN_WAIT;
+        let until = Instant::now() + OUTPUT_AFTER_EXIT;
         while self.open > 0 {
             match self
                 .events

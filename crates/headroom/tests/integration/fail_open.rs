@@ -517,6 +517,54 @@ fn a_compiler_given_as_the_build_command_is_governed() {
     builds_governed(dir.path(), &compile, 1);
 }
 
+/// A compiler wrapper that leaves a background process holding its stdout and stderr (a
+/// compile server it started) no longer holds the build up for as long as that process
+/// lives: make alone goes on at once. It did twice: the governor read the wrapper's
+/// `--version` to its end before it admitted the job, and the shim read the compile's stderr
+/// to its end.
+#[test]
+fn a_compiler_that_leaves_a_process_holding_its_output_does_not_hold_the_build() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 2, "--mem 4 --ms 10");
+    let wrapper = dir.path().join("bin/g++");
+    std::fs::remove_file(&wrapper).unwrap();
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nsleep 60 &\necho $! >> {}\nexec {} \"$@\"\n",
+            dir.path().join("holders").display(),
+            fakecc::path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let started = Instant::now();
+    // The build's own output goes to files, which a process left behind does not hold open
+    // for the test as a pipe would.
+    let log = std::fs::File::create(dir.path().join("build.log")).unwrap();
+    let status = build(dir.path(), &["--", "make"])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    let took = started.elapsed();
+    let said = std::fs::read_to_string(dir.path().join("build.log")).unwrap();
+    let holders = std::fs::read_to_string(dir.path().join("holders")).unwrap_or_default();
+    for pid in holders.lines().filter_map(|pid| pid.parse::<i32>().ok()) {
+        // SAFETY: kill(2) with a pid this test's wrapper started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(status.success(), "{said}");
+    assert_eq!(objects(dir.path(), 2), 2, "{said}");
+    assert!(said.contains("headroom: 2 jobs"), "{said}");
+    assert!(took < Duration::from_secs(20), "{took:?}: {said}");
+}
+
 /// Runs `headroom build ARGS…` in the scratch project `dir` and checks that it succeeds,
 /// leaves the `count` objects `o0.o`… and governed them as that many jobs.
 fn builds_governed(dir: &Path, args: &[&str], count: usize) {
