@@ -11,6 +11,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -35,7 +36,6 @@ use crate::shimdir;
 
 /// The governor reads its first session's configuration from this variable and its socket
 /// from fd 3.
-const GOVERNOR_CONFIG_ENV: &str = "HEADROOM_GOVERNOR_CONFIG";
 /// The lock file a shared governor takes to leave its socket; unset for a private one.
 const GOVERNOR_LOCK_ENV: &str = "HEADROOM_GOVERNOR_LOCK";
 const GOVERNOR_FD: i32 = 3;
@@ -629,11 +629,13 @@ fn start_governor(
         source,
     })?;
     let fd = listener.as_raw_fd();
+    let config = serde_json::to_string(config)?;
     let mut command = Command::new(exe);
+    // The configuration goes through stdin: it holds the build command, which may be longer
+    // than the kernel lets one variable be (128 KiB; a link of thousands of objects).
     command
         .arg(GOVERNOR_SUBCOMMAND)
-        .env(GOVERNOR_CONFIG_ENV, serde_json::to_string(config)?)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null());
     if place.is_shared() {
         command.env(GOVERNOR_LOCK_ENV, &place.lock);
@@ -661,8 +663,13 @@ fn start_governor(
             Ok(())
         });
     }
-    let child = headroom_process::spawn(&mut command, Group::Own)
+    let mut child = headroom_process::spawn(&mut command, Group::Own)
         .map_err(|err| SessionError::Governor(err.source))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(config.as_bytes())
+            .map_err(SessionError::Governor)?;
+    }
     // The socket listens already: the connection waits in its backlog for the governor.
     let stream = UnixStream::connect(&place.socket).map_err(|source| SessionError::Join {
         socket: place.socket.clone(),
@@ -800,16 +807,16 @@ fn is_private_to_me(dir: &Path) -> bool {
 #[cfg(feature = "governor")]
 pub fn governor_main() -> Result<(), SessionError> {
     use std::os::fd::FromRawFd;
-    let config =
-        std::env::var(GOVERNOR_CONFIG_ENV).map_err(|_| SessionError::NotStartedByHeadroom)?;
-    let config: GovernorConfig = serde_json::from_str(&config)?;
-    // SAFETY: `start_governor` passes the listening socket as this descriptor.
+    // SAFETY: `start_governor` passes the listening socket as this descriptor; run by hand,
+    // the descriptor is no listening socket and the governor stops here.
     let listener = unsafe { UnixListener::from_raw_fd(GOVERNOR_FD) };
     let socket = listener
         .local_addr()
         .ok()
         .and_then(|address| address.as_pathname().map(Path::to_path_buf))
         .ok_or(SessionError::NotStartedByHeadroom)?;
+    let config = std::io::read_to_string(std::io::stdin()).map_err(SessionError::Governor)?;
+    let config: GovernorConfig = serde_json::from_str(&config)?;
     let exit = Exit {
         socket,
         lock: std::env::var_os(GOVERNOR_LOCK_ENV).map(PathBuf::from),

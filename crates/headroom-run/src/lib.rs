@@ -311,10 +311,10 @@ fn govern(args: &RunArgs, rung: &Rung) -> anyhow::Result<Option<Governed>> {
     let settings = headroom_config::session_settings(&overrides)?;
     match start_session(settings, true, command, None, args.memory_limit, None) {
         Ok(governed) => Ok(Some(governed)),
+        // The error says its cause itself: the chain would say it twice.
         Err(StartError::Session(err)) => {
-            let err = anyhow::Error::from(err);
             headroom_output::say!(
-                "headroom: warning: {err:#}; the compilers CMD starts run ungoverned"
+                "headroom: warning: {err}; the compilers CMD starts run ungoverned"
             );
             Ok(None)
         }

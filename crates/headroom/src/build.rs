@@ -142,9 +142,9 @@ pub fn main(args: BuildArgs) -> Result<u8> {
     ) {
         Ok(governed) => governed,
         // headroom is never why a build does not run: without a governor it runs as it is.
+        // The error says its cause itself: the chain would say it twice.
         Err(StartError::Session(err)) => {
-            let err = anyhow::Error::from(err);
-            headroom_output::say!("headroom: warning: {err:#}; this build runs ungoverned");
+            headroom_output::say!("headroom: warning: {err}; this build runs ungoverned");
             return run_ungoverned(&args.command);
         }
         Err(err) => return Err(err.into()),

@@ -17,7 +17,6 @@ const INTERNAL: &[&str] = &[
     "HEADROOM_SOCKET",             // the governor's socket, for the shims
     "HEADROOM_SHIM_DIR",           // the shim directory, for the shims
     "HEADROOM_LAUNCHER",           // the launcher, for the interceptor
-    "HEADROOM_GOVERNOR_CONFIG",    // the CLI's configuration for the governor
     "HEADROOM_GOVERNOR_LOCK",      // the lock a shared governor takes to leave its socket
     "HEADROOM_SESSION",            // the session a build's compilers belong to, for the shims
     "HEADROOM_SESSION_FARM",       // whether that session may farm, for the shims

@@ -145,8 +145,8 @@ fn a_governor_that_no_session_joins_leaves() {
     let mut command = Command::new(HEADROOM);
     command
         .arg("__governor")
-        .env("HEADROOM_GOVERNOR_CONFIG", config.to_string())
         .env("HEADROOM_GOVERNOR_SILENCE_MS", "300")
+        .stdin(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: in the child, before exec, on a descriptor this test owns: fd 3 is the
     // listener, kept open across exec.
@@ -164,6 +164,10 @@ fn a_governor_that_no_session_joins_leaves() {
         });
     }
     let mut governor = command.spawn().unwrap();
+    // The CLI hands the governor its configuration on stdin.
+    let mut stdin = governor.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, config.to_string().as_bytes()).unwrap();
+    drop(stdin);
     drop(listener);
     let start = Instant::now();
     let status = loop {
@@ -563,6 +567,24 @@ fn a_compiler_that_leaves_a_process_holding_its_output_does_not_hold_the_build()
     assert_eq!(objects(dir.path(), 2), 2, "{said}");
     assert!(said.contains("headroom: 2 jobs"), "{said}");
     assert!(took < Duration::from_secs(20), "{took:?}: {said}");
+}
+
+/// A build command longer than the kernel lets one variable be (128 KiB: a link of thousands
+/// of objects given as the command) is governed. It ran ungoverned: the CLI handed the
+/// governor its configuration, which holds the command, in a variable, and the governor could
+/// not start.
+#[test]
+fn a_build_command_longer_than_a_variable_can_be_is_governed() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    reliability::project(dir.path(), 0, "");
+    let objects: Vec<String> = (0..3000)
+        .map(|i| format!("objects/a_long_descriptive_object_file_name_{i:05}.o"))
+        .collect();
+    let mut link = vec!["--", "g++", "--mem", "4", "--ms", "10", "-o", "o0.o"];
+    link.extend(objects.iter().map(String::as_str));
+    assert!(link.iter().map(|arg| arg.len() + 1).sum::<usize>() > 128 << 10);
+    builds_governed(dir.path(), &link, 1);
 }
 
 /// Runs `headroom build ARGS…` in the scratch project `dir` and checks that it succeeds,
