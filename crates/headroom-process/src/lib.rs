@@ -15,10 +15,13 @@
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
 //!   [`reap_orphans`]: reaping what a subreaper inherits, [`end_what_is_left_of_group`]: ending
 //!   it;
-//! - [`shell_code`]: the exit code a shell reports for how a child ended (`128 + signal`);
+//! - [`shell_code`]: the exit code a shell reports for how a child ended (`128 + signal`), and
+//!   [`not_started_code`] with [`how_to_run`]: the code and the advice for one that could not
+//!   start;
 //! - [`slice`]: a short scheduler slice for processes that a compile waits on;
-//! - [`terminal`]: a pseudo-terminal for a child whose stderr is read, where the supervisor's
-//!   own stderr is a terminal.
+//! - [`terminal`]: a pseudo-terminal for a child whose output is read, where the supervisor's
+//!   own stream is a terminal; [`OUTPUT_AFTER_EXIT`]: how long that output is read once the
+//!   child has exited.
 
 pub mod foreground;
 pub mod slice;
