@@ -78,12 +78,12 @@ static const char *const SESSION_VARIABLES[] = {
     "HEADROOM_SOCKET",   "HEADROOM_LAUNCHER",     "HEADROOM_SESSION",
     "HEADROOM_SHIM_DIR", "HEADROOM_SESSION_FARM", "HEADROOM_JOB_TMPDIR",
 };
-#define SESSION_MOST (sizeof SESSION_VARIABLES / sizeof *SESSION_VARIABLES)
+#define SESSION_VARIABLE_COUNT (sizeof SESSION_VARIABLES / sizeof *SESSION_VARIABLES)
 
 /* The build this process belongs to, as its environment said when the interceptor was
  * loaded: the `NAME=value` entries of the session's variables, and `LD_PRELOAD=` this
  * library. Empty outside a governed build and inside a job. */
-static char *session[SESSION_MOST];
+static char *session[SESSION_VARIABLE_COUNT];
 static size_t session_len;
 static char *session_preload;
 
@@ -94,7 +94,7 @@ static void keep_session(void) {
     session_preload = malloc(strlen(PRELOAD_PREFIX) + strlen(self.dli_fname) + 1);
     if (!session_preload) return;
     strcpy(stpcpy(session_preload, PRELOAD_PREFIX), self.dli_fname);
-    for (size_t i = 0; i < SESSION_MOST; i++) {
+    for (size_t i = 0; i < SESSION_VARIABLE_COUNT; i++) {
         char *entry = entry_of(environ, SESSION_VARIABLES[i]);
         if (entry && (entry = strdup(entry))) session[session_len++] = entry;
     }
@@ -159,11 +159,11 @@ static int dropped_session(char *const env[]) {
     return session_len > 0 && !lookup(env, "HEADROOM_SOCKET");
 }
 
-/* `env` with the session's variables added, and this library first in its LD_PRELOAD, built
- * in `out` (count of `env` + session_len + 2 pointers) and `preload` (room for
- * `session_preload`, ':' and the value of `env`'s LD_PRELOAD). */
-static char *const *with_session(char *const env[], char **out, char *preload) {
-    const char *theirs = lookup(env, "LD_PRELOAD");
+/* `env` with the session's variables added, and this library first in its LD_PRELOAD (whose
+ * value in `env` is `theirs`, or NULL), built in `out` (count of `env` + session_len + 2
+ * pointers) and `preload` (room for `session_preload`, ':' and `theirs`). */
+static char *const *with_session(char *const env[], const char *theirs, char **out,
+                                 char *preload) {
     char *end = stpcpy(preload, session_preload);
     if (theirs && *theirs) stpcpy(stpcpy(end, ":"), theirs);
     size_t n = 0;
@@ -211,7 +211,7 @@ static int start(enum call call, pid_t *pid, const char *file,
                                          (their_preload ? strlen(their_preload) : 0) + 1
                                    : 1];
     char *const *envp =
-        restores ? with_session(given_envp, restored, restored_preload) : given_envp;
+        restores ? with_session(given_envp, their_preload, restored, restored_preload) : given_envp;
     int searches_path = call == EXECVPE || call == SPAWNP;
     const char *slash = strrchr(file, '/');
     const char *name = slash ? slash + 1 : file;

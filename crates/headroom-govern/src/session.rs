@@ -34,10 +34,10 @@ use crate::protocol::{
 use crate::shim::{FARM_ENV, JOB_TMPDIR_ENV, LAUNCHER_NAME, SESSION_ENV, SHIM_DIR_ENV, SOCKET_ENV};
 use crate::shimdir;
 
-/// The governor reads its first session's configuration from this variable and its socket
-/// from fd 3.
 /// The lock file a shared governor takes to leave its socket; unset for a private one.
 const GOVERNOR_LOCK_ENV: &str = "HEADROOM_GOVERNOR_LOCK";
+/// The governor reads its socket from this descriptor and its first session's configuration
+/// from stdin.
 const GOVERNOR_FD: i32 = 3;
 /// A private socket directory of a session's own under the temporary directory (where no
 /// shared place can be used) is named so, followed by the CLI's id.

@@ -401,13 +401,16 @@ fn collect_stderr(
         .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok());
     let mut exited_at: Option<Instant> = None;
     loop {
+        // The pipe first; the governor and the attempt where they are still watched.
         let mut ready = vec![PollFd::new(&pipe, PollFlags::IN)];
-        if let Some(governor) = governor {
+        let governor_slot = governor.map(|governor| {
             ready.push(PollFd::new(governor, PollFlags::IN));
-        }
-        if let Some(pidfd) = &running {
+            ready.len() - 1
+        });
+        let attempt_slot = running.as_ref().map(|pidfd| {
             ready.push(PollFd::new(pidfd, PollFlags::IN));
-        }
+            ready.len() - 1
+        });
         let wait = match exited_at {
             Some(exited) => Some(OUTPUT_AFTER_EXIT.saturating_sub(exited.elapsed())),
             None => governor.map(|_| liveness::HEARTBEAT),
@@ -417,9 +420,10 @@ fn collect_stderr(
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => break,
         }
-        let pipe_ready = !ready[0].revents().is_empty();
-        let governor_ready = governor.is_some() && !ready[1].revents().is_empty();
-        let attempt_exited = running.is_some() && !ready[ready.len() - 1].revents().is_empty();
+        let readable = |slot: usize| !ready[slot].revents().is_empty();
+        let pipe_ready = readable(0);
+        let governor_ready = governor_slot.is_some_and(readable);
+        let attempt_exited = attempt_slot.is_some_and(readable);
         drop(ready);
         if let Some(mut watched) = governor {
             let alive = governor_ready && read_frame::<Reply>(&mut watched).is_ok();
