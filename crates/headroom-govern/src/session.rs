@@ -815,12 +815,16 @@ pub fn governor_main() -> Result<(), SessionError> {
         .ok()
         .and_then(|address| address.as_pathname().map(Path::to_path_buf))
         .ok_or(SessionError::NotStartedByHeadroom)?;
-    let config = std::io::read_to_string(std::io::stdin()).map_err(SessionError::Governor)?;
-    let config: GovernorConfig = serde_json::from_str(&config)?;
     let exit = Exit {
         socket,
         lock: std::env::var_os(GOVERNOR_LOCK_ENV).map(PathBuf::from),
     };
+    // A CLI killed while it wrote the configuration leaves half of it: the governor leaves its
+    // place then, as after its last session, rather than a socket nobody answers.
+    let config = std::io::read_to_string(std::io::stdin())
+        .map_err(SessionError::Governor)
+        .and_then(|config| Ok(serde_json::from_str::<GovernorConfig>(&config)?))
+        .inspect_err(|_| exit.leave())?;
     crate::governor::serve(listener, config, exit).map_err(SessionError::Governor)
 }
 

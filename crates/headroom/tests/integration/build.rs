@@ -923,7 +923,11 @@ fn what_a_killed_build_left_is_removed_by_the_next_one() {
             entries.any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".sock"))
         })
     };
-    wait_until("the governor's socket", has_socket);
+    // Mid-build: the compile runs, so the session has joined its governor. The socket alone
+    // is there before the governor starts, and a CLI killed then leaves it to the next build.
+    let me = std::process::id();
+    wait_until("the compile", || !below(me, "--ms 2999").is_empty());
+    assert!(has_socket());
     child.kill().unwrap();
     child.wait().unwrap();
     // The governor ends a session whose CLI is gone, and leaves with its last session.
@@ -941,7 +945,6 @@ fn what_a_killed_build_left_is_removed_by_the_next_one() {
         "half",
     );
     // The killed build's make and compiler end on their own.
-    let me = std::process::id();
     wait_until("the killed build's processes to end", || {
         below(me, "--ms 2999").is_empty()
     });

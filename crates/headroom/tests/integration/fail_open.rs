@@ -587,6 +587,37 @@ fn a_build_command_longer_than_a_variable_can_be_is_governed() {
     builds_governed(dir.path(), &link, 1);
 }
 
+/// A CLI killed while it writes a new governor its configuration leaves it half of one: the
+/// governor removes its socket and exits, rather than leave a socket nobody answers. It left
+/// the socket, and a build killed at that moment waited on it.
+#[test]
+fn a_governor_given_half_its_configuration_leaves_its_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("governor.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let listening = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let mut governor = Command::new(HEADROOM);
+    governor
+        .arg(headroom_govern::session::GOVERNOR_SUBCOMMAND)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: dup2(2) of a descriptor this process holds, between fork and exec.
+    unsafe {
+        governor.pre_exec(move || match libc::dup2(listening, 3) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let mut governor = governor.spawn().unwrap();
+    drop(listener);
+    let mut stdin = governor.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, br#"{"budget": 10"#).unwrap();
+    drop(stdin);
+    let output = output_within_patience(governor);
+    assert!(!output.status.success(), "{}", stderr(&output));
+    assert!(!socket.exists(), "{}", stderr(&output));
+}
+
 /// Runs `headroom build ARGS…` in the scratch project `dir` and checks that it succeeds,
 /// leaves the `count` objects `o0.o`… and governed them as that many jobs.
 fn builds_governed(dir: &Path, args: &[&str], count: usize) {

@@ -162,8 +162,14 @@ pub fn below(root: u32, needle: &str) -> Vec<i32> {
         .map(|process| process.pid)
         .filter(|&pid| pid != root as i32 && process_state(pid).is_some_and(|s| s != 'Z'))
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(needle))
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                // Arguments end in NULs: as spaces, a needle may span several.
+                let line: Vec<u8> = line
+                    .into_iter()
+                    .map(|byte| if byte == 0 { b' ' } else { byte })
+                    .collect();
+                String::from_utf8_lossy(&line).contains(needle)
+            })
         })
         .collect()
 }
