@@ -807,8 +807,12 @@ fn is_private_to_me(dir: &Path) -> bool {
 #[cfg(feature = "governor")]
 pub fn governor_main() -> Result<(), SessionError> {
     use std::os::fd::FromRawFd;
-    // SAFETY: `start_governor` passes the listening socket as this descriptor; run by hand,
-    // the descriptor is no listening socket and the governor stops here.
+    // SAFETY: fcntl(2) only asks whether the descriptor is open; run by hand, it is not.
+    if unsafe { libc::fcntl(GOVERNOR_FD, libc::F_GETFD) } == -1 {
+        return Err(SessionError::NotStartedByHeadroom);
+    }
+    // SAFETY: `start_governor` passes the listening socket as this descriptor, which is open;
+    // where it is no listening socket the governor stops here.
     let listener = unsafe { UnixListener::from_raw_fd(GOVERNOR_FD) };
     let socket = listener
         .local_addr()

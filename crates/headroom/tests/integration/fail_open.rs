@@ -132,24 +132,18 @@ fn a_jobs_end_the_governor_hears_of_late_is_recorded_when_it_happened() {
     );
 }
 
-/// A governor whose starting CLI died before it could join (SIGKILL between the start and
-/// the join) leaves after three silence bounds, removing its socket, and serves nobody.
-#[test]
-fn a_governor_that_no_session_joins_leaves() {
-    let _alone = support::WHOLE_MACHINE.hold();
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("s");
-    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
-    let config = support::governor_config();
+/// `headroom __governor` as the CLI starts it: `listener` as its fd 3, its configuration to
+/// come on its stdin, its stderr piped.
+fn governor_listening_on(listener: &std::os::unix::net::UnixListener) -> Command {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(listener);
     let mut command = Command::new(HEADROOM);
     command
-        .arg("__governor")
-        .env("HEADROOM_GOVERNOR_SILENCE_MS", "300")
+        .arg(headroom_govern::session::GOVERNOR_SUBCOMMAND)
         .stdin(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: in the child, before exec, on a descriptor this test owns: fd 3 is the
-    // listener, kept open across exec.
+    // listener, kept open across exec (where it is fd 3 already, only its close-on-exec flag
+    // is cleared, as dup2 onto itself would not).
     unsafe {
         command.pre_exec(move || {
             let moved = if fd == 3 {
@@ -163,6 +157,44 @@ fn a_governor_that_no_session_joins_leaves() {
             Ok(())
         });
     }
+    command
+}
+
+/// The governor run by hand, with no socket as its fd 3, says so; it aborted on closing a
+/// descriptor it never had.
+#[test]
+fn a_governor_run_by_hand_says_it_must_be_started_by_headroom() {
+    let mut governor = Command::new(HEADROOM);
+    governor.arg(headroom_govern::session::GOVERNOR_SUBCOMMAND);
+    // SAFETY: close(2) in the child, before exec: whatever fd 3 was, it is not there.
+    unsafe {
+        governor.pre_exec(|| {
+            libc::close(3);
+            Ok(())
+        });
+    }
+    let output = output_within_patience(
+        governor
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    support::assert_said(&output, "must be started by `headroom build`");
+}
+
+/// A governor whose starting CLI died before it could join (SIGKILL between the start and
+/// the join) leaves after three silence bounds, removing its socket, and serves nobody.
+#[test]
+fn a_governor_that_no_session_joins_leaves() {
+    let _alone = support::WHOLE_MACHINE.hold();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let config = support::governor_config();
+    let mut command = governor_listening_on(&listener);
+    command.env("HEADROOM_GOVERNOR_SILENCE_MS", "300");
     let mut governor = command.spawn().unwrap();
     // The CLI hands the governor its configuration on stdin.
     let mut stdin = governor.stdin.take().unwrap();
@@ -595,20 +627,7 @@ fn a_governor_given_half_its_configuration_leaves_its_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("governor.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let listening = std::os::fd::AsRawFd::as_raw_fd(&listener);
-    let mut governor = Command::new(HEADROOM);
-    governor
-        .arg(headroom_govern::session::GOVERNOR_SUBCOMMAND)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: dup2(2) of a descriptor this process holds, between fork and exec.
-    unsafe {
-        governor.pre_exec(move || match libc::dup2(listening, 3) {
-            -1 => Err(std::io::Error::last_os_error()),
-            _ => Ok(()),
-        });
-    }
-    let mut governor = governor.spawn().unwrap();
+    let mut governor = governor_listening_on(&listener).spawn().unwrap();
     drop(listener);
     let mut stdin = governor.stdin.take().unwrap();
     std::io::Write::write_all(&mut stdin, br#"{"budget": 10"#).unwrap();
