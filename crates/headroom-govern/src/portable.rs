@@ -4,7 +4,6 @@
 //! relative to the places that differ between machines: the project's root, a Python
 //! environment's `site-packages`, the user's home.
 
-use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -74,33 +73,13 @@ pub fn compiler_id(path: &str) -> String {
     }
 }
 
-/// What `compiler --version` prints on stdout, if it prints it in time.
+/// What `compiler --version` prints on stdout, if it prints it in time. A process it left
+/// holding its output (a compile server a wrapper started) is not waited for.
 fn version_text(compiler: &Path) -> Option<String> {
-    let mut child = Command::new(compiler)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    if headroom_process::wait_within(&mut child, VERSION_TIMEOUT)
-        .ok()?
-        .is_none()
-    {
-        let _ = child.kill();
-        let _ = child.wait();
-        return None;
-    }
-    // What it printed is in the pipe by now. A process it left holding the pipe (a compile
-    // server a wrapper started) may keep it open for as long as it lives: the pipe is read
-    // without waiting for its end, or the job would wait for that process.
-    let stdout = child.stdout.take()?;
-    rustix::fs::fcntl_setfl(&stdout, rustix::fs::OFlags::NONBLOCK).ok()?;
-    let mut text = Vec::new();
-    // Ends at the end of the pipe or, with the pipe still held, once it is empty (`EAGAIN`),
-    // keeping what was read.
-    let _ = stdout.take(64 << 10).read_to_end(&mut text);
-    Some(String::from_utf8_lossy(&text).into_owned())
+    let mut command = Command::new(compiler);
+    command.arg("--version").stdin(Stdio::null());
+    let output = headroom_process::output_of(&mut command, Some(VERSION_TIMEOUT)).ok()?;
+    Some(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// The first word of `text` that looks like a version: digits, a dot, digits, and perhaps

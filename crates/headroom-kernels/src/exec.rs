@@ -75,7 +75,10 @@ fn run_job(job: &Job, launcher: Option<&Launcher>) -> Outcome {
             }
             None => Command::new(program),
         };
-        let output = match process.args(args).stdin(Stdio::null()).output() {
+        process.args(args).stdin(Stdio::null());
+        // A process the compiler left holding its output (a compile server a wrapper
+        // started) is not waited for.
+        let output = match headroom_process::output_of(&mut process, None) {
             Ok(output) => output,
             Err(err) => {
                 return Outcome::NotStarted {

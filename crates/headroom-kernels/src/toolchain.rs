@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
@@ -177,10 +177,10 @@ fn run_version(kind: ToolchainKind, program: &Path) -> Result<String, ToolchainE
         program: program.to_path_buf(),
         reason,
     };
-    let output = Command::new(program)
-        .args(kind.version_args())
-        .output()
-        .map_err(|err| error(err.to_string()))?;
+    let mut command = Command::new(program);
+    command.args(kind.version_args()).stdin(Stdio::null());
+    let output =
+        headroom_process::output_of(&mut command, None).map_err(|err| error(err.to_string()))?;
     if !output.status.success() {
         return Err(error(format!(
             "{}: {}",

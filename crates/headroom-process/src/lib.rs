@@ -10,7 +10,9 @@
 //! - [`signal_group`], [`signal_process`], [`signal_each`], [`signal_tree`]: passing a signal
 //!   on; [`ask_group_to_end`] and [`TERM_GRACE`]: ending a compiler so it cleans up after
 //!   itself;
-//! - [`wait_within`]: the child's end, waited for a bounded time;
+//! - [`wait_within`]: the child's end, waited for a bounded time; [`output_of`]: its status and
+//!   output, as `Command::output` gives them, without waiting for a process it left holding
+//!   its pipes;
 //! - [`wait_with_usage`]: the child's end and the kernel's account of it alone (`wait4`), so a
 //!   retried attempt does not inherit an earlier attempt's peak; [`reap_all`] and
 //!   [`reap_orphans`]: reaping what a subreaper inherits, [`end_what_is_left_of_group`]: ending
@@ -24,8 +26,11 @@
 //!   child has exited.
 
 pub mod foreground;
+mod output;
 pub mod slice;
 pub mod terminal;
+
+pub use output::output_of;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};

@@ -393,6 +393,46 @@ fn kernel_compiles_run_under_the_memory_governor() {
     assert!(report.jobs.iter().all(|job| job.exit_code == Some(0)));
 }
 
+/// A scripted nvcc behind a wrapper that leaves a process holding its output, as a wrapper
+/// that starts a compile server does.
+const NVCC_LEAVING_A_SERVER: &str = r#"#!/bin/sh
+sleep 20 &
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 12.4, V12.4.131"; exit 0; fi
+out=; arch=
+while [ $# -gt 0 ]; do case "$1" in -o) shift; out=$1 ;; -arch=*) arch=${1#-arch=} ;; esac; shift; done
+echo "FAKE cubin $arch" > "$out"
+"#;
+
+/// A toolchain that leaves a process holding its output does not hold the build up for as
+/// long as that process lives: it waited 20 s for each call, version probe included.
+#[test]
+fn a_toolchain_that_leaves_a_process_holding_its_output_does_not_hold_the_build() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\"]\ntoolchain = [\"nvcc\"]\n");
+    let bin = project.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("nvcc"), NVCC_LEAVING_A_SERVER).unwrap();
+    std::fs::set_permissions(bin.join("nvcc"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path =
+        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap();
+    let start = std::time::Instant::now();
+    let output = project
+        .command(&["build"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.layout("k", "sm_80.cubin")).unwrap(),
+        "FAKE cubin sm_80\n"
+    );
+}
+
 #[test]
 fn an_interrupted_build_keeps_the_artifacts_it_finished() {
     use std::os::unix::fs::PermissionsExt;
