@@ -4,15 +4,19 @@
 //! by line, progress bars whether to draw. A child that writes to a pipe where its supervisor's
 //! own stream is a terminal behaves as it would not without the supervisor. So there it gets a
 //! pseudo-terminal instead of a pipe, with the same window size and in raw mode, so its bytes
-//! reach the supervisor unchanged (no `\r` added before each `\n`).
+//! reach the supervisor unchanged (no `\r` added before each `\n`). A supervisor that keeps
+//! its child out of the terminal's sight (a session of its own) passes on the terminal's
+//! resizes ([`Resizes`], [`copy_window_size`]).
 
 use std::ffi::{CStr, OsStr};
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// The two ends of a pseudo-terminal: the supervisor reads `reader`; the child writes to
 /// `writer`. Once every copy of `writer` is closed, reading `reader` fails with `EIO`, which
@@ -40,7 +44,7 @@ fn like(ours: BorrowedFd<'_>) -> Option<Terminal> {
         return None;
     }
     let terminal = open().ok()?;
-    copy_window_size(ours, &terminal.writer);
+    copy_window_size(ours, terminal.writer.as_fd());
     Some(terminal)
 }
 
@@ -92,8 +96,30 @@ fn make_raw(terminal: &OwnedFd) -> io::Result<()> {
     }
 }
 
-/// Best effort: a child that finds no width keeps its default, as in a terminal without one.
-fn copy_window_size(from: BorrowedFd<'_>, to: &OwnedFd) {
+/// The terminal's resizes, for a supervisor whose child writes to terminals of its own: the
+/// terminal signals them (SIGWINCH) to its foreground process group, which is the
+/// supervisor's and not the child's. A flag of its own, so that no resize takes the place of
+/// a Ctrl-C caught at the same moment ([`crate::Interrupts`] keeps only the last signal).
+pub struct Resizes {
+    resized: Arc<AtomicBool>,
+}
+
+impl Resizes {
+    pub fn install() -> io::Result<Resizes> {
+        let resized = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(libc::SIGWINCH, Arc::clone(&resized))?;
+        Ok(Resizes { resized })
+    }
+
+    /// Whether the terminal was resized since the last call.
+    pub fn take(&self) -> bool {
+        self.resized.swap(false, Ordering::SeqCst)
+    }
+}
+
+/// Gives `to`, a child's terminal (either end), the window size of `from`. Best effort: a
+/// child that finds no width keeps its default, as in a terminal without one.
+pub fn copy_window_size(from: BorrowedFd<'_>, to: BorrowedFd<'_>) {
     // SAFETY: winsize is plain data; TIOCGWINSZ fills it and TIOCSWINSZ reads it.
     unsafe {
         let mut size: libc::winsize = std::mem::zeroed();
@@ -107,7 +133,6 @@ fn copy_window_size(from: BorrowedFd<'_>, to: &OwnedFd) {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
-    use std::os::fd::AsFd;
 
     #[test]
     fn bytes_pass_unchanged_and_the_end_reads_as_an_error() {

@@ -152,6 +152,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
     let detector = StageDetector::new(args.stage_regex.clone());
     let interrupts = Interrupts::install(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .context("cannot install the Ctrl-C handler that forwards signals to CMD")?;
+    // Without it, CMD's terminals keep the size they started with.
+    let resizes = headroom_process::terminal::Resizes::install().ok();
     headroom_process::become_subreaper();
     let mut devices = devices::Devices::open();
     let mut report = Report {
@@ -183,7 +185,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<u8> {
             rung: index,
             governor: governed.as_ref().map(|governed| &governed.session),
         };
-        let outcome = supervise::run(&launch, &interrupts, &mut devices)?;
+        let outcome = supervise::run(&launch, &interrupts, resizes.as_ref(), &mut devices)?;
         let ending = governed.map(|governed| end_session(governed, &outcome));
         let mut outcome = match outcome {
             Ok(outcome) => outcome,

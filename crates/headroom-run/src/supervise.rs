@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use headroom_diagnose::ExitInfo;
 use headroom_govern::session::Session;
+use headroom_process::terminal::Resizes;
 use headroom_process::{Interrupts, SpawnError};
 
 use crate::devices::Devices;
@@ -66,11 +67,13 @@ pub struct Outcome {
 }
 
 /// Runs `launch` to completion (or until interrupted) and returns what was seen: every signal
-/// in `interrupts` is passed on to CMD (a second one as SIGKILL). The outer error is
+/// in `interrupts` is passed on to CMD (a second one as SIGKILL), and each of the terminal's
+/// `resizes` to CMD's terminals. The outer error is
 /// headroom's own; the inner one is CMD that could not start.
 pub fn run(
     launch: &Launch,
     interrupts: &Interrupts,
+    resizes: Option<&Resizes>,
     devices: &mut Devices,
 ) -> anyhow::Result<Result<Outcome, SpawnError>> {
     let mut cmd = match spawn::start(launch)? {
@@ -111,6 +114,9 @@ pub fn run(
         }
         if let Some(signal) = interrupts.take() {
             forwarded.pass_on(signal, &cmd);
+        }
+        if resizes.is_some_and(Resizes::take) {
+            cmd.follow_resize();
         }
         exit = cmd.reap();
         if pumps.terminal.may_show_status() && Instant::now() >= next_status {

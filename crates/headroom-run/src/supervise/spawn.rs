@@ -1,8 +1,9 @@
 //! Starting CMD: in a session of its own, with the governor's interceptor in its environment,
 //! in a memory cgroup of its own under `--memory-limit`; and what is then done to it (signals
-//! passed on, reaping) by the pid and cgroup it was started with.
+//! passed on, the terminal's resizes followed, reaping) by the pid and cgroup it was started
+//! with.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::{ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +23,8 @@ pub(super) struct Started {
     pub cgroup: Option<Cgroup>,
     /// The cgroup's OOM-kill count before CMD started.
     pub oom_kills_before: u64,
+    /// CMD's terminals for its stdout and its stderr, where ours are terminals.
+    terminals: [Option<OwnedFd>; 2],
     pub started: Instant,
     pub started_unix: f64,
 }
@@ -79,6 +82,9 @@ pub(super) fn start(launch: &Launch) -> anyhow::Result<Result<Started, SpawnErro
         Ok(child) => child,
         Err(err) => return Ok(Err(err)),
     };
+    // The pumps read the terminals; a copy of each stays here to resize it.
+    let terminals = [&stdout_reader, &stderr_reader]
+        .map(|reader| reader.as_ref().and_then(|reader| reader.try_clone().ok()));
     if let Some(reader) = stdout_reader {
         child.stdout = Some(ChildStdout::from(reader));
     }
@@ -88,6 +94,7 @@ pub(super) fn start(launch: &Launch) -> anyhow::Result<Result<Started, SpawnErro
     Ok(Ok(Started {
         pid: child.id() as i32,
         child,
+        terminals,
         cgroup,
         oom_kills_before,
         started,
@@ -102,6 +109,25 @@ impl Started {
         headroom_process::signal_group(self.pid, signal);
         if let Some(cgroup) = &self.cgroup {
             headroom_process::signal_each(cgroup.pids().unwrap_or_default(), signal);
+        }
+    }
+
+    /// Gives CMD's terminals the new window size of ours, and tells CMD as a terminal would:
+    /// in a session of its own, CMD hears nothing of our terminal's resizes.
+    pub fn follow_resize(&self) {
+        let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
+        let mut resized = false;
+        for (ours, theirs) in [stdout.as_fd(), stderr.as_fd()]
+            .into_iter()
+            .zip(&self.terminals)
+        {
+            if let Some(theirs) = theirs {
+                terminal::copy_window_size(ours, theirs.as_fd());
+                resized = true;
+            }
+        }
+        if resized {
+            self.signal(libc::SIGWINCH);
         }
     }
 

@@ -338,6 +338,45 @@ fn cmd_on_a_terminal_writes_to_terminals() {
     );
 }
 
+/// A resized terminal resizes CMD's terminals, and CMD hears of it as it would on ours (a
+/// progress bar redraws to the new width). CMD's terminals kept the size they started with,
+/// and CMD, in a session of its own, was never told.
+#[test]
+fn cmd_follows_the_terminals_resizes() {
+    if !support::have(&["script", "python3", "stty"]) {
+        return;
+    }
+    let scratch = Scratch::new();
+    let cmd = "import os, signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH}); \
+               print('before', os.get_terminal_size(1), flush=True); \
+               heard = signal.sigtimedwait({signal.SIGWINCH}, 10); \
+               print('after', heard is not None, os.get_terminal_size(1), os.get_terminal_size(2))";
+    // The terminal is resized 1 s in, as a window is; `stty` on the terminal makes the kernel
+    // signal its foreground process group, which headroom leads here.
+    let script = format!(
+        "stty cols 100 rows 30; (sleep 1; stty cols 132 rows 50 </dev/tty) & \
+         exec {HEADROOM} run -- python3 -c \"{cmd}\""
+    );
+    let output = Command::new("script")
+        .args(["-qec", &script, "/dev/null"])
+        .current_dir(scratch.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    assert!(
+        shown.contains("before os.terminal_size(columns=100, lines=30)"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains(
+            "after True os.terminal_size(columns=132, lines=50) os.terminal_size(columns=132, lines=50)"
+        ),
+        "{shown:?}"
+    );
+}
+
 #[test]
 fn a_terminal_gets_a_live_status_line() {
     if Command::new("script").arg("--version").output().is_err() {
