@@ -71,9 +71,14 @@ impl JobIdentity {
             output.or(crate_name).or(first_input)
         };
         let label = named_by.unwrap_or(compiler).to_string();
-        let flags: Vec<String> = flags.into_iter().map(String::from).collect();
+        let flags: Vec<String> = flags.into_iter().map(without_temporary_names).collect();
         let group = xxh3_64(format!("{compiler}\u{1e}{}", flags.join("\u{1f}")).as_bytes());
-        let key = hash_key(compiler, &label, &flags, cwd);
+        let key = hash_key(
+            compiler,
+            &without_temporary_names(&label),
+            &flags,
+            &without_temporary_names(cwd),
+        );
         let command = std::iter::once(compiler)
             .chain(args.iter().map(String::as_str))
             .collect::<Vec<_>>()
@@ -108,6 +113,67 @@ fn hash_key(compiler: &str, label: &str, flags: &[String], cwd: &str) -> String 
     let flags_text = flags.join("\u{1f}");
     let key = xxh3_64(format!("{compiler}\u{1e}{label}\u{1e}{flags_text}\u{1e}{cwd}").as_bytes());
     format!("{key:016x}")
+}
+
+/// Prefixes of directories and files that tools name anew each time, followed by the random
+/// part: pip's build directories, isolated build environments and unpacked sdists, and
+/// CMake's try-compile projects (`TryCompile-a1B2c3/CMakeFiles/cmTC_4d5e6.dir`).
+const TEMPORARY_PREFIXES: [&str; 7] = [
+    "pip-req-build-",
+    "pip-install-",
+    "pip-build-env-",
+    "pip-wheel-",
+    "pip-modern-metadata-",
+    "TryCompile-",
+    "cmTC_",
+];
+
+/// `text` (a directory, a flag, an output) with the random part of each temporary name
+/// replaced by `*`, so that a job run from a directory made anew in every build (`pip
+/// install` of an sdist, Python's `tempfile`, `mktemp`, CMake's checks) is the same job
+/// in the next one. The names are those the tools make: a known prefix, or `tmp` and 8 of
+/// Python's letters, `.tmp` and 6 of Rust's `tempfile`, `tmp.` and 10 of `mktemp`, and an
+/// sdist pip unpacked (`flash_attn_0123…` with 32 hex digits).
+fn without_temporary_names(text: &str) -> String {
+    text.split('/')
+        .map(stable_part)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// One part of a path, with its random part as `*` where it is a temporary name.
+fn stable_part(part: &str) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    for prefix in TEMPORARY_PREFIXES {
+        if let Some(rest) = part.strip_prefix(prefix) {
+            let random = rest.find(|c: char| !word(c)).unwrap_or(rest.len());
+            if random >= 5 {
+                return format!("{prefix}*{}", &rest[random..]);
+            }
+        }
+    }
+    // Whole names: a prefix, then exactly so many random letters.
+    let made_by = |prefix: &str, length: usize, letters: &dyn Fn(char) -> bool| {
+        part.strip_prefix(prefix)
+            .is_some_and(|rest| rest.len() == length && rest.chars().all(letters))
+    };
+    let python = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    let alphanumeric = |c: char| c.is_ascii_alphanumeric();
+    for (prefix, length, letters) in [
+        ("tmp", 8, &python as &dyn Fn(char) -> bool),
+        ("tmp.", 10, &alphanumeric),
+        (".tmp", 6, &alphanumeric),
+    ] {
+        if made_by(prefix, length, letters) {
+            return format!("{prefix}*");
+        }
+    }
+    match part.rsplit_once('_') {
+        Some((name, hash)) if hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
+            format!("{name}_*")
+        }
+        _ => part.to_string(),
+    }
 }
 
 fn is_input(arg: &str) -> bool {
@@ -191,6 +257,55 @@ mod tests {
             mine.portable_key("g++ 13.1.0", "/home/ana/proj/build", &here),
             "another compiler version is another job"
         );
+    }
+
+    #[test]
+    fn a_job_in_a_directory_made_anew_each_build_is_the_same_job() {
+        // `pip install` of an sdist, with build isolation, twice.
+        let pip = |random: &str| {
+            identity(
+                &format!("-O2 -I/tmp/pip-build-env-{random}/overlay/lib/python3.11/site-packages/numpy/core/include -c src/a.c -o build/temp/a.o"),
+                &format!("/tmp/pip-req-build-{random}"),
+            )
+        };
+        assert_eq!(pip("ittkzkuk").key, pip("hq14909f").key);
+        assert_eq!(pip("ittkzkuk").group, pip("hq14909f").group);
+        assert_eq!(pip("ittkzkuk").label, "build/temp/a.o");
+        for (made, stable) in [
+            (
+                "/tmp/pip-install-3k_9x0qa/flash-attn_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                "/tmp/pip-install-*/flash-attn_*",
+            ),
+            (
+                "/b/CMakeFiles/CMakeScratch/TryCompile-Ab3dE9",
+                "/b/CMakeFiles/CMakeScratch/TryCompile-*",
+            ),
+            (
+                "CMakeFiles/cmTC_4d5e6.dir/src.c.o",
+                "CMakeFiles/cmTC_*.dir/src.c.o",
+            ),
+            (
+                "/src/build/meson-private/tmpa1b2_c3d",
+                "/src/build/meson-private/tmp*",
+            ),
+            ("/tmp/tmp.Xy12AbC9qZ/a.o", "/tmp/tmp.*/a.o"),
+            (
+                "/root/.cache/uv/builds-v0/.tmpAb12Cd",
+                "/root/.cache/uv/builds-v0/.tmp*",
+            ),
+        ] {
+            assert_eq!(without_temporary_names(made), stable, "{made}");
+        }
+        // Names that only look a little like those stay as they are.
+        for kept in [
+            "/src/tmp",
+            "/src/tmpfiles/a.o",
+            "/src/pip-install-me",
+            "-DNAME_1",
+            "/work/cmTC_",
+        ] {
+            assert_eq!(without_temporary_names(kept), kept);
+        }
     }
 
     #[test]

@@ -311,3 +311,90 @@ fn a_torch_cuda_extension_builds_governed_with_and_without_cuda_home_ninja_and_s
         assert!(built, "the extension was installed\n{stderr}");
     }
 }
+
+const CPP_SETUP: &str = r#"
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+setup(
+    name="torch_ext",
+    version="1.0",
+    ext_modules=[CppExtension("torch_ext", ["ext.cpp"])],
+    cmdclass={"build_ext": BuildExtension},
+)
+"#;
+
+const CPP_EXTENSION: &str = r#"
+#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) { return x * 2; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+"#;
+
+/// `pip install` of a torch extension's sdist, as users install torch-scatter or flash-attn
+/// from PyPI: pip unpacks it into a directory of a new name each time
+/// (`/tmp/pip-req-build-XXXXXXXX`), and the second install is predicted from the first. The
+/// jobs' keys named that directory, so every install was a first build (1.87 GiB compile
+/// predicted by the default guess).
+#[test]
+fn a_second_pip_install_of_an_sdist_is_predicted_from_the_first() {
+    let Some(cuda) = cuda() else {
+        return;
+    };
+    let venv_bin = cuda.venv.join("bin");
+    let dir = tempfile::tempdir().unwrap();
+    let sources = dir.path().join("torch_ext-1.0");
+    std::fs::create_dir(&sources).unwrap();
+    std::fs::write(sources.join("setup.py"), CPP_SETUP).unwrap();
+    std::fs::write(sources.join("ext.cpp"), CPP_EXTENSION).unwrap();
+    let packed = Command::new("tar")
+        .args(["czf", "torch_ext-1.0.tar.gz", "torch_ext-1.0"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(packed.success());
+    let pip = venv_bin.join("pip");
+    let predicted_from: Vec<Vec<String>> = ["site1", "site2"]
+        .iter()
+        .map(|site| {
+            let install = [
+                pip.to_str().unwrap(),
+                "install",
+                "--no-build-isolation",
+                "--no-deps",
+                "--target",
+                site,
+                "torch_ext-1.0.tar.gz",
+            ];
+            let stderr = succeeded(
+                &headroom_build(dir.path(), &[venv_bin.as_path()], &install)
+                    .output()
+                    .unwrap(),
+            );
+            let report = report(dir.path());
+            let compiles: Vec<_> = report
+                .jobs
+                .iter()
+                .filter(|job| job.label.ends_with("ext.o"))
+                .collect();
+            assert_eq!(compiles.len(), 1, "{:?}\n{stderr}", report.jobs);
+            assert!(
+                compiles[0].cwd.contains("/pip-req-build-"),
+                "{:?}",
+                compiles[0]
+            );
+            report
+                .jobs
+                .iter()
+                .map(|job| job.prediction_source.clone())
+                .collect()
+        })
+        .collect();
+    assert!(
+        predicted_from[0].iter().all(|source| source != "history"),
+        "{predicted_from:?}"
+    );
+    assert!(
+        predicted_from[1].iter().all(|source| source == "history"),
+        "{predicted_from:?}"
+    );
+}
