@@ -111,6 +111,17 @@ impl Project {
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
+
+    /// Writes `script` as the project's `bin/nvcc` and returns a PATH that finds it first,
+    /// then the system's tools.
+    fn scripted_nvcc(&self, script: &str) -> std::ffi::OsString {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = self.dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("nvcc"), script).unwrap();
+        std::fs::set_permissions(bin.join("nvcc"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap()
+    }
 }
 
 /// `("kernel target", status, reason)` for each pair of a `build --json` report.
@@ -352,16 +363,7 @@ echo "FAKE cubin $arch" > "$out"
 #[test]
 fn kernel_compiles_run_under_the_memory_governor() {
     let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\", \"sm_90\"]\ntoolchain = [\"nvcc\"]\n");
-    let bin = project.dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(bin.join("nvcc"), SLOW_NVCC.replace("sleep 5", "true")).unwrap();
-    std::fs::set_permissions(
-        bin.join("nvcc"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path =
-        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap();
+    let path = project.scripted_nvcc(&SLOW_NVCC.replace("sleep 5", "true"));
     let output = project
         .command(&["build"])
         .env("PATH", path)
@@ -393,28 +395,14 @@ fn kernel_compiles_run_under_the_memory_governor() {
     assert!(report.jobs.iter().all(|job| job.exit_code == Some(0)));
 }
 
-/// A scripted nvcc behind a wrapper that leaves a process holding its output, as a wrapper
-/// that starts a compile server does.
-const NVCC_LEAVING_A_SERVER: &str = r#"#!/bin/sh
-sleep 20 &
-if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 12.4, V12.4.131"; exit 0; fi
-out=; arch=
-while [ $# -gt 0 ]; do case "$1" in -o) shift; out=$1 ;; -arch=*) arch=${1#-arch=} ;; esac; shift; done
-echo "FAKE cubin $arch" > "$out"
-"#;
-
 /// A toolchain that leaves a process holding its output does not hold the build up for as
 /// long as that process lives: it waited 20 s for each call, version probe included.
 #[test]
 fn a_toolchain_that_leaves_a_process_holding_its_output_does_not_hold_the_build() {
-    use std::os::unix::fs::PermissionsExt;
     let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\"]\ntoolchain = [\"nvcc\"]\n");
-    let bin = project.dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(bin.join("nvcc"), NVCC_LEAVING_A_SERVER).unwrap();
-    std::fs::set_permissions(bin.join("nvcc"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path =
-        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap();
+    // The wrapper leaves a process behind as a wrapper that starts a compile server does.
+    let leaving_a_server = SLOW_NVCC.replacen("#!/bin/sh\n", "#!/bin/sh\nsleep 20 &\n", 1);
+    let path = project.scripted_nvcc(&leaving_a_server);
     let start = std::time::Instant::now();
     let output = project
         .command(&["build"])
@@ -435,14 +423,8 @@ fn a_toolchain_that_leaves_a_process_holding_its_output_does_not_hold_the_build(
 
 #[test]
 fn an_interrupted_build_keeps_the_artifacts_it_finished() {
-    use std::os::unix::fs::PermissionsExt;
     let project = Project::new("[kernel.k]\nlanguage = \"cuda\"\nsources = [\"vector_add.cu\"]\ntargets = [\"sm_80\", \"sm_90\"]\ntoolchain = [\"nvcc\"]\n");
-    let bin = project.dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(bin.join("nvcc"), SLOW_NVCC).unwrap();
-    std::fs::set_permissions(bin.join("nvcc"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path =
-        std::env::join_paths([bin, PathBuf::from("/usr/bin"), PathBuf::from("/bin")]).unwrap();
+    let path = project.scripted_nvcc(SLOW_NVCC);
     let mut child = project
         .command(&["build", "-j1"])
         .env("PATH", path)

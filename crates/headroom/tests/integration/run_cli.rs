@@ -297,6 +297,21 @@ fn a_kill_headroom_sends_is_not_called_out_of_memory() {
     assert!(shown.contains("headroom killed CMD"), "{shown}");
 }
 
+/// Runs the shell `line` in `scratch` on a terminal of its own (`script` gives it a
+/// pseudo-terminal for stdin, stdout and stderr), checks that it succeeds, and returns what
+/// the terminal showed.
+fn on_a_terminal(scratch: &Scratch, line: &str) -> String {
+    let output = Command::new("script")
+        .args(["-qec", line, "/dev/null"])
+        .current_dir(scratch.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{shown}");
+    shown
+}
+
 /// On a terminal, CMD writes to terminals of its own as it would to ours (colours, line
 /// buffering, progress bars), and its output reaches ours unchanged; into a pipe, it writes to
 /// pipes. It used to write to pipes always: Python's `sys.stdout.isatty()` was false on a
@@ -308,18 +323,7 @@ fn cmd_on_a_terminal_writes_to_terminals() {
     }
     let scratch = Scratch::new();
     let probe = "for fd in 1 2; do if [ -t $fd ]; then echo fd$fd=tty >&$fd; else echo fd$fd=pipe >&$fd; fi; done";
-    let output = Command::new("script")
-        .args([
-            "-qec",
-            &format!("{HEADROOM} run -- sh -c '{probe}'"),
-            "/dev/null",
-        ])
-        .current_dir(scratch.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{shown}");
+    let shown = on_a_terminal(&scratch, &format!("{HEADROOM} run -- sh -c '{probe}'"));
     assert!(
         shown.contains("fd1=tty\r\n") && shown.contains("fd2=tty\r\n"),
         "{shown:?}"
@@ -357,14 +361,7 @@ fn cmd_follows_the_terminals_resizes() {
         "stty cols 100 rows 30; (sleep 1; stty cols 132 rows 50 </dev/tty) & \
          exec {HEADROOM} run -- python3 -c \"{cmd}\""
     );
-    let output = Command::new("script")
-        .args(["-qec", &script, "/dev/null"])
-        .current_dir(scratch.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{shown}");
+    let shown = on_a_terminal(&scratch, &script);
     assert!(
         shown.contains("before os.terminal_size(columns=100, lines=30)"),
         "{shown:?}"
@@ -379,27 +376,14 @@ fn cmd_follows_the_terminals_resizes() {
 
 #[test]
 fn a_terminal_gets_a_live_status_line() {
-    if Command::new("script").arg("--version").output().is_err() {
-        headroom_testkit::skip(
-            "script",
-            "`script` (util-linux) is not installed to provide a terminal",
-        );
+    if !support::have(&["script"]) {
         return;
     }
     let scratch = Scratch::new();
-    let headroom = HEADROOM;
-    // `script` gives headroom a pseudo-terminal for stdout and stderr and copies what it shows.
-    let output = Command::new("script")
-        .args([
-            "-qec",
-            &format!("{headroom} run -- sh -c 'echo \"##headroom stage settle\"; sleep 1'"),
-            "/dev/null",
-        ])
-        .current_dir(scratch.dir.path())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{shown}");
+    let shown = on_a_terminal(
+        &scratch,
+        &format!("{HEADROOM} run -- sh -c 'echo \"##headroom stage settle\"; sleep 1'"),
+    );
     assert!(
         shown.contains("\r\x1b[2Kheadroom: "),
         "status line drawn: {shown:?}"
