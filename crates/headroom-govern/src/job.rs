@@ -132,13 +132,32 @@ const TEMPORARY_PREFIXES: [&str; 7] = [
 /// replaced by `*`, so that a job run from a directory made anew in every build (`pip
 /// install` of an sdist, Python's `tempfile`, `mktemp`, CMake's checks) is the same job
 /// in the next one. The names are those the tools make: a known prefix, or `tmp` and 8 of
-/// Python's letters, `.tmp` and 6 of Rust's `tempfile`, `tmp.` and 10 of `mktemp`, and an
-/// sdist pip unpacked (`flash_attn_0123…` with 32 hex digits).
+/// Python's letters, `.tmp` and 6 of Rust's `tempfile`, `tmp.` and 10 of `mktemp`, an sdist
+/// pip unpacked (`flash_attn_0123…` with 32 hex digits), and one uv unpacked.
 fn without_temporary_names(text: &str) -> String {
-    text.split('/')
-        .map(stable_part)
-        .collect::<Vec<_>>()
-        .join("/")
+    let parts: Vec<&str> = text.split('/').collect();
+    let mut in_uv_sdists = false;
+    let stable: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(index, part)| {
+            // uv unpacks each sdist it builds into `<16 random URL-safe letters>/src`, below
+            // `sdists-vN/` in its cache.
+            in_uv_sdists |= part.starts_with("sdists-v");
+            let unpacked_by_uv = in_uv_sdists
+                && parts.get(index + 1) == Some(&"src")
+                && part.len() == 16
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if unpacked_by_uv {
+                "*".to_string()
+            } else {
+                stable_part(part)
+            }
+        })
+        .collect();
+    stable.join("/")
 }
 
 /// One part of a path, with its random part as `*` where it is a temporary name.
@@ -292,6 +311,10 @@ mod tests {
             (
                 "/root/.cache/uv/builds-v0/.tmpAb12Cd",
                 "/root/.cache/uv/builds-v0/.tmp*",
+            ),
+            (
+                "/root/.cache/uv/sdists-v11/path/f4a8b8100d6f8974/-y49QAbFyDH60X7x/src",
+                "/root/.cache/uv/sdists-v11/path/f4a8b8100d6f8974/*/src",
             ),
         ] {
             assert_eq!(without_temporary_names(made), stable, "{made}");
