@@ -4,6 +4,9 @@
 //! with this machine's paths taken out, make the portable key that other machines know the
 //! job by ([`crate::portable`]).
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::portable::Places;
@@ -128,21 +131,31 @@ const TEMPORARY_PREFIXES: [&str; 7] = [
     "cmTC_",
 ];
 
+/// What every temporary name below contains: text without any of them is left as it is
+/// without looking further, which is most flags (this runs on every compiler call).
+static TEMPORARY_MARKERS: LazyLock<[Finder<'static>; 5]> =
+    LazyLock::new(|| ["tmp", "pip-", "TryCompile-", "cmTC_", "sdists-v"].map(Finder::new));
+
 /// `text` (a directory, a flag, an output) with the random part of each temporary name
 /// replaced by `*`, so that a job run from a directory made anew in every build (`pip
 /// install` of an sdist, Python's `tempfile`, `mktemp`, CMake's checks) is the same job
 /// in the next one. The names are those the tools make: a known prefix, or `tmp` and 8 of
-/// Python's letters, `.tmp` and 6 of Rust's `tempfile`, `tmp.` and 10 of `mktemp`, an sdist
-/// pip unpacked (`flash_attn_0123…` with 32 hex digits), and one uv unpacked.
+/// Python's letters, `.tmp` and 6 of Rust's `tempfile`, `tmp.` and 10 of `mktemp`, the
+/// sdist pip unpacked in its `pip-install-*` (`flash_attn_0123…`, 32 hex digits), and the
+/// one uv unpacked in its cache (`sdists-vN/…/<16 random letters>/src`).
 fn without_temporary_names(text: &str) -> String {
+    if !TEMPORARY_MARKERS
+        .iter()
+        .any(|marker| marker.find(text.as_bytes()).is_some())
+    {
+        return text.to_string();
+    }
     let parts: Vec<&str> = text.split('/').collect();
     let mut in_uv_sdists = false;
     let stable: Vec<String> = parts
         .iter()
         .enumerate()
         .map(|(index, part)| {
-            // uv unpacks each sdist it builds into `<16 random URL-safe letters>/src`, below
-            // `sdists-vN/` in its cache.
             in_uv_sdists |= part.starts_with("sdists-v");
             let unpacked_by_uv = in_uv_sdists
                 && parts.get(index + 1) == Some(&"src")
@@ -150,8 +163,16 @@ fn without_temporary_names(text: &str) -> String {
                 && part
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let unpacked_by_pip = index > 0
+                && parts[index - 1].starts_with("pip-install-")
+                && part.rsplit_once('_').is_some_and(|(_, hash)| {
+                    hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit())
+                });
             if unpacked_by_uv {
                 "*".to_string()
+            } else if unpacked_by_pip {
+                let (name, _) = part.rsplit_once('_').expect("checked above");
+                format!("{name}_*")
             } else {
                 stable_part(part)
             }
@@ -187,12 +208,7 @@ fn stable_part(part: &str) -> String {
             return format!("{prefix}*");
         }
     }
-    match part.rsplit_once('_') {
-        Some((name, hash)) if hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
-            format!("{name}_*")
-        }
-        _ => part.to_string(),
-    }
+    part.to_string()
 }
 
 fn is_input(arg: &str) -> bool {
