@@ -325,12 +325,12 @@ mod tests {
             ),
             ("/tmp/tmp.Xy12AbC9qZ/a.o", "/tmp/tmp.*/a.o"),
             (
-                "/root/.cache/uv/builds-v0/.tmpAb12Cd",
-                "/root/.cache/uv/builds-v0/.tmp*",
+                "/home/ana/.cache/uv/builds-v0/.tmpAb12Cd",
+                "/home/ana/.cache/uv/builds-v0/.tmp*",
             ),
             (
-                "/root/.cache/uv/sdists-v11/path/f4a8b8100d6f8974/-y49QAbFyDH60X7x/src",
-                "/root/.cache/uv/sdists-v11/path/f4a8b8100d6f8974/*/src",
+                "/home/ana/.cache/uv/sdists-v11/path/f4a8b8100d6f8974/-y49QAbFyDH60X7x/src",
+                "/home/ana/.cache/uv/sdists-v11/path/f4a8b8100d6f8974/*/src",
             ),
         ] {
             assert_eq!(without_temporary_names(made), stable, "{made}");
@@ -341,7 +341,7 @@ mod tests {
             "/src/tmpfiles/a.o",
             "/src/pip-install-me",
             "-DNAME_1",
-            "/work/cmTC_",
+            "/src/cmTC_",
         ] {
             assert_eq!(without_temporary_names(kept), kept);
         }
