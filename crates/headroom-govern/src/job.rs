@@ -163,15 +163,18 @@ fn without_temporary_names(text: &str) -> String {
                 && part
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            let unpacked_by_pip = index > 0
-                && parts[index - 1].starts_with("pip-install-")
-                && part.rsplit_once('_').is_some_and(|(_, hash)| {
-                    hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit())
-                });
+            let below_pip_install = index > 0 && parts[index - 1].starts_with("pip-install-");
+            let unpacked_by_pip = part
+                .rsplit_once('_')
+                .filter(|(_, hash)| {
+                    below_pip_install
+                        && hash.len() == 32
+                        && hash.chars().all(|c| c.is_ascii_hexdigit())
+                })
+                .map(|(name, _)| name);
             if unpacked_by_uv {
                 "*".to_string()
-            } else if unpacked_by_pip {
-                let (name, _) = part.rsplit_once('_').expect("checked above");
+            } else if let Some(name) = unpacked_by_pip {
                 format!("{name}_*")
             } else {
                 stable_part(part)
